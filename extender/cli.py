@@ -1,0 +1,90 @@
+"""CLI commands of the extender component: ``qosmos explain``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from qosmos.extender.core import genie
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.types import Platform
+from qosmos.extender.explain import explain as explain_task
+from qosmos.extender.explain import resolve_profile
+from rich.console import Console
+from rich.table import Table
+
+
+def _coeffs(text: str | None) -> tuple[float, float, float] | None:
+    if text is None:
+        return None
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise InvalidInput("coeffs", text, "expected k0,k1,k2")
+    try:
+        return float(parts[0]), float(parts[1]), float(parts[2])
+    except ValueError:
+        raise InvalidInput("coeffs", text, "k0,k1,k2 must be numbers") from None
+
+
+def explain(
+    batch: Annotated[int, typer.Option(help="global batch size b")],
+    iters: Annotated[int, typer.Option(help="iterations")],
+    model: Annotated[str | None, typer.Option(help="model type from the model database")] = None,
+    coeffs: Annotated[str | None, typer.Option(help="k0,k1,k2 of sPR(b') (Eq. 7) instead of --model")] = None,
+    gamma: Annotated[float | None, typer.Option(help="Comm γ (Eq. 8)")] = None,
+    lam: Annotated[float | None, typer.Option(help="Comm λ (Eq. 8)")] = None,
+    nu: Annotated[float | None, typer.Option(help="start-up overhead ν in s (Eq. 4)")] = None,
+    kind: Annotated[str, typer.Option(help="training | inference")] = "training",
+    qos: Annotated[str, typer.Option(help="urgent | prior | normal")] = "normal",
+    nodes: Annotated[int, typer.Option(help="platform nodes N")] = 4,
+    gpus_per_node: Annotated[int, typer.Option(help="platform GPUs per node G")] = 4,
+    theta: Annotated[float, typer.Option(help="cost weight θ (Eq. 10)")] = genie.DEFAULT_THETA,
+    submit: Annotated[float, typer.Option(help="submission time, s")] = 0.0,
+    now: Annotated[float | None, typer.Option(help="current time, s (default: submit)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Every placement of a task with PR, Lat, Cost, CER and feasibility; the chosen one and its waiting allowance."""
+    try:
+        profile, provenance = resolve_profile(model, _coeffs(coeffs), gamma, lam, nu)
+        task = genie.Task(model or "custom", batch, iters, kind, qos, submit)
+        result = explain_task(task, profile, Platform(nodes, gpus_per_node), submit if now is None else now, theta)
+    except InvalidInput as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, allow_nan=False))
+        return
+    console = Console()
+    table = Table(
+        title=f"{task.model} b={batch} iters={iters} {task.kind.value} {task.qos.name.lower()} on {nodes}x{gpus_per_node}"
+    )
+    for col in ("d_node", "d_gpn", "PR (samples/s)", "Lat (s)", "Cost", "CER", "feasible"):
+        table.add_column(col, justify="right")
+    chosen = (result["chosen"]["d_node"], result["chosen"]["d_gpn"])
+    for row in result["placements"]:
+        mark = (row["d_node"], row["d_gpn"]) == chosen
+        table.add_row(
+            str(row["d_node"]),
+            str(row["d_gpn"]),
+            f"{row['pr']:.1f}",
+            f"{row['lat']:.1f}",
+            f"{row['cost']:.4f}",
+            f"{row['cer']:.1f}",
+            "yes" if row["feasible"] else "no",
+            style="bold green" if mark else None,
+        )
+    console.print(table)
+    console.print(f"profile: {provenance}")
+    console.print(
+        f"chosen <{chosen[0]},{chosen[1]}>  ECT {_fmt(result['ect'], 1)} s  deadline {_fmt(result['deadline'], 1)} s  "
+        f"waiting allowance {_fmt(result['waiting_allowance'], 1)} s"
+    )
+
+
+def _fmt(x: float | None, digits: int) -> str:
+    return "inf" if x is None else f"{x:.{digits}f}"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("explain")(explain)

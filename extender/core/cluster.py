@@ -1,0 +1,143 @@
+"""Cluster state: who holds which GPU, CPU and memory, as numpy arrays for speed.
+
+GPUs are tracked per GPU in milli-units so that GPU-sharing pods (openb ``gpu_milli``)
+and whole-GPU jobs live in one accounting; ``free_gpus`` caches the count of wholly free
+GPUs per node. Allocation and release are the only mutators, and both check what they
+change, so a stale caller can never double-allocate a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.types import Allocation, Node, NodeGrant, PlacementRequest
+
+FULL = 1000  # milli-GPU of one whole GPU
+
+
+class ClusterState:
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        if not nodes:
+            raise InvalidInput("nodes", [], "a cluster needs at least one node")
+        names = [n.name for n in nodes]
+        if len(set(names)) != len(names):
+            raise InvalidInput("nodes", names, "node names must be unique")
+        self.nodes = list(nodes)
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        n = len(self.nodes)
+        self.gpu_cap = np.array([nd.gpus for nd in self.nodes], dtype=np.int64)
+        width = max(1, int(self.gpu_cap.max()))
+        self.gpu_free_milli = np.zeros((n, width), dtype=np.int64)
+        for i, cap in enumerate(self.gpu_cap):
+            self.gpu_free_milli[i, :cap] = FULL
+        self.free_gpus = self.gpu_cap.copy()
+        self.cpu_cap = np.array([nd.cpu_milli for nd in self.nodes], dtype=np.int64)
+        self.mem_cap = np.array([nd.memory_mib for nd in self.nodes], dtype=np.int64)
+        self.free_cpu = self.cpu_cap.copy()
+        self.free_mem = self.mem_cap.copy()
+        self.vcs = sorted({nd.vc for nd in self.nodes})
+        self.vc_id = np.array([self.vcs.index(nd.vc) for nd in self.nodes], dtype=np.int64)
+        self.gpu_models = sorted({nd.gpu_model for nd in self.nodes})
+        self.model_id = np.array([self.gpu_models.index(nd.gpu_model) for nd in self.nodes], dtype=np.int64)
+        switches = sorted({nd.switch for nd in self.nodes})
+        self.switch_id = np.array([switches.index(nd.switch) for nd in self.nodes], dtype=np.int64)
+        self.n_switches = len(switches)
+        self._masks: dict[tuple[str | None, tuple[str, ...]], np.ndarray] = {}
+
+    # ---- views ---------------------------------------------------------------------------
+    @property
+    def total_gpus(self) -> int:
+        return int(self.gpu_cap.sum())
+
+    @property
+    def used_gpus(self) -> int:
+        """GPUs not wholly free (a shared GPU counts as used)."""
+        return int(self.gpu_cap.sum() - self.free_gpus.sum())
+
+    def used_nodes(self) -> int:
+        return int(np.count_nonzero(self.free_gpus < self.gpu_cap))
+
+    def eligible(self, vc: str | None, gpu_models: tuple[str, ...] = ()) -> np.ndarray:
+        """Nodes a request may use: its VC (logical partition) and allowed GPU models."""
+        key = (vc, gpu_models)
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = np.ones(len(self.nodes), dtype=bool)
+            if vc is not None:
+                mask &= self.vc_id == (self.vcs.index(vc) if vc in self.vcs else -1)
+            if gpu_models:
+                ids = [self.gpu_models.index(m) for m in gpu_models if m in self.gpu_models]
+                mask &= np.isin(self.model_id, ids)
+            mask.setflags(write=False)
+            self._masks[key] = mask
+        return mask
+
+    def capacity(self, vc: str | None, gpu_models: tuple[str, ...] = ()) -> int:
+        """GPUs the request's partition has in all (free or not)."""
+        return int(self.gpu_cap[self.eligible(vc, gpu_models)].sum())
+
+    def could_ever_fit(self, req: PlacementRequest) -> str | None:
+        """None when an empty cluster could host ``req``; else the reason it never can."""
+        mask = self.eligible(req.vc, req.gpu_models)
+        if not mask.any():
+            return f"no node in vc={req.vc!r} with GPU model in {list(req.gpu_models) or 'any'}"
+        caps = self.gpu_cap[mask]
+        if req.shape is not None:
+            fits = int(np.count_nonzero(caps >= req.shape.d_gpn))
+            if fits < req.shape.d_node:
+                return f"only {fits} eligible nodes have {req.shape.d_gpn} GPUs; placement needs {req.shape.d_node}"
+        elif req.gpus > int(caps.sum()):
+            return f"needs {req.gpus} GPUs; the eligible nodes have {int(caps.sum())}"
+        if req.gpus == 0 and req.cpu_milli > int(self.cpu_cap[mask].max()):
+            return f"needs {req.cpu_milli} milli-CPU on one node; the largest eligible node has {int(self.cpu_cap[mask].max())}"
+        if req.gpu_milli < FULL and not (caps > 0).any():
+            return "a GPU-sharing request needs a node with GPUs"
+        return None
+
+    # ---- mutators --------------------------------------------------------------------------
+    def allocate(self, alloc: Allocation) -> None:
+        for g in alloc.grants:
+            row = self.gpu_free_milli[g.node]
+            need = g.gpu_milli
+            for gpu in g.gpu_ids:
+                if gpu >= self.gpu_cap[g.node] or row[gpu] < need:
+                    raise InvalidInput("allocation", (self.nodes[g.node].name, gpu), "GPU is not free")
+            if self.free_cpu[g.node] < g.cpu_milli or self.free_mem[g.node] < g.memory_mib:
+                raise InvalidInput("allocation", self.nodes[g.node].name, "CPU or memory is not free")
+        for g in alloc.grants:
+            row = self.gpu_free_milli[g.node]
+            for gpu in g.gpu_ids:
+                if row[gpu] == FULL:
+                    self.free_gpus[g.node] -= 1
+                row[gpu] -= g.gpu_milli
+            self.free_cpu[g.node] -= g.cpu_milli
+            self.free_mem[g.node] -= g.memory_mib
+
+    def release(self, alloc: Allocation) -> None:
+        for g in alloc.grants:
+            row = self.gpu_free_milli[g.node]
+            for gpu in g.gpu_ids:
+                row[gpu] += g.gpu_milli
+                if row[gpu] > FULL:
+                    raise InvalidInput("release", (self.nodes[g.node].name, gpu), "released more than allocated")
+                if row[gpu] == FULL:
+                    self.free_gpus[g.node] += 1
+            self.free_cpu[g.node] += g.cpu_milli
+            self.free_mem[g.node] += g.memory_mib
+
+    # ---- helpers for placers ---------------------------------------------------------------
+    def grant(self, node: int, gpus: int, req: PlacementRequest, total_gpus: int) -> NodeGrant:
+        """Whole free GPUs on ``node`` plus its share of the request's CPU and memory."""
+        free = np.flatnonzero(self.gpu_free_milli[node, : self.gpu_cap[node]] == FULL)[:gpus]
+        share = gpus / total_gpus if total_gpus else 1.0
+        return NodeGrant(
+            node=node,
+            gpu_ids=tuple(int(x) for x in free),
+            cpu_milli=int(np.ceil(req.cpu_milli * share)),
+            memory_mib=int(np.ceil(req.memory_mib * share)),
+        )
+
+    def cross_switch(self, nodes: Sequence[int]) -> bool:
+        return len({int(self.switch_id[i]) for i in nodes}) > 1

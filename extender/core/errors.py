@@ -1,0 +1,17 @@
+"""The one error type for bad input anywhere in the decision core."""
+
+from __future__ import annotations
+
+
+class InvalidInput(ValueError):
+    """Raised for any invalid input; ``field`` names the offending field.
+
+    Edges translate it: the HTTP extender into a 400 with the message, the CLI into a
+    clean exit with the message, trace loaders add the file and line.
+    """
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"invalid {field}={value!r}: {reason}")

@@ -1,0 +1,341 @@
+"""GENIE's prediction and cost model and its QoS-aware placement choice (seed 001 §5).
+
+Every formula lives here once, with its equation number. Pure: numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.types import Job, JobKind, Platform, QoSClass, Shape
+
+DEFAULT_THETA = 0.4  # seed 001 Fig. 10
+# Assumptions until multi-GPU runs are profiled (seed 001 §5.1.5 fits γ, λ from N + G runs):
+DEFAULT_GAMMA = 0.3  # 2 GPUs on 2 nodes deliver 1.7 GPUs of rate (85% scaling over InfiniBand)
+DEFAULT_LAMBDA = 0.3  # an intra-node (PCIe/NVLink) peer costs 30% of an inter-node peer
+DEFAULT_NU = 10.0  # seconds of start-up (framework init, data loader warm-up)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputProfile:
+    """Per model type coefficients: sPR(b') = k0 + k1 b' + k2 b'^2 (Eq. 7), Comm's γ, λ (Eq. 8), ν (Eq. 4).
+
+    ``b_min``/``b_max`` bound the batch sizes the fit saw. Outside them we do not trust the
+    quadratic: below b_min the rate scales linearly down to 0 (a GPU fed with fewer samples),
+    above b_max it is held at sPR(b_max) (a saturated GPU); both keep sPR positive.
+    Inside the range the fitted quadratic is used as GENIE does.
+    """
+
+    model: str
+    k0: float
+    k1: float
+    k2: float
+    gamma: float = DEFAULT_GAMMA
+    lam: float = DEFAULT_LAMBDA
+    nu: float = DEFAULT_NU
+    b_min: float = 1.0
+    b_max: float = math.inf
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("k0", "k1", "k2", "gamma", "lam", "nu", "b_min"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                raise InvalidInput(name, value, "must be a finite number")
+        if self.gamma < 0 or self.lam < 0 or self.nu < 0:
+            raise InvalidInput("gamma/lam/nu", (self.gamma, self.lam, self.nu), "must be >= 0")
+        if not 0 < self.b_min <= self.b_max:
+            raise InvalidInput("b_min", self.b_min, "must satisfy 0 < b_min <= b_max")
+        probes = [self.b_min]
+        if math.isfinite(self.b_max):
+            probes.append(self.b_max)
+        if self.k2 > 0 and self.b_min < (vertex := -self.k1 / (2 * self.k2)) < self.b_max:
+            probes.append(vertex)
+        if min(self._quadratic(b) for b in probes) <= 0:
+            raise InvalidInput("k0,k1,k2", (self.k0, self.k1, self.k2), "sPR must be > 0 on [b_min, b_max]")
+
+    def _quadratic(self, b: float) -> float:
+        return self.k0 + self.k1 * b + self.k2 * b * b
+
+    def spr(self, local_batch: float) -> float:
+        """sPR(t') for a local batch b' (Eq. 7), samples per second on one GPU."""
+        if local_batch <= 0:
+            raise InvalidInput("local_batch", local_batch, "must be > 0")
+        if local_batch < self.b_min:
+            return self._quadratic(self.b_min) * local_batch / self.b_min
+        b = min(local_batch, self.b_max)
+        # With no measured upper bound a concave fit would turn negative: past its peak
+        # the GPU is saturated, so the rate is held there.
+        if math.isinf(self.b_max) and self.k2 < 0 and (peak := -self.k1 / (2 * self.k2)) >= self.b_min:
+            b = min(b, peak)
+        return self._quadratic(b)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """GENIE task t = <type, b, iters> (Eq. 2) plus its calculation type and QoS class."""
+
+    model: str
+    batch: int
+    iters: int
+    kind: JobKind = JobKind.TRAINING
+    qos: QoSClass = QoSClass.NORMAL
+    submit: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch, int) or self.batch <= 0:
+            raise InvalidInput("batch", self.batch, "must be an integer > 0")
+        if not isinstance(self.iters, int) or self.iters <= 0:
+            raise InvalidInput("iters", self.iters, "must be an integer > 0")
+        object.__setattr__(self, "kind", JobKind.parse(self.kind))
+        object.__setattr__(self, "qos", QoSClass.parse(self.qos))
+        if self.kind is JobKind.CPU:
+            raise InvalidInput("kind", self.kind.value, "GENIE models GPU tasks: training or inference")
+        if not math.isfinite(self.submit):
+            raise InvalidInput("submit", self.submit, "must be finite")
+
+    @classmethod
+    def from_job(cls, job: Job) -> Task:
+        return cls(job.model, job.batch, job.iters, job.kind, job.qos, job.submit_time)
+
+
+def comm(shape: Shape, gamma: float, lam: float, kind: JobKind = JobKind.TRAINING) -> float:
+    """Comm(s), the synchronous communication penalty in GPUs (Eq. 8).
+
+    Eq. 8's second case is written for d_node, d_gpn > 1; its average-path-length argument
+    holds unchanged for d_node = 1 < d_gpn (λ(d_gpn-1)γ/(d_gpn-1) = λγ) and for
+    d_gpn = 1 < d_node ((d_node-1)γ/(d_node-1) = γ), so one expression serves every
+    placement except the single GPU. Inference has no synchronisation (§5.1.4).
+    """
+    n = shape.gpus
+    if n == 1 or kind is JobKind.INFERENCE:
+        return 0.0
+    return ((shape.d_node - 1) * shape.d_gpn + lam * (shape.d_gpn - 1)) * gamma / (n - 1)
+
+
+def processing_rate(task: Task, shape: Shape, profile: ThroughputProfile) -> float:
+    """PR(t, s) = (d_node d_gpn - Comm(s)) sPR(b / (d_node d_gpn)) (Eq. 5-7)."""
+    n = shape.gpus
+    effective = n - comm(shape, profile.gamma, profile.lam, task.kind)
+    return max(effective, 0.0) * profile.spr(task.batch / n)
+
+
+def latency(task: Task, shape: Shape, profile: ThroughputProfile) -> float:
+    """Lat(t, s) = b iters / PR(t, s) + ν (Eq. 4); infinite when Comm eats every GPU."""
+    pr = processing_rate(task, shape, profile)
+    if pr <= 0:
+        return math.inf
+    return task.batch * task.iters / pr + profile.nu
+
+
+def cost(shape: Shape, platform: Platform, theta: float = DEFAULT_THETA) -> float:
+    """Cost(s) = d_node d_gpn / (N G) + θ d_node / N (Eq. 10)."""
+    if not math.isfinite(theta) or theta < 0:
+        raise InvalidInput("theta", theta, "must be a finite number >= 0")
+    return shape.gpus / platform.gpus + theta * shape.d_node / platform.nodes
+
+
+def cer(
+    task: Task, shape: Shape, profile: ThroughputProfile, platform: Platform, theta: float = DEFAULT_THETA
+) -> float:
+    """CER(t, s) = PR(t, s) / Cost(s) (Eq. 11)."""
+    return processing_rate(task, shape, profile) / cost(shape, platform, theta)
+
+
+def ect(task: Task, profile: ThroughputProfile) -> float:
+    """Expected completion time e, relative to submission (Eq. 9)."""
+    if task.qos is QoSClass.URGENT:
+        return 0.0
+    base = latency(task, Shape(1, 1), profile)
+    return base if task.qos is QoSClass.PRIOR else 2.0 * base
+
+
+def deadline(task: Task, profile: ThroughputProfile) -> float:
+    """Absolute deadline submit + e, the right-hand side of Eq. 12."""
+    return task.submit + ect(task, profile)
+
+
+def is_feasible(lat: float, now: float, task_deadline: float) -> bool:
+    """A placement guarantees QoS when l + t_curr <= e (Eq. 12)."""
+    return lat + now <= task_deadline
+
+
+def waiting_allowance(task_deadline: float, lat: float, now: float) -> float:
+    """w = e - (l* + t_curr) (Eq. 13); may be negative."""
+    return task_deadline - (lat + now)
+
+
+def enumerate_shapes(platform: Platform, batch: int | None = None, max_gpus: int | None = None) -> list[Shape]:
+    """All ⟨d_node, d_gpn⟩ within platform limits (Alg. 1 line 3).
+
+    A shape needs at least one sample per GPU (b' >= 1, Eq. 6), and at most ``max_gpus``
+    GPUs when the caller caps the search (e.g. to what the VC can ever hold).
+    """
+    cap = platform.gpus if max_gpus is None else max_gpus
+    if batch is not None:
+        cap = min(cap, batch)
+    return [
+        Shape(dn, dg)
+        for dn in range(1, platform.nodes + 1)
+        for dg in range(1, platform.gpus_per_node + 1)
+        if dn * dg <= cap
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRow:
+    """One placement of a task: PR (Eq. 5), Lat (Eq. 4), Cost (Eq. 10), CER (Eq. 11)."""
+
+    shape: Shape
+    pr: float
+    lat: float
+    cost: float
+    cer: float
+
+
+@dataclass(frozen=True, slots=True)
+class GenieDecision:
+    """Alg. 1 lines 2-14 for one task: the table, feasibility, the chosen s*, e and w."""
+
+    table: tuple[PlacementRow, ...]
+    feasible: tuple[bool, ...]
+    chosen: PlacementRow
+    ect: float
+    deadline: float
+    waiting_allowance: float
+
+
+def placement_table(
+    task: Task,
+    profile: ThroughputProfile,
+    platform: Platform,
+    theta: float = DEFAULT_THETA,
+    shapes: Sequence[Shape] | None = None,
+) -> tuple[PlacementRow, ...]:
+    """Alg. 1 lines 3-7: every placement within the platform with its PR, Lat, Cost, CER.
+
+    Independent of the clock, so callers may cache it per (task, platform, θ).
+    """
+    candidates = list(shapes) if shapes is not None else enumerate_shapes(platform, task.batch)
+    if not candidates:
+        raise InvalidInput("platform", platform, f"no placement fits batch {task.batch} on it")
+    rows = []
+    for s in candidates:
+        if s.d_node > platform.nodes or s.d_gpn > platform.gpus_per_node:
+            raise InvalidInput("shape", s, f"larger than the platform {platform.nodes}x{platform.gpus_per_node}")
+        pr = processing_rate(task, s, profile)
+        lat = task.batch * task.iters / pr + profile.nu if pr > 0 else math.inf
+        c = cost(s, platform, theta)
+        rows.append(PlacementRow(s, pr, lat, c, pr / c))
+    return tuple(rows)
+
+
+def by_cer(table: Sequence[PlacementRow]) -> list[PlacementRow]:
+    """Highest CER first; ties to fewer GPUs, then fewer nodes (cheaper, less fragmenting)."""
+    return sorted(table, key=lambda r: (-r.cer, r.shape.gpus, r.shape.d_node))
+
+
+def choose(ranked: Sequence[PlacementRow], now: float, task_deadline: float) -> PlacementRow:
+    """Alg. 1 lines 8-13 on a CER-ranked table: best feasible (Eq. 12), else best overall."""
+    for row in ranked:
+        if is_feasible(row.lat, now, task_deadline):
+            return row
+    return ranked[0]
+
+
+def evaluate_placements(
+    task: Task,
+    profile: ThroughputProfile,
+    platform: Platform,
+    now: float,
+    theta: float = DEFAULT_THETA,
+    shapes: Sequence[Shape] | None = None,
+) -> GenieDecision:
+    """Alg. 1 lines 2-14 for one task: the placement table, s*, e and w (Eq. 9-13)."""
+    if not math.isfinite(now):
+        raise InvalidInput("now", now, "must be finite")
+    table = placement_table(task, profile, platform, theta, shapes)
+    dl = deadline(task, profile)
+    chosen = choose(by_cer(table), now, dl)
+    return GenieDecision(
+        table,
+        tuple(is_feasible(r.lat, now, dl) for r in table),
+        chosen,
+        dl - task.submit,
+        dl,
+        waiting_allowance(dl, chosen.lat, now),
+    )
+
+
+def swaf_order(allowances: Iterable[float]) -> list[int]:
+    """Shortest waiting allowance first (Alg. 1 line 15): a stable ascending sort, as indices."""
+    values = list(allowances)
+    return sorted(range(len(values)), key=values.__getitem__)
+
+
+# ---- metrics of §7.1 ---------------------------------------------------------------------
+
+
+def qos_guaranteed(finish: float, task_deadline: float) -> bool:
+    """A task counts towards Q when it completes no later than its ECT (Eq. 14)."""
+    return finish <= task_deadline
+
+
+def normalized_latency(wall: float, single_gpu_latency: float) -> float:
+    """L_norm = L_wall / Lat(t, <1,1>) (Eq. 16)."""
+    if single_gpu_latency <= 0:
+        raise InvalidInput("single_gpu_latency", single_gpu_latency, "must be > 0")
+    return wall / single_gpu_latency
+
+
+# ---- lightweight profiling fits (§5.1.5) ----------------------------------------------------
+
+
+def fit_spr(batches: Sequence[float], rates: Sequence[float]) -> tuple[float, float, float]:
+    """Least-squares k0, k1, k2 of Eq. 7 from B single-GPU runs.
+
+    With fewer than three distinct batch sizes the quadratic is not identifiable and the
+    fit drops to linear (k2 = 0), or to a constant with one size.
+    """
+    b = np.asarray(batches, dtype=float)
+    r = np.asarray(rates, dtype=float)
+    if b.shape != r.shape or b.size == 0:
+        raise InvalidInput("samples", (b.size, r.size), "need as many rates as batch sizes, at least one")
+    if np.any(b <= 0) or np.any(r <= 0) or not np.all(np.isfinite(r)):
+        raise InvalidInput("samples", "batch/rate", "batch sizes and rates must be > 0 and finite")
+    degree = min(2, np.unique(b).size - 1)
+    coeffs = np.zeros(3)
+    vander = np.vander(b, degree + 1, increasing=True)
+    coeffs[: degree + 1] = np.linalg.lstsq(vander, r, rcond=None)[0]
+    return float(coeffs[0]), float(coeffs[1]), float(coeffs[2])
+
+
+def fit_comm(
+    shapes: Sequence[Shape], batch: int, rates: Sequence[float], profile: ThroughputProfile
+) -> tuple[float, float]:
+    """γ and λ of Eq. 8 from N + G multi-GPU runs at one global batch.
+
+    Eq. 5 gives, per run, Comm_j = n_j - PR_j / sPR(b / n_j); Eq. 8 is linear in
+    (γ, γλ): Comm_j (n_j - 1) = γ (d_node-1) d_gpn + γλ (d_gpn - 1). Least squares on
+    the multi-GPU runs returns γ and λ = (γλ)/γ.
+    """
+    rows, rhs = [], []
+    for s, pr in zip(shapes, rates, strict=True):
+        n = s.gpus
+        if n == 1:
+            continue
+        observed = n - pr / profile.spr(batch / n)
+        rows.append([(s.d_node - 1) * s.d_gpn, s.d_gpn - 1])
+        rhs.append(observed * (n - 1))
+    if len(rows) < 2:
+        raise InvalidInput("shapes", len(rows), "need at least two multi-GPU runs to fit γ and λ")
+    a, c = np.linalg.lstsq(np.asarray(rows, float), np.asarray(rhs, float), rcond=None)[0]
+    gamma = float(a)
+    if gamma <= 0:
+        # No measurable cross-node penalty: fall back to γ from the intra-node term.
+        return max(float(c), 0.0), 1.0
+    return gamma, max(float(c) / gamma, 0.0)

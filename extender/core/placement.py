@@ -1,0 +1,285 @@
+"""Placement algorithms behind one interface (AnalySIM §3.1, Helios Alg. 1, GENIE §5.4).
+
+A placer turns a PlacementRequest into a concrete Allocation on the current
+ClusterState, or None when it does not fit now. Placers never mutate the state; the
+caller allocates what it accepts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+from qosmos.extender.core.cluster import FULL, ClusterState
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.types import Allocation, NodeGrant, PlacementRequest, Shape
+
+
+class Placer(Protocol):
+    name: str
+
+    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None: ...
+
+
+def _usable(req: PlacementRequest, cluster: ClusterState, per_node_gpus: int, total: int) -> np.ndarray:
+    """Eligible nodes with ``per_node_gpus`` whole free GPUs and room for their CPU/memory share."""
+    mask = cluster.eligible(req.vc, req.gpu_models) & (cluster.free_gpus >= per_node_gpus)
+    share = per_node_gpus / total if total else 1.0
+    if req.cpu_milli:
+        mask &= cluster.free_cpu >= math.ceil(req.cpu_milli * share)
+    if req.memory_mib:
+        mask &= cluster.free_mem >= math.ceil(req.memory_mib * share)
+    return mask
+
+
+def default_shape(req: PlacementRequest, cluster: ClusterState) -> Shape:
+    """The ⟨#nodes, #GPUs per node⟩ a plain GPU request asks for (AnalySIM's request tuple).
+
+    An explicit node count splits the GPUs evenly; otherwise one node when the largest
+    eligible node can hold the job, else as many full nodes of that size as needed.
+    """
+    if req.shape is not None:
+        return req.shape
+    if req.nodes:
+        if req.gpus % req.nodes:
+            raise InvalidInput("nodes", req.nodes, f"{req.gpus} GPUs do not split evenly over {req.nodes} nodes")
+        return Shape(req.nodes, req.gpus // req.nodes)
+    mask = cluster.eligible(req.vc, req.gpu_models)
+    biggest = int(cluster.gpu_cap[mask].max()) if mask.any() else 0
+    if biggest <= 0 or req.gpus <= biggest:
+        return Shape(1, max(req.gpus, 1))
+    d_node = -(-req.gpus // biggest)
+    # Uneven splits (9 GPUs on 8-GPU nodes) take ceil(gpus/d_node) per node and one GPU less
+    # on the last nodes; see _split.
+    return Shape(d_node, -(-req.gpus // d_node))
+
+
+def _split(shape: Shape, gpus: int) -> list[int]:
+    """GPUs per node for ``shape`` carrying exactly ``gpus`` (the last nodes give up the excess)."""
+    counts = [shape.d_gpn] * shape.d_node
+    for i in range(shape.gpus - gpus):
+        counts[-1 - (i % shape.d_node)] -= 1
+    return counts
+
+
+def _allocation(cluster: ClusterState, req: PlacementRequest, picks: list[tuple[int, int]]) -> Allocation:
+    total = sum(g for _, g in picks)
+    grants = tuple(cluster.grant(node, g, req, total) for node, g in picks)
+    return Allocation(grants, cluster.cross_switch([n for n, _ in picks]))
+
+
+def _shared_gpu(req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+    """GPU sharing: the partially used GPU with the least sufficient free share (best fit)."""
+    mask = cluster.eligible(req.vc, req.gpu_models)
+    if req.cpu_milli:
+        mask = mask & (cluster.free_cpu >= req.cpu_milli)
+    if req.memory_mib:
+        mask = mask & (cluster.free_mem >= req.memory_mib)
+    if not mask.any():
+        return None
+    free = cluster.gpu_free_milli
+    ok = (free >= req.gpu_milli) & mask[:, None]
+    if not ok.any():
+        return None
+    score = np.where(ok, free, FULL + 1)
+    node, gpu = np.unravel_index(int(np.argmin(score)), score.shape)
+    grant = NodeGrant(int(node), (int(gpu),), req.gpu_milli, req.cpu_milli, req.memory_mib)
+    return Allocation((grant,), False)
+
+
+def _cpu_only(req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+    """CPU jobs: best fit on CPU, GPU-less nodes first so GPU nodes keep their cores (SODA §V-C)."""
+    mask = cluster.eligible(req.vc, ()) & (cluster.free_cpu >= req.cpu_milli) & (cluster.free_mem >= req.memory_mib)
+    if not mask.any():
+        return None
+    score = np.where(mask, cluster.free_cpu + (cluster.gpu_cap > 0) * (1 << 40), np.iinfo(np.int64).max)
+    node = int(np.argmin(score))
+    return Allocation((NodeGrant(node, (), FULL, req.cpu_milli, req.memory_mib),), False)
+
+
+def _special(req: PlacementRequest, cluster: ClusterState) -> tuple[bool, Allocation | None]:
+    if req.gpus == 0:
+        return True, _cpu_only(req, cluster)
+    if req.gpu_milli < FULL:
+        return True, _shared_gpu(req, cluster)
+    return False, None
+
+
+def _pick_shape(
+    req: PlacementRequest, cluster: ClusterState, shape: Shape, rank: Callable[[np.ndarray], np.ndarray]
+) -> Allocation | None:
+    """``shape.d_node`` usable nodes with ``shape.d_gpn`` free GPUs each, in ``rank`` order."""
+    cand = np.flatnonzero(_usable(req, cluster, shape.d_gpn, shape.gpus))
+    if cand.size < shape.d_node:
+        return None
+    chosen = cand[rank(cand)[: shape.d_node]]
+    return _allocation(cluster, req, list(zip((int(i) for i in chosen), _split(shape, req.gpus), strict=True)))
+
+
+def _index_order(cand: np.ndarray) -> np.ndarray:
+    return np.arange(cand.size)
+
+
+class FirstFit:
+    """The first node combination found, scanning nodes in order (AnalySIM §3.1)."""
+
+    name = "first-fit"
+
+    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        handled, alloc = _special(req, cluster)
+        if handled:
+            return alloc
+        return _pick_shape(req, cluster, default_shape(req, cluster), _index_order)
+
+
+class BestFit:
+    """The smallest sufficient nodes: fewest free GPUs left over (AnalySIM §3.1)."""
+
+    name = "best-fit"
+
+    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        handled, alloc = _special(req, cluster)
+        if handled:
+            return alloc
+        free = cluster.free_gpus
+        return _pick_shape(req, cluster, default_shape(req, cluster), lambda c: np.argsort(free[c], kind="stable"))
+
+
+class FreeGPU:
+    """Idle GPUs from any nodes, fewest nodes first (AnalySIM §3.1 "free-GPU").
+
+    Greedy on the largest free counts gives the fewest nodes; the last node is then the
+    best fit for the remainder, so the job leaves big holes intact.
+    """
+
+    name = "free-gpu"
+
+    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        handled, alloc = _special(req, cluster)
+        if handled:
+            return alloc
+        cand = np.flatnonzero(_usable(req, cluster, 1, req.gpus))
+        if cand.size == 0:
+            return None
+        free = cluster.free_gpus[cand]
+        if int(free.sum()) < req.gpus:
+            return None
+        order = np.argsort(-free, kind="stable")
+        picks: list[tuple[int, int]] = []
+        need = req.gpus
+        for pos, j in enumerate(order):
+            if free[j] >= need:
+                # best fit for the remainder among the not-yet-picked candidates
+                rest = order[pos:]
+                fitting = rest[free[rest] >= need]
+                j = fitting[np.argmin(free[fitting])]
+                picks.append((int(cand[j]), need))
+                break
+            picks.append((int(cand[j]), int(free[j])))
+            need -= int(free[j])
+        # CPU/memory were checked for one GPU's share; re-check the real shares.
+        for node, g in picks:
+            share = g / req.gpus
+            if cluster.free_cpu[node] < math.ceil(req.cpu_milli * share) or cluster.free_mem[node] < math.ceil(
+                req.memory_mib * share
+            ):
+                return None
+        return _allocation(cluster, req, picks)
+
+
+class Consolidate:
+    """As few nodes as possible (Helios Alg. 1 ConsolidateAllocate).
+
+    A job that fits one node takes the best-fitting node; a larger job waits for whole
+    idle nodes (a 16-GPU job needs two idle 8-GPU nodes), preferring one switch.
+    """
+
+    name = "consolidate"
+
+    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        handled, alloc = _special(req, cluster)
+        if handled:
+            return alloc
+        shape = default_shape(req, cluster)
+        free = cluster.free_gpus
+        if shape.d_node == 1:
+            return _pick_shape(req, cluster, shape, lambda c: np.argsort(free[c], kind="stable"))
+        if req.shape is not None or req.nodes:
+            return _TopologyAware().place_shape(req, cluster, shape)
+        idle = np.flatnonzero(_usable(req, cluster, 1, req.gpus) & (free == cluster.gpu_cap))
+        caps = cluster.gpu_cap[idle]
+        if int(caps.sum()) < req.gpus:
+            return None
+        order = idle[np.argsort(-caps, kind="stable")]
+        picks, need = [], req.gpus
+        for node in order:
+            take = min(int(cluster.gpu_cap[node]), need)
+            picks.append((int(node), take))
+            need -= take
+            if need == 0:
+                break
+        return _allocation(cluster, req, picks)
+
+
+class _TopologyAware:
+    """Realise a shape on one switch when possible (best fit inside it), else across switches."""
+
+    def place_shape(self, req: PlacementRequest, cluster: ClusterState, shape: Shape) -> Allocation | None:
+        cand = np.flatnonzero(_usable(req, cluster, shape.d_gpn, shape.gpus))
+        if cand.size < shape.d_node:
+            return None
+        free = cluster.free_gpus[cand]
+        if shape.d_node > 1 and cluster.n_switches > 1:
+            sw = cluster.switch_id[cand]
+            counts = np.bincount(sw, minlength=cluster.n_switches)
+            ok = np.flatnonzero(counts >= shape.d_node)
+            if ok.size:
+                # the switch that fits with the fewest spare nodes keeps big switches whole
+                best = ok[np.argmin(counts[ok])]
+                inside = np.flatnonzero(sw == best)
+                chosen = inside[np.argsort(free[inside], kind="stable")[: shape.d_node]]
+                return _allocation(
+                    cluster,
+                    req,
+                    list(zip((int(cand[j]) for j in chosen), _split(shape, req.gpus), strict=True)),
+                )
+        chosen = np.argsort(free, kind="stable")[: shape.d_node]
+        return _allocation(
+            cluster, req, list(zip((int(cand[j]) for j in chosen), _split(shape, req.gpus), strict=True))
+        )
+
+
+class CERPlacer:
+    """Realise the GENIE placement ⟨d_node, d_gpn⟩ chosen by CER (seed 001 Alg. 1).
+
+    The policy puts the chosen shape on the request; this placer finds nodes for it,
+    topology-aware. Without a shape it consolidates like Helios.
+    """
+
+    name = "cer"
+
+    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        handled, alloc = _special(req, cluster)
+        if handled:
+            return alloc
+        if req.shape is None:
+            return Consolidate().place(req, cluster)
+        return _TopologyAware().place_shape(req, cluster, req.shape)
+
+
+PLACERS: dict[str, Callable[[], Placer]] = {
+    "consolidate": Consolidate,
+    "first-fit": FirstFit,
+    "best-fit": BestFit,
+    "free-gpu": FreeGPU,
+    "cer": CERPlacer,
+}
+
+
+def get_placer(name: str) -> Placer:
+    try:
+        return PLACERS[name]()
+    except KeyError:
+        raise InvalidInput("placement", name, f"expected one of {', '.join(PLACERS)}") from None

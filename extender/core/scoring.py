@@ -1,0 +1,202 @@
+"""Node filtering and scoring for one pod of a job: the hook the extender, operator and simulator share.
+
+Pure (stdlib + numpy + core). A pod is one member of a gang that realises a GENIE
+placement ⟨d_node, d_gpn⟩ (seed 001 §5, Alg. 1): each member asks for d_gpn GPUs on its
+own node. The decision is the core placer's plan for the members not yet placed; scores
+rank nodes by (in order of weight) membership in that plan, the switch of the gang's
+peers or plan (topology, AnalySIM §3.1), and best fit on free GPUs (consolidation,
+Helios Alg. 1). VC and GPU-model constraints are hard: nodes failing them can never host
+the pod, whatever is released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.placement import Placer, get_placer
+from qosmos.extender.core.types import Allocation, PlacementRequest, Shape
+
+MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
+PLAN_SCORE = MAX_SCORE
+# Nodes outside the plan score at most 1 + FIT_WEIGHT + TOPOLOGY_WEIGHT, well below a plan
+# node, so that a modest extender weight dominates kube-scheduler's own spreading scores.
+FIT_WEIGHT = 3.0
+TOPOLOGY_WEIGHT = 2.0
+DEFAULT_PLACER = "cer"
+
+
+def parse_shape(text: str) -> Shape:
+    """``"<d_node>x<d_gpn>"`` (the ``qosmos.io/placement`` annotation) as a Shape."""
+    if not isinstance(text, str):
+        raise InvalidInput("placement", text, 'expected "<d_node>x<d_gpn>", e.g. "2x4"')
+    parts = text.strip().lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise InvalidInput("placement", text, 'expected "<d_node>x<d_gpn>", e.g. "2x4"')
+    d_node, d_gpn = int(parts[0]), int(parts[1])
+    if not (1 <= d_node <= 100_000 and 1 <= d_gpn <= 1024):
+        raise InvalidInput("placement", text, "d_node must be in [1, 100000] and d_gpn in [1, 1024]")
+    return Shape(d_node, d_gpn)
+
+
+def format_shape(shape: Shape) -> str:
+    """The annotation form of a shape, inverse of :func:`parse_shape`."""
+    return f"{shape.d_node}x{shape.d_gpn}"
+
+
+def parse_gpu_models(text: str) -> tuple[str, ...]:
+    """Allowed GPU models, ``"V100M16|V100M32"`` as in openb's ``gpu_spec``; empty means any."""
+    if not isinstance(text, str):
+        raise InvalidInput("gpu-models", text, 'expected models separated by "|"')
+    return tuple(sorted({m.strip() for m in text.split("|") if m.strip()}))
+
+
+@dataclass(slots=True)
+class PodAsk:
+    """What one pod (gang member) needs, translated from its Kubernetes object at the edge.
+
+    ``gpus`` is the pod's own GPU request (d_gpn of its job's shape); ``shape`` the job's
+    placement when the operator chose one; ``nodes`` the operator's node choice when given;
+    ``peer_nodes`` the node indexes already holding members of the same job.
+    """
+
+    gpus: int
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    vc: str | None = None
+    gpu_models: tuple[str, ...] = ()
+    shape: Shape | None = None
+    nodes: tuple[int, ...] = ()
+    peer_nodes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.gpus, int) or self.gpus < 0:
+            raise InvalidInput("gpus", self.gpus, "must be an integer >= 0")
+        if self.cpu_milli < 0 or self.memory_mib < 0:
+            raise InvalidInput("resources", (self.cpu_milli, self.memory_mib), "must be >= 0")
+        if self.shape is not None and self.gpus and self.shape.d_gpn != self.gpus:
+            raise InvalidInput(
+                "placement",
+                format_shape(self.shape),
+                f"GPUs per node {self.shape.d_gpn} differ from the pod's request of {self.gpus}",
+            )
+
+    def remaining(self) -> int:
+        """Gang members still to place, this pod included."""
+        if self.shape is None:
+            return 1
+        return max(1, self.shape.d_node - len(set(self.peer_nodes)))
+
+    def request(self) -> PlacementRequest:
+        """The placement request for the members not yet placed (this pod and later peers)."""
+        r = self.remaining()
+        shape = Shape(r, self.gpus) if self.shape is not None and self.gpus else None
+        return PlacementRequest(
+            gpus=self.gpus * r,
+            shape=shape,
+            vc=self.vc,
+            gpu_models=self.gpu_models,
+            cpu_milli=self.cpu_milli * r,
+            memory_mib=self.memory_mib * r,
+            nodes=r if shape is not None else 0,
+        )
+
+
+@dataclass(slots=True)
+class FilterResult:
+    """Node indexes that fit now, fail now (``failed``) and can never fit (``unresolvable``)."""
+
+    fits: np.ndarray
+    failed: dict[int, str] = field(default_factory=dict)
+    unresolvable: dict[int, str] = field(default_factory=dict)
+
+
+def filter_nodes(cluster: ClusterState, ask: PodAsk, candidates: np.ndarray) -> FilterResult:
+    """Split ``candidates`` (node indexes) into nodes that can take the pod now and the reasons others cannot."""
+    cand = np.asarray(candidates, dtype=np.int64)
+    eligible_vc = cluster.eligible(ask.vc, ())[cand]
+    eligible_model = cluster.eligible(None, ask.gpu_models)[cand]
+    cap_ok = cluster.gpu_cap[cand] >= ask.gpus
+    cpu_cap_ok = (cluster.cpu_cap[cand] >= ask.cpu_milli) | (cluster.cpu_cap[cand] == 0)
+    mem_cap_ok = (cluster.mem_cap[cand] >= ask.memory_mib) | (cluster.mem_cap[cand] == 0)
+    never = ~(eligible_vc & eligible_model & cap_ok & cpu_cap_ok & mem_cap_ok)
+    free_ok = cluster.free_gpus[cand] >= ask.gpus
+    cpu_ok = (cluster.free_cpu[cand] >= ask.cpu_milli) | (cluster.cpu_cap[cand] == 0)
+    mem_ok = (cluster.free_mem[cand] >= ask.memory_mib) | (cluster.mem_cap[cand] == 0)
+    peer = np.isin(cand, np.asarray(ask.peer_nodes, dtype=np.int64)) if ask.peer_nodes else np.zeros(cand.size, bool)
+    now_bad = ~never & ~(free_ok & cpu_ok & mem_ok & ~peer)
+    result = FilterResult(cand[~never & ~now_bad])
+    if never.any():
+        vc_reason = f"node is not in the pod's virtual cluster {ask.vc!r}"
+        model_reason = f"node's GPU model is not one of {'|'.join(ask.gpu_models)}"
+        for j in np.flatnonzero(never):
+            i = int(cand[j])
+            if not eligible_vc[j]:
+                result.unresolvable[i] = vc_reason
+            elif not eligible_model[j]:
+                result.unresolvable[i] = f"{model_reason} (node has {cluster.nodes[i].gpu_model or 'no GPU'})"
+            elif not cap_ok[j]:
+                result.unresolvable[i] = f"node has {int(cluster.gpu_cap[i])} GPUs; the pod needs {ask.gpus}"
+            else:
+                result.unresolvable[i] = "node's CPU or memory capacity is below the pod's request"
+    for j in np.flatnonzero(now_bad):
+        i = int(cand[j])
+        if peer[j]:
+            result.failed[i] = "node already holds a member of the pod's job"
+        elif not free_ok[j]:
+            result.failed[i] = f"{int(cluster.free_gpus[i])} of {int(cluster.gpu_cap[i])} GPUs free; the pod needs {ask.gpus}"
+        else:
+            result.failed[i] = "not enough free CPU or memory"
+    return result
+
+
+def plan(cluster: ClusterState, ask: PodAsk, placer: Placer | None = None) -> Allocation | None:
+    """The core placer's allocation for the job members still to place, or None when it does not fit now."""
+    req = ask.request()
+    if cluster.could_ever_fit(req) is not None:
+        return None
+    return (placer or get_placer(DEFAULT_PLACER)).place(req, cluster)
+
+
+def plan_nodes(cluster: ClusterState, ask: PodAsk, allocation: Allocation | None) -> tuple[int, ...]:
+    """Nodes this pod should go to: the operator's choice when given, else the plan's, minus peers' nodes."""
+    peers = set(ask.peer_nodes)
+    if ask.nodes:
+        return tuple(i for i in ask.nodes if i not in peers)
+    if allocation is None:
+        return ()
+    return tuple(i for i in allocation.nodes if i not in peers)
+
+
+def score_nodes(
+    cluster: ClusterState, ask: PodAsk, candidates: np.ndarray, planned: Collection[int] = ()
+) -> np.ndarray:
+    """Scores 0-10 for ``candidates``: 10 for planned nodes, else 1 + best fit (<=3) + same switch (<=2).
+
+    Nodes that cannot take the pod now score 0.
+    """
+    cand = np.asarray(candidates, dtype=np.int64)
+    if cand.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    free = cluster.free_gpus[cand]
+    ok = free >= ask.gpus
+    width = max(1, int(cluster.gpu_cap.max()))
+    fit = 1.0 - np.clip(free - ask.gpus, 0, None) / width
+    switches: Sequence[int] = [int(cluster.switch_id[i]) for i in (ask.peer_nodes or tuple(planned))]
+    topo = np.isin(cluster.switch_id[cand], np.asarray(switches, dtype=np.int64)) if switches else np.zeros(cand.size)
+    score = np.rint(1.0 + FIT_WEIGHT * fit + TOPOLOGY_WEIGHT * topo).astype(np.int64)
+    score = np.minimum(score, PLAN_SCORE - 1)
+    if planned:
+        score[np.isin(cand, np.asarray(list(planned), dtype=np.int64))] = PLAN_SCORE
+    score[~ok] = 0
+    return score
+
+
+def best_node(scores: np.ndarray, candidates: np.ndarray) -> int | None:
+    """The candidate with the highest score (first on ties), None when nothing scores above 0."""
+    if scores.size == 0 or int(scores.max()) <= 0:
+        return None
+    return int(np.asarray(candidates)[int(np.argmax(scores))])

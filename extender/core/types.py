@@ -1,0 +1,273 @@
+"""Domain types shared by the extender, the operator, the predictors and the simulator.
+
+Plain slotted dataclasses (cheap enough for a million-job replay); pydantic stays at the
+API edges. Kubernetes objects and file formats are translated into these at the edges.
+Units: seconds for times, milli-CPU for CPU, MiB for memory, whole GPUs unless a field
+says milli-GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+
+from qosmos.extender.core.errors import InvalidInput
+
+
+class QoSClass(IntEnum):
+    """User priority classes of GENIE (seed 001 §5.2.1). Lower value = more urgent."""
+
+    URGENT = 0
+    PRIOR = 1
+    NORMAL = 2
+
+    @classmethod
+    def parse(cls, value: str | int | QoSClass, field_name: str = "qos") -> QoSClass:
+        if isinstance(value, QoSClass):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return cls(value)
+            except ValueError:
+                pass
+        elif isinstance(value, str) and value.strip().upper() in cls.__members__:
+            return cls[value.strip().upper()]
+        raise InvalidInput(field_name, value, "expected one of urgent, prior, normal")
+
+
+class JobKind(StrEnum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+    CPU = "cpu"
+
+    @classmethod
+    def parse(cls, value: str | JobKind, field_name: str = "kind") -> JobKind:
+        if isinstance(value, JobKind):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise InvalidInput(field_name, value, "expected one of training, inference, cpu") from None
+
+
+class JobEnd(StrEnum):
+    """How a recorded job ended (Helios/Philly states); the simulator replays it."""
+
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+def _require(cond: bool, field_name: str, value: object, reason: str) -> None:
+    if not cond:
+        raise InvalidInput(field_name, value, reason)
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass(slots=True)
+class Job:
+    """A task/job as every component sees it.
+
+    ``gpus`` is the request (0 for CPU jobs). GENIE-aware policies may choose another
+    shape ⟨d_node, d_gpn⟩ for training/inference tasks with a model, batch and iterations.
+    ``duration`` is the oracle/recorded run time on the requested GPUs (simulator only);
+    ``predicted_duration`` comes from a predictor (QSSF) and never from the oracle.
+    ``executed`` and ``attained`` are runtime state (seconds run, GPU-seconds of service)
+    kept by whoever runs the job, for SRTF and LAS.
+    """
+
+    id: str
+    submit_time: float
+    gpus: int = 1
+    kind: JobKind = JobKind.TRAINING
+    user: str = ""
+    vc: str = "default"
+    model: str = ""
+    batch: int = 0
+    iters: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    qos: QoSClass = QoSClass.NORMAL
+    name: str | None = None
+    duration: float | None = None
+    predicted_duration: float | None = None
+    gpu_milli: int = 1000
+    gpu_models: tuple[str, ...] = ()
+    nodes: int = 0
+    category: str = ""
+    end_state: JobEnd = JobEnd.COMPLETED
+    executed: float = 0.0
+    attained: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.id, str) and self.id != "", "id", self.id, "must be a non-empty string")
+        _require(_finite(self.submit_time), "submit_time", self.submit_time, "must be a finite number")
+        _require(isinstance(self.gpus, int) and self.gpus >= 0, "gpus", self.gpus, "must be an integer >= 0")
+        self.kind = JobKind.parse(self.kind)
+        self.qos = QoSClass.parse(self.qos)
+        _require(isinstance(self.batch, int) and self.batch >= 0, "batch", self.batch, "must be an integer >= 0")
+        _require(isinstance(self.iters, int) and self.iters >= 0, "iters", self.iters, "must be an integer >= 0")
+        _require(self.cpu_milli >= 0, "cpu_milli", self.cpu_milli, "must be >= 0")
+        _require(self.memory_mib >= 0, "memory_mib", self.memory_mib, "must be >= 0")
+        _require(0 < self.gpu_milli <= 1000, "gpu_milli", self.gpu_milli, "must be in (0, 1000]")
+        _require(self.nodes >= 0, "nodes", self.nodes, "must be >= 0")
+        if self.gpu_milli < 1000:
+            _require(self.gpus == 1, "gpu_milli", self.gpu_milli, "GPU sharing (gpu_milli < 1000) needs gpus == 1")
+        if self.kind is JobKind.CPU:
+            _require(self.gpus == 0, "gpus", self.gpus, "a cpu job requests no GPUs")
+        if self.duration is not None:
+            _require(_finite(self.duration) and self.duration >= 0, "duration", self.duration, "must be >= 0")
+        if self.predicted_duration is not None:
+            _require(
+                _finite(self.predicted_duration) and self.predicted_duration >= 0,
+                "predicted_duration",
+                self.predicted_duration,
+                "must be >= 0",
+            )
+
+    @property
+    def has_genie_task(self) -> bool:
+        """True when GENIE's task model t = <type, b, iters> (Eq. 2) is fully known."""
+        return self.kind is not JobKind.CPU and bool(self.model) and self.batch > 0 and self.iters > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """GENIE placement s = <d_node, d_gpn> (seed 001 Eq. 3): symmetric over nodes."""
+
+    d_node: int
+    d_gpn: int
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.d_node, int) and self.d_node >= 1, "d_node", self.d_node, "must be >= 1")
+        _require(isinstance(self.d_gpn, int) and self.d_gpn >= 1, "d_gpn", self.d_gpn, "must be >= 1")
+
+    @property
+    def gpus(self) -> int:
+        return self.d_node * self.d_gpn
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    """GENIE platform P = <N, G, Comm(.)> (seed 001 Eq. 1); Comm's γ, λ live on the profile."""
+
+    nodes: int
+    gpus_per_node: int
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.nodes, int) and self.nodes >= 1, "nodes", self.nodes, "must be >= 1")
+        _require(
+            isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1,
+            "gpus_per_node",
+            self.gpus_per_node,
+            "must be >= 1",
+        )
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(slots=True)
+class Node:
+    """A worker node. ``switch`` and ``rack`` give the physical topology (AnalySIM §3.1)."""
+
+    name: str
+    gpus: int
+    gpu_model: str = ""
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    vc: str = "default"
+    switch: str = ""
+    rack: str = ""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name), "name", self.name, "must be a non-empty string")
+        _require(isinstance(self.gpus, int) and self.gpus >= 0, "gpus", self.gpus, "must be an integer >= 0")
+        _require(self.cpu_milli >= 0, "cpu_milli", self.cpu_milli, "must be >= 0")
+        _require(self.memory_mib >= 0, "memory_mib", self.memory_mib, "must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGrant:
+    """What one node gives a job: whole GPUs, or a slice of one GPU (gpu_milli < 1000)."""
+
+    node: int
+    gpu_ids: tuple[int, ...]
+    gpu_milli: int = 1000
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def gpus(self) -> int:
+        return len(self.gpu_ids) if self.gpu_milli == 1000 else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A concrete placement: which nodes and GPUs a job holds."""
+
+    grants: tuple[NodeGrant, ...]
+    cross_switch: bool = False
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(g.node for g in self.grants)
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(g.gpu_ids) for g in self.grants if g.gpu_milli == 1000)
+
+    @property
+    def shape(self) -> Shape | None:
+        """The ⟨d_node, d_gpn⟩ this allocation realises, None when GPUs per node differ."""
+        counts = {len(g.gpu_ids) for g in self.grants}
+        if len(counts) != 1 or not self.grants or 0 in counts:
+            return None
+        return Shape(len(self.grants), counts.pop())
+
+
+@dataclass(slots=True)
+class PlacementRequest:
+    """What a placer must find room for."""
+
+    gpus: int
+    shape: Shape | None = None
+    vc: str | None = None
+    gpu_models: tuple[str, ...] = ()
+    gpu_milli: int = 1000
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    nodes: int = 0
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.gpus, int) and self.gpus >= 0, "gpus", self.gpus, "must be an integer >= 0")
+        if self.shape is not None:
+            _require(self.shape.gpus == self.gpus, "shape", self.shape, f"must cover exactly {self.gpus} GPUs")
+
+    @classmethod
+    def for_job(cls, job: Job, shape: Shape | None = None, *, use_vc: bool = True) -> PlacementRequest:
+        gpus = shape.gpus if shape is not None else job.gpus
+        return cls(
+            gpus=gpus,
+            shape=shape,
+            vc=job.vc if use_vc else None,
+            gpu_models=job.gpu_models,
+            gpu_milli=job.gpu_milli,
+            cpu_milli=job.cpu_milli,
+            memory_mib=job.memory_mib,
+            nodes=job.nodes,
+        )
+
+
+@dataclass(slots=True)
+class Reservation:
+    """A start time promised to a blocked head job by backfilling (seed 004 §VI-B)."""
+
+    job_id: str
+    start: float
+    gpus: int

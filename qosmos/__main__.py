@@ -1,0 +1,3 @@
+from qosmos.cli import main
+
+main()

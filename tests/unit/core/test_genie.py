@@ -1,0 +1,152 @@
+"""GENIE formulas (seed 001 §5) on hand-computed cases, plus property tests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from qosmos.extender.core import genie
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.types import JobKind, Platform, QoSClass, Shape
+
+# sPR(b') = 10 + 2 b' on [1, inf): easy to compute by hand.
+LINEAR = genie.ThroughputProfile("toy", 10.0, 2.0, 0.0, gamma=0.5, lam=0.2, nu=5.0, b_min=1.0)
+P44 = Platform(4, 4)
+
+
+def test_comm_cases_eq8() -> None:
+    assert genie.comm(Shape(1, 1), 0.5, 0.2) == 0.0
+    # ((2-1)*2 + 0.2*(2-1)) * 0.5 / (4-1)
+    assert genie.comm(Shape(2, 2), 0.5, 0.2) == pytest.approx(2.2 * 0.5 / 3)
+    # d_node = 1 < d_gpn: λ(d_gpn-1)γ/(d_gpn-1) = λγ
+    assert genie.comm(Shape(1, 4), 0.5, 0.2) == pytest.approx(0.1)
+    # d_gpn = 1 < d_node: (d_node-1)γ/(d_node-1) = γ
+    assert genie.comm(Shape(3, 1), 0.5, 0.2) == pytest.approx(0.5)
+    assert genie.comm(Shape(4, 4), 0.5, 0.2, JobKind.INFERENCE) == 0.0
+
+
+def test_spr_pr_lat_cost_cer_by_hand() -> None:
+    task = genie.Task("toy", batch=32, iters=100)
+    assert LINEAR.spr(8) == 26.0
+    pr = genie.processing_rate(task, Shape(2, 2), LINEAR)
+    assert pr == pytest.approx((4 - 2.2 * 0.5 / 3) * 26.0)  # Eq. 5 with b' = 32/4 = 8
+    assert genie.latency(task, Shape(2, 2), LINEAR) == pytest.approx(32 * 100 / pr + 5.0)  # Eq. 4
+    assert genie.cost(Shape(2, 2), P44) == pytest.approx(4 / 16 + 0.4 * 2 / 4)  # Eq. 10
+    assert genie.cer(task, Shape(2, 2), LINEAR, P44) == pytest.approx(pr / 0.45)  # Eq. 11
+    # single GPU: PR = sPR(32) = 74, Lat = 3200/74 + 5
+    assert genie.latency(task, Shape(1, 1), LINEAR) == pytest.approx(3200 / 74 + 5)
+
+
+def test_spr_outside_fitted_range() -> None:
+    p = genie.ThroughputProfile("m", 100.0, 1.0, 0.0, b_min=32, b_max=128)
+    assert p.spr(16) == pytest.approx(p.spr(32) / 2)  # linear below b_min
+    assert p.spr(512) == p.spr(128)  # held above b_max
+    concave = genie.ThroughputProfile("c", 0.0, 10.0, -0.05)  # peak at b = 100, no upper bound
+    assert concave.spr(1000) == pytest.approx(concave.spr(100))
+    with pytest.raises(InvalidInput, match="local_batch"):
+        p.spr(0)
+
+
+def test_ect_eq9_and_deadline() -> None:
+    base = genie.latency(genie.Task("toy", 32, 100), Shape(1, 1), LINEAR)
+    for qos, factor in ((QoSClass.URGENT, 0.0), (QoSClass.PRIOR, 1.0), (QoSClass.NORMAL, 2.0)):
+        task = genie.Task("toy", 32, 100, qos=qos, submit=50.0)
+        assert genie.ect(task, LINEAR) == pytest.approx(factor * base)
+        assert genie.deadline(task, LINEAR) == pytest.approx(50.0 + factor * base)
+
+
+def test_choice_prefers_feasible_max_cer_then_overall_max_cer() -> None:
+    task = genie.Task("toy", 32, 100, qos=QoSClass.PRIOR, submit=0.0)
+    d = genie.evaluate_placements(task, LINEAR, P44, now=0.0)
+    feasible = [r for r, ok in zip(d.table, d.feasible, strict=True) if ok]
+    assert d.chosen == max(feasible, key=lambda r: r.cer)
+    assert d.waiting_allowance == pytest.approx(d.deadline - d.chosen.lat)
+    # Urgent: nothing is feasible (e = 0), so the overall max-CER placement is chosen, w < 0.
+    urgent = genie.evaluate_placements(genie.Task("toy", 32, 100, qos="urgent"), LINEAR, P44, now=0.0)
+    assert not any(urgent.feasible)
+    assert urgent.chosen == max(urgent.table, key=lambda r: r.cer)
+    assert urgent.waiting_allowance < 0
+
+
+def test_enumeration_respects_platform_and_batch() -> None:
+    shapes = genie.enumerate_shapes(P44)
+    assert len(shapes) == 16 and Shape(4, 4) in shapes
+    assert all(s.gpus <= 6 for s in genie.enumerate_shapes(P44, batch=6))  # b' >= 1
+
+
+def test_invalid_inputs_name_the_field() -> None:
+    with pytest.raises(InvalidInput) as exc:
+        genie.Task("toy", batch=0, iters=10)
+    assert exc.value.field == "batch"
+    with pytest.raises(InvalidInput) as exc:
+        genie.Task("toy", batch=8, iters=10, qos="extreme")
+    assert exc.value.field == "qos"
+    with pytest.raises(InvalidInput) as exc:
+        genie.evaluate_placements(genie.Task("toy", 8, 10), LINEAR, P44, 0.0, shapes=[Shape(5, 1)])
+    assert exc.value.field == "shape"
+    with pytest.raises(InvalidInput) as exc:
+        genie.cost(Shape(1, 1), P44, theta=-1)
+    assert exc.value.field == "theta"
+    with pytest.raises(InvalidInput):
+        genie.ThroughputProfile("bad", -10.0, 0.0, 0.0)
+
+
+def test_fit_spr_recovers_quadratic_and_degrades() -> None:
+    b = [16, 32, 64, 128]
+    r = [100 + 3 * x - 0.01 * x * x for x in b]
+    k0, k1, k2 = genie.fit_spr(b, r)
+    assert (k0, k1, k2) == pytest.approx((100, 3, -0.01), rel=1e-9)
+    assert genie.fit_spr([64, 128], [10.0, 20.0]) == pytest.approx((0.0, 10 / 64, 0.0))
+    with pytest.raises(InvalidInput):
+        genie.fit_spr([32], [-1.0])
+
+
+def test_fit_comm_recovers_gamma_lambda() -> None:
+    truth = genie.ThroughputProfile("t", 50.0, 4.0, 0.0, gamma=0.6, lam=0.25)
+    shapes = [Shape(1, 2), Shape(1, 4), Shape(2, 1), Shape(4, 1), Shape(2, 2)]
+    rates = [genie.processing_rate(genie.Task("t", 256, 1), s, truth) for s in shapes]
+    gamma, lam = genie.fit_comm(shapes, 256, rates, truth)
+    assert gamma == pytest.approx(0.6) and lam == pytest.approx(0.25)
+
+
+def test_metrics_eq14_eq16() -> None:
+    assert genie.qos_guaranteed(10.0, 10.0) and not genie.qos_guaranteed(10.1, 10.0)
+    assert genie.normalized_latency(300.0, 100.0) == 3.0
+
+
+# ---- properties -------------------------------------------------------------------------
+
+shapes_st = st.builds(Shape, st.integers(1, 16), st.integers(1, 8))
+coef = st.floats(0.0, 5.0, allow_nan=False)
+
+
+@given(coef, coef)
+def test_comm_is_zero_on_one_gpu(gamma: float, lam: float) -> None:
+    assert genie.comm(Shape(1, 1), gamma, lam) == 0.0
+
+
+@given(shapes_st, st.floats(0.0, 5.0), st.floats(0.01, 5.0))
+def test_cer_falls_when_theta_rises(shape: Shape, theta: float, delta: float) -> None:
+    platform = Platform(16, 8)
+    task = genie.Task("toy", 4096, 10)
+    assert genie.cer(task, shape, LINEAR, platform, theta + delta) < genie.cer(task, shape, LINEAR, platform, theta)
+
+
+@given(st.sampled_from(list(QoSClass)), st.floats(0, 1e6), st.floats(0, 1e5), st.integers(1, 4096), st.integers(1, 10_000))
+def test_allowance_plus_latency_plus_now_is_deadline(qos: QoSClass, submit: float, wait: float, batch: int,
+                                                     iters: int) -> None:
+    task = genie.Task("toy", batch, iters, qos=qos, submit=submit)
+    now = submit + wait
+    d = genie.evaluate_placements(task, LINEAR, P44, now)
+    assert math.isclose(d.waiting_allowance + d.chosen.lat + now, d.deadline, rel_tol=1e-9, abs_tol=1e-6)
+
+
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=50))
+def test_swaf_is_a_stable_ascending_sort(allowances: list[float]) -> None:
+    order = genie.swaf_order(allowances)
+    assert sorted(order) == list(range(len(allowances)))
+    for a, b in zip(order, order[1:], strict=False):
+        assert allowances[a] < allowances[b] or (allowances[a] == allowances[b] and a < b)

@@ -1,0 +1,167 @@
+"""Ordering policies and backfilling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qosmos.extender.core import genie
+from qosmos.extender.core.backfill import Backfiller, relax_factor, shadow_time
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.ordering import POLICIES, OrderContext, get_policy, mlfq_level, mlfq_next_demotion
+from qosmos.extender.core.types import Job, JobKind, Platform, Shape
+
+DB = ModelDB.builtin()
+
+
+def ids(decisions: list) -> list[str]:
+    return [d.job.id for d in decisions]
+
+
+def test_key_policies() -> None:
+    jobs = [
+        Job("a", 0, gpus=4, duration=100, predicted_duration=10),
+        Job("b", 1, gpus=1, duration=50, predicted_duration=30),
+        Job("c", 2, gpus=2, duration=10, predicted_duration=None, executed=0),
+    ]
+    ctx = OrderContext()
+    assert ids(get_policy("fifo").order(jobs, ctx)) == ["a", "b", "c"]
+    assert ids(get_policy("sjf").order(jobs, ctx)) == ["c", "b", "a"]
+    # QSSF ranks by predicted GPU time: a = 4 x 10 = 40, b = 30; c has no prediction: last
+    assert ids(get_policy("qssf").order(jobs, ctx)) == ["b", "a", "c"]
+    jobs[0].executed = 95  # 5 s remaining
+    assert ids(get_policy("srtf").order(jobs, ctx)) == ["a", "c", "b"]
+    assert get_policy("srtf").preemptive and not get_policy("sjf").preemptive
+
+
+def test_las_and_mlfq() -> None:
+    a = Job("a", 0, gpus=4, attained=4000)  # past the first 3250 GPU-s quantum
+    b = Job("b", 1, gpus=1, attained=100)
+    c = Job("c", 2, gpus=1, attained=20000)
+    assert ids(get_policy("las").order([a, b, c], OrderContext())) == ["b", "a", "c"]
+    assert [mlfq_level(j) for j in (a, b, c)] == [1, 0, 2]
+    assert ids(get_policy("mlfq").order([c, a, b], OrderContext())) == ["b", "a", "c"]
+    # b demotes after (3250 - 100) GPU-s on 1 GPU; a after (3250 + 7200 - 4000) / 4 s
+    assert mlfq_next_demotion(b) == pytest.approx(3150)
+    assert mlfq_next_demotion(a) == pytest.approx((10450 - 4000) / 4)
+    assert mlfq_next_demotion(c) is None
+
+
+def genie_job(jid: str, submit: float, qos: str, model: str = "ResNet50", batch: int = 256, iters: int = 2000,
+              kind: str = "training") -> Job:
+    return Job(jid, submit, gpus=1, model=model, batch=batch, iters=iters, qos=qos, kind=kind)
+
+
+def test_swaf_orders_by_waiting_allowance_and_places_by_cer() -> None:
+    jobs = [genie_job("normal", 0, "normal"), genie_job("urgent", 5, "urgent"), genie_job("prior", 10, "prior")]
+    ctx = OrderContext(now=20, platform=Platform(4, 4), modeldb=DB)
+    out = get_policy("swaf").order(jobs, ctx)
+    assert ids(out) == ["urgent", "prior", "normal"]
+    allowances = [d.waiting_allowance for d in out]
+    assert allowances == sorted(allowances)
+    for d in out:
+        expected = genie.evaluate_placements(genie.Task.from_job(d.job), DB.get("ResNet50"), ctx.platform, 20)
+        assert d.shape == expected.chosen.shape
+        assert d.waiting_allowance == pytest.approx(expected.waiting_allowance)
+
+
+def test_minmin_wfair_tetris() -> None:
+    jobs = [genie_job("late-deadline", 0, "normal"), genie_job("early-deadline", 100, "urgent")]
+    ctx = OrderContext(now=200, platform=Platform(4, 4), modeldb=DB)
+    assert ids(get_policy("minmin").order(jobs, ctx)) == ["early-deadline", "late-deadline"]
+    assert ids(get_policy("wfair").order(jobs, ctx)) == ["early-deadline", "late-deadline"]
+    perf = get_policy("tetris-perf").order(jobs, ctx)
+    cer = get_policy("tetris-cer").order(jobs, ctx)
+    assert ids(perf) == ["late-deadline", "early-deadline"]  # arrival order
+    table = genie.placement_table(genie.Task.from_job(jobs[0]), DB.get("ResNet50"), Platform(4, 4))
+    assert perf[0].shape == max(table, key=lambda r: (r.pr, -r.shape.gpus)).shape
+    assert cer[0].shape == max(table, key=lambda r: (r.cer, -r.shape.gpus)).shape
+
+
+def test_capacity_blocks_a_model_type_over_its_share() -> None:
+    jobs = [Job("r1", 0, gpus=4, model="ResNet50"), Job("l1", 1, gpus=2, model="LSTM")]
+    ctx = OrderContext(total_gpus=16, usage_by_model={"ResNet50": 6, "LSTM": 0})
+    out = get_policy("capacity").order(jobs, ctx)  # equal shares: 8 GPUs each
+    assert out[0].blocked and "ResNet50" in out[0].blocked
+    assert out[1].blocked is None
+
+
+def test_soda_multi_array_with_drf() -> None:
+    jobs = [
+        Job("big-u1", 0, gpus=8, user="u1"),
+        Job("one-u1", 1, gpus=1, user="u1"),
+        Job("one-u2", 2, gpus=1, user="u2"),
+        Job("cpu", 3, gpus=0, kind=JobKind.CPU, user="u1", cpu_milli=1000),
+    ]
+    ctx = OrderContext(total_gpus=100, total_cpu_milli=100_000, usage_by_user={"u1": (40, 0), "u2": (5, 0)})
+    out = get_policy("soda").order(jobs, ctx)
+    assert [(d.queue, d.job.id) for d in out] == [("cpu", "cpu"), ("gpu-1", "one-u2"), ("gpu-1", "one-u1"),
+                                                  ("gpu-4", "big-u1")]
+
+
+def test_every_registered_policy_runs_on_a_mixed_queue() -> None:
+    jobs = [genie_job(str(i), i, ["urgent", "prior", "normal"][i % 3], model=m)
+            for i, m in enumerate(["ResNet50", "LSTM", "AlexNet", "Seq2seq", "GoogleNet", "Inception-v3"])]
+    jobs.append(Job("cpu", 9, gpus=0, kind="cpu", cpu_milli=100))
+    ctx = OrderContext(now=50, platform=Platform(4, 4), modeldb=DB, total_gpus=16, total_cpu_milli=64000)
+    for name in POLICIES:
+        out = get_policy(name).order(jobs, ctx)
+        assert sorted(ids(out)) == sorted(j.id for j in jobs), name
+        for d in out:
+            assert d.shape is None or isinstance(d.shape, Shape)
+    with pytest.raises(InvalidInput):
+        get_policy("lottery")
+
+
+# ---- backfilling ------------------------------------------------------------------------
+
+def test_shadow_time_and_easy_backfill() -> None:
+    # 2 free now; running jobs release 2 GPUs at t=100 and 4 at t=300. Head needs 5.
+    assert shadow_time(5, 2, [(300, 4), (100, 2)], now=0) == (300, 8)
+    bf = Backfiller.plan(head_gpus=5, head_submit=0, free_now=2, releases=[(100, 2), (300, 4)], now=0)
+    assert bf.reservation == 300 and bf.extra == 3 and bf.limit == 300
+    assert bf.admit(gpus=2, expected_end=250)  # ends before the reservation
+    assert bf.admit(gpus=2, expected_end=1000)  # uses 2 of the 3 spare GPUs
+    assert not bf.admit(gpus=2, expected_end=1000)  # only 1 spare left
+    assert bf.violated(301) and not bf.violated(300)
+
+
+def test_relax_factor_modes() -> None:
+    assert relax_factor("easy", 0.1, 50, 100) == 0
+    assert relax_factor("relaxed", 0.1, 50, 100) == 0.1
+    assert relax_factor("adaptive", 0.1, 50, 100) == pytest.approx(0.05)  # 004 §VI-B formula (1)
+    bf = Backfiller.plan(4, head_submit=100, free_now=0, releases=[(400, 4)], now=200, factor=0.1)
+    assert bf.limit == pytest.approx(400 + 0.1 * 300)  # slack: 10% of the head's expected wait
+    with pytest.raises(InvalidInput):
+        relax_factor("aggressive", 0.1, 1, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    running=st.lists(st.tuples(st.floats(1, 1000), st.integers(1, 8)), max_size=8),
+    free_now=st.integers(0, 8),
+    head=st.integers(1, 16),
+    candidates=st.lists(st.tuples(st.integers(1, 8), st.floats(1, 2000)), max_size=10),
+    mode=st.sampled_from(["easy", "relaxed", "adaptive"]),
+    qlen=st.integers(1, 20),
+)
+def test_backfilling_never_delays_the_head_beyond_the_relax_factor(running, free_now, head, candidates, mode,
+                                                                    qlen) -> None:
+    now, head_submit = 0.0, 0.0
+    factor = relax_factor(mode, 0.2, qlen, 20)
+    bf = Backfiller.plan(head, head_submit, free_now, running, now, factor)
+    if math.isinf(bf.reservation):
+        return
+    free = free_now
+    started: list[tuple[float, int]] = []
+    for gpus, dur in candidates:
+        if gpus <= free and bf.admit(gpus, now + dur):
+            free -= gpus
+            started.append((now + dur, gpus))
+    # The head's real start with the backfilled jobs running: free GPUs only grow at releases.
+    start, _ = shadow_time(head, free, running + started, now)
+    assert start <= bf.reservation + factor * (bf.reservation - head_submit) + 1e-9

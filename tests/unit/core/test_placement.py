@@ -1,0 +1,134 @@
+"""Placement algorithms and cluster accounting."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.placement import PLACERS, get_placer
+from qosmos.extender.core.types import Allocation, Node, NodeGrant, PlacementRequest, Shape
+
+
+def cluster(frees: list[int], cap: int = 8, **kw: object) -> ClusterState:
+    """Nodes of ``cap`` GPUs with ``cap - free`` GPUs already taken."""
+    state = ClusterState([Node(f"n{i}", cap, cpu_milli=64000, memory_mib=1 << 20, **kw) for i in range(len(frees))])  # type: ignore[arg-type]
+    for i, free in enumerate(frees):
+        if free < cap:
+            state.allocate(Allocation((NodeGrant(i, tuple(range(cap - free))),)))
+    return state
+
+
+def test_consolidate_waits_for_two_idle_nodes_for_16_gpus() -> None:
+    c = cluster([8, 7, 8])
+    alloc = get_placer("consolidate").place(PlacementRequest(16), c)
+    assert alloc is not None and sorted(alloc.nodes) == [0, 2] and alloc.gpus == 16
+    c2 = cluster([8, 7, 7])
+    assert get_placer("consolidate").place(PlacementRequest(16), c2) is None
+    # free-GPU would take fragments instead (AnalySIM §4.3)
+    frag = get_placer("free-gpu").place(PlacementRequest(16), c2)
+    assert frag is not None and frag.gpus == 16 and len(frag.nodes) == 3
+
+
+def test_single_node_best_fit_first_fit() -> None:
+    c = cluster([6, 2, 3, 8])
+    assert get_placer("first-fit").place(PlacementRequest(2), c).nodes == (0,)  # type: ignore[union-attr]
+    assert get_placer("best-fit").place(PlacementRequest(2), c).nodes == (1,)  # type: ignore[union-attr]
+    assert get_placer("consolidate").place(PlacementRequest(3), c).nodes == (2,)  # type: ignore[union-attr]
+
+
+def test_free_gpu_uses_fewest_nodes_and_best_fits_the_last() -> None:
+    c = cluster([5, 3, 2, 4])
+    alloc = get_placer("free-gpu").place(PlacementRequest(7), c)
+    assert alloc is not None
+    # fewest nodes: 5 + (remaining 2 from the best-fitting node with >= 2 free: node 2)
+    assert sorted((g.node, len(g.gpu_ids)) for g in alloc.grants) == [(0, 5), (2, 2)]
+
+
+def test_shape_realised_on_one_switch_when_possible() -> None:
+    nodes = [Node(f"n{i}", 4, switch=f"s{i // 2}") for i in range(6)]
+    c = ClusterState(nodes)
+    c.allocate(Allocation((NodeGrant(0, (0, 1, 2)),)))  # s0 has one usable node for d_gpn = 2
+    alloc = get_placer("cer").place(PlacementRequest(4, shape=Shape(2, 2)), c)
+    assert alloc is not None and not alloc.cross_switch
+    assert {c.nodes[i].switch for i in alloc.nodes} == {"s1"}
+    assert alloc.shape == Shape(2, 2)
+
+
+def test_vc_and_gpu_model_constraints() -> None:
+    nodes = [Node("a", 8, gpu_model="V100", vc="vc1"), Node("b", 8, gpu_model="T4", vc="vc1"), Node("c", 8, vc="vc2")]
+    c = ClusterState(nodes)
+    for name in PLACERS:
+        alloc = get_placer(name).place(PlacementRequest(2, vc="vc1", gpu_models=("T4",)), c)
+        assert alloc is not None and alloc.nodes == (1,), name
+    req = PlacementRequest(2, vc="vc1", gpu_models=("A100",))
+    assert get_placer("best-fit").place(req, c) is None
+    assert "no node" in (c.could_ever_fit(req) or "")
+    assert c.could_ever_fit(PlacementRequest(4, vc="vc2")) is None
+    assert "needs 24 GPUs" in (c.could_ever_fit(PlacementRequest(24, vc="vc1")) or "")
+
+
+def test_cpu_limits_per_node() -> None:
+    nodes = [Node("small", 8, cpu_milli=4000), Node("big", 8, cpu_milli=64000)]
+    c = ClusterState(nodes)
+    alloc = get_placer("first-fit").place(PlacementRequest(1, cpu_milli=8000), c)
+    assert alloc is not None and alloc.nodes == (1,)
+    assert alloc.grants[0].cpu_milli == 8000
+
+
+def test_gpu_sharing_and_cpu_jobs() -> None:
+    c = ClusterState([Node("g", 2, cpu_milli=8000, memory_mib=1000), Node("cpu", 0, cpu_milli=8000, memory_mib=1000)])
+    first = get_placer("best-fit").place(PlacementRequest(1, gpu_milli=300), c)
+    assert first is not None
+    c.allocate(first)
+    second = get_placer("best-fit").place(PlacementRequest(1, gpu_milli=500), c)
+    assert second is not None and second.grants[0].gpu_ids == first.grants[0].gpu_ids  # packs the shared GPU
+    c.allocate(second)
+    assert c.free_gpus[0] == 1  # one GPU still wholly free
+    cpu_job = get_placer("consolidate").place(PlacementRequest(0, cpu_milli=2000, memory_mib=10), c)
+    assert cpu_job is not None and cpu_job.nodes == (1,)  # GPU-less node first (SODA §V-C)
+
+
+def test_allocation_refuses_double_booking_and_over_release() -> None:
+    c = cluster([8])
+    alloc = Allocation((NodeGrant(0, (0, 1)),))
+    c.allocate(alloc)
+    with pytest.raises(InvalidInput):
+        c.allocate(alloc)
+    c.release(alloc)
+    with pytest.raises(InvalidInput):
+        c.release(alloc)
+
+
+def test_unknown_placer_is_invalid_input() -> None:
+    with pytest.raises(InvalidInput) as exc:
+        get_placer("random")
+    assert exc.value.field == "placement"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["vc1", "vc2"])), min_size=1, max_size=12),
+    st.integers(1, 24),
+    st.sampled_from(["vc1", "vc2"]),
+    st.sampled_from(sorted(PLACERS)),
+)
+def test_placement_never_exceeds_free_gpus_or_crosses_vcs(layout: list[tuple[int, str]], gpus: int, vc: str,
+                                                         placer: str) -> None:
+    nodes = [Node(f"n{i}", 8, vc=v, switch=f"s{i % 3}") for i, (_, v) in enumerate(layout)]
+    c = ClusterState(nodes)
+    for i, (used, _) in enumerate(layout):
+        if used:
+            c.allocate(Allocation((NodeGrant(i, tuple(range(used))),)))
+    before = c.free_gpus.copy()
+    alloc = get_placer(placer).place(PlacementRequest(gpus, vc=vc), c)
+    assert (c.free_gpus == before).all()  # placers never mutate
+    if alloc is None:
+        return
+    assert alloc.gpus == gpus
+    for g in alloc.grants:
+        assert nodes[g.node].vc == vc
+        assert len(g.gpu_ids) <= before[g.node]
+    c.allocate(alloc)  # raises if any GPU was not free
