@@ -1,0 +1,67 @@
+"""Fixtures for integration tests against a real (kubelet-less) Kubernetes control plane."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from qosmos.testing.controlplane import ControlPlane, binaries_present
+from qosmos.testing.fakenodes import create_nodes, fake_node_manifests, openb_nodes, spread_sample
+
+FAKE_NODE_COUNT = 16
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """A running control plane (etcd, apiserver, controller-manager, default scheduler)."""
+    if not binaries_present() and shutil.which("go") is None and not os.path.exists("/usr/local/go/bin/go"):
+        msg = "Go toolchain absent: cannot build the Kubernetes control plane (hack/k8s/build.sh)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    with ControlPlane() as cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def k8s_api(control_plane: ControlPlane) -> Any:
+    """A cluster-admin ``kubernetes.client.ApiClient`` shared by the session."""
+    return control_plane.api_client()
+
+
+@pytest.fixture(scope="session")
+def fake_gpu_nodes(k8s_api: Any) -> list[dict[str, Any]]:
+    """``FAKE_NODE_COUNT`` openb GPU nodes (spread over the list: mixed models/GPU counts)."""
+    rows = spread_sample(openb_nodes(), FAKE_NODE_COUNT)
+    manifests = fake_node_manifests(rows)
+    create_nodes(k8s_api, manifests)
+    return manifests
+
+
+@pytest.fixture
+def k8s_namespace(k8s_api: Any) -> Iterator[str]:
+    """A fresh namespace, force-deleted with its pods afterwards (no kubelet ever confirms)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    v1 = client.CoreV1Api(k8s_api)
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the ServiceAccount admission plugin needs "default"
+        try:
+            v1.read_namespaced_service_account("default", name)
+            break
+        except ApiException:
+            time.sleep(0.2)
+    yield name
+    try:
+        v1.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        v1.delete_namespace(name)
+    except ApiException:
+        pass

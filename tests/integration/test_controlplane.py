@@ -1,0 +1,144 @@
+"""The test control plane itself: version, kubectl, fake GPU nodes, default and second scheduler."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from qosmos.testing.controlplane import ControlPlane, qosmos_scheduler_config, scheduler_config
+
+pytestmark = pytest.mark.integration
+
+GPU = "nvidia.com/gpu"
+
+
+def _pod(name: str, gpus: int, scheduler: str | None = None) -> dict[str, Any]:
+    res = {"cpu": "1", "memory": "1Gi", GPU: str(gpus)}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": res, "limits": res}}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _wait(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _core(api: Any) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(api)
+
+
+def _node_gpus(api: Any, name: str) -> int:
+    return int(_core(api).read_node(name).status.allocatable.get(GPU, "0"))
+
+
+def test_version_is_1_34(k8s_api: Any) -> None:
+    from kubernetes import client
+
+    info = client.VersionApi(k8s_api).get_code()
+    assert info.git_version.startswith("v1.34."), info.git_version
+    assert (info.major, info.minor) == ("1", "34")
+
+
+def test_kubectl_works(control_plane: ControlPlane, fake_gpu_nodes: list[dict[str, Any]]) -> None:
+    out = control_plane.kubectl("get", "nodes", "-o", "json").stdout
+    names = {n["metadata"]["name"] for n in json.loads(out)["items"]}
+    assert {m["metadata"]["name"] for m in fake_gpu_nodes} <= names
+
+
+def test_fake_nodes_have_gpus(k8s_api: Any, fake_gpu_nodes: list[dict[str, Any]]) -> None:
+    nodes = {n.metadata.name: n for n in _core(k8s_api).list_node(label_selector="type=fake-gpu-node").items}
+    assert len(nodes) >= len(fake_gpu_nodes)
+    for m in fake_gpu_nodes:
+        n = nodes[m["metadata"]["name"]]
+        assert n.status.allocatable[GPU] == m["status"]["allocatable"][GPU]
+        assert int(n.status.allocatable[GPU]) > 0
+        assert n.metadata.labels["nvidia.com/gpu.product"] == m["metadata"]["labels"]["qosmos.io/gpu-model"]
+        ready = [c for c in n.status.conditions if c.type == "Ready"]
+        assert ready and ready[0].status == "True"
+        assert not n.spec.taints
+
+
+def test_default_scheduler_binds_gpu_pod(
+    k8s_api: Any, fake_gpu_nodes: list[dict[str, Any]], k8s_namespace: str
+) -> None:
+    v1 = _core(k8s_api)
+    v1.create_namespaced_pod(k8s_namespace, _pod("two-gpus", 2))
+    node = _wait(lambda: v1.read_namespaced_pod("two-gpus", k8s_namespace).spec.node_name, what="pod binding")
+    assert _node_gpus(k8s_api, node) >= 2
+
+
+def test_unsatisfiable_gpu_pod_stays_pending(
+    k8s_api: Any, fake_gpu_nodes: list[dict[str, Any]], k8s_namespace: str
+) -> None:
+    v1 = _core(k8s_api)
+    v1.create_namespaced_pod(k8s_namespace, _pod("too-many", 1000))
+
+    def failed_event() -> Any:
+        evs = v1.list_namespaced_event(k8s_namespace, field_selector="involvedObject.name=too-many").items
+        return [e for e in evs if e.reason == "FailedScheduling"]
+
+    evs = _wait(failed_event, what="FailedScheduling event")
+    assert any(GPU in (e.message or "") for e in evs), [e.message for e in evs]
+    pod = v1.read_namespaced_pod("too-many", k8s_namespace)
+    assert not pod.spec.node_name
+    cond = [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
+    assert cond and cond[0].status == "False" and cond[0].reason == "Unschedulable"
+
+
+def test_second_scheduler_profile(
+    control_plane: ControlPlane, k8s_api: Any, fake_gpu_nodes: list[dict[str, Any]], k8s_namespace: str
+) -> None:
+    sched = control_plane.start_scheduler("qosmos", scheduler_config("qosmos-scheduler"))
+    try:
+        v1 = _core(k8s_api)
+        v1.create_namespaced_pod(k8s_namespace, _pod("via-qosmos", 1, scheduler="qosmos-scheduler"))
+        node = _wait(lambda: v1.read_namespaced_pod("via-qosmos", k8s_namespace).spec.node_name, what="pod binding")
+        assert _node_gpus(k8s_api, node) >= 1
+        evs = v1.list_namespaced_event(k8s_namespace, field_selector="involvedObject.name=via-qosmos").items
+        scheduled = [e for e in evs if e.reason == "Scheduled"]
+        sources = {(e.reporting_component or (e.source.component if e.source else "")) for e in scheduled}
+        assert "qosmos-scheduler" in sources or not scheduled, sources
+    finally:
+        sched.stop()
+    assert not sched.running
+
+
+def test_qosmos_scheduler_config_is_accepted(
+    control_plane: ControlPlane, k8s_api: Any, fake_gpu_nodes: list[dict[str, Any]], k8s_namespace: str
+) -> None:
+    """kube-scheduler loads the extender config; an unreachable ignorable extender is skipped."""
+    sched = control_plane.start_scheduler("qosmos-ext", qosmos_scheduler_config("http://127.0.0.1:9/none"))
+    try:
+        v1 = _core(k8s_api)
+        v1.create_namespaced_pod(k8s_namespace, _pod("ext-ignored", 1, scheduler="qosmos-scheduler"))
+        _wait(lambda: v1.read_namespaced_pod("ext-ignored", k8s_namespace).spec.node_name, what="pod binding")
+    finally:
+        sched.stop()
+
+
+def test_qosmos_scheduler_config_shape() -> None:
+    import yaml
+
+    cfg = yaml.safe_load(qosmos_scheduler_config("http://127.0.0.1:8888/qosmos", ignorable=False))
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert cfg["leaderElection"] == {"leaderElect": False}
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["qosmos-scheduler"]
+    (ext,) = cfg["extenders"]
+    assert ext["urlPrefix"] == "http://127.0.0.1:8888/qosmos"
+    assert ext["ignorable"] is False and ext["nodeCacheCapable"] is True
+    assert ext["managedResources"] == [{"name": GPU, "ignoredByScheduler": False}]
