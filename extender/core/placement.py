@@ -99,12 +99,21 @@ def _cpu_only(req: PlacementRequest, cluster: ClusterState) -> Allocation | None
     return Allocation((NodeGrant(node, (), FULL, req.cpu_milli, req.memory_mib),), False)
 
 
-def _special(req: PlacementRequest, cluster: ClusterState) -> tuple[bool, Allocation | None]:
-    if req.gpus == 0:
-        return True, _cpu_only(req, cluster)
-    if req.gpu_milli < FULL:
-        return True, _shared_gpu(req, cluster)
-    return False, None
+class _Placer:
+    """CPU-only and GPU-sharing requests are placed the same way by every placer; whole-GPU
+    requests go to the subclass's ``place_gpus``."""
+
+    name = ""
+
+    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        if req.gpus == 0:
+            return _cpu_only(req, cluster)
+        if req.gpu_milli < FULL:
+            return _shared_gpu(req, cluster)
+        return self.place_gpus(req, cluster)
+
+    def place_gpus(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        raise NotImplementedError
 
 
 def _pick_shape(
@@ -118,36 +127,30 @@ def _pick_shape(
     return _allocation(cluster, req, list(zip((int(i) for i in chosen), _split(shape, req.gpus), strict=True)))
 
 
-def _index_order(cand: np.ndarray) -> np.ndarray:
-    return np.arange(cand.size)
-
-
-class FirstFit:
+class FirstFit(_Placer):
     """The first node combination found, scanning nodes in order (AnalySIM §3.1)."""
 
     name = "first-fit"
 
-    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
-        handled, alloc = _special(req, cluster)
-        if handled:
-            return alloc
-        return _pick_shape(req, cluster, default_shape(req, cluster), _index_order)
+    def place_gpus(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        return _pick_shape(req, cluster, default_shape(req, cluster), lambda c: np.arange(c.size))
 
 
-class BestFit:
+def _best_fit_order(cluster: ClusterState) -> Callable[[np.ndarray], np.ndarray]:
+    """Fewest free GPUs first: the smallest sufficient node, leaving big holes intact."""
+    return lambda cand: np.argsort(cluster.free_gpus[cand], kind="stable")
+
+
+class BestFit(_Placer):
     """The smallest sufficient nodes: fewest free GPUs left over (AnalySIM §3.1)."""
 
     name = "best-fit"
 
-    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
-        handled, alloc = _special(req, cluster)
-        if handled:
-            return alloc
-        free = cluster.free_gpus
-        return _pick_shape(req, cluster, default_shape(req, cluster), lambda c: np.argsort(free[c], kind="stable"))
+    def place_gpus(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        return _pick_shape(req, cluster, default_shape(req, cluster), _best_fit_order(cluster))
 
 
-class FreeGPU:
+class FreeGPU(_Placer):
     """Idle GPUs from any nodes, fewest nodes first (AnalySIM §3.1 "free-GPU").
 
     Greedy on the largest free counts gives the fewest nodes; the last node is then the
@@ -156,40 +159,52 @@ class FreeGPU:
 
     name = "free-gpu"
 
-    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
-        handled, alloc = _special(req, cluster)
-        if handled:
-            return alloc
+    def place_gpus(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
         cand = np.flatnonzero(_usable(req, cluster, 1, req.gpus))
         if cand.size == 0:
             return None
         free = cluster.free_gpus[cand]
         if int(free.sum()) < req.gpus:
             return None
+
+        def room(node: int, g: int) -> int:
+            """The most of ``g`` GPUs whose CPU/memory share still fits on ``node``."""
+            while g > 0 and (
+                cluster.free_cpu[node] < math.ceil(req.cpu_milli * g / req.gpus)
+                or cluster.free_mem[node] < math.ceil(req.memory_mib * g / req.gpus)
+            ):
+                g -= 1
+            return g
+
         order = np.argsort(-free, kind="stable")
         picks: list[tuple[int, int]] = []
         need = req.gpus
         for pos, j in enumerate(order):
             if free[j] >= need:
-                # best fit for the remainder among the not-yet-picked candidates
+                # best fit for the remainder among the not-yet-picked candidates with room for its share
                 rest = order[pos:]
-                fitting = rest[free[rest] >= need]
-                j = fitting[np.argmin(free[fitting])]
-                picks.append((int(cand[j]), need))
-                break
-            picks.append((int(cand[j]), int(free[j])))
-            need -= int(free[j])
-        # CPU/memory were checked for one GPU's share; re-check the real shares.
-        for node, g in picks:
-            share = g / req.gpus
-            if cluster.free_cpu[node] < math.ceil(req.cpu_milli * share) or cluster.free_mem[node] < math.ceil(
-                req.memory_mib * share
-            ):
-                return None
+                ok = free[rest] >= need
+                if req.cpu_milli:
+                    ok &= cluster.free_cpu[cand[rest]] >= math.ceil(req.cpu_milli * need / req.gpus)
+                if req.memory_mib:
+                    ok &= cluster.free_mem[cand[rest]] >= math.ceil(req.memory_mib * need / req.gpus)
+                fitting = rest[ok]
+                if fitting.size:
+                    j = fitting[np.argmin(free[fitting])]
+                    picks.append((int(cand[j]), need))
+                    need = 0
+                    break
+            # CPU/memory were checked for one GPU's share: take only what the node has room for
+            take = room(int(cand[j]), min(int(free[j]), need))
+            if take:
+                picks.append((int(cand[j]), take))
+                need -= take
+        if need:
+            return None
         return _allocation(cluster, req, picks)
 
 
-class Consolidate:
+class Consolidate(_Placer):
     """As few nodes as possible (Helios Alg. 1 ConsolidateAllocate).
 
     A job that fits one node takes the best-fitting node; a larger job waits for whole
@@ -198,14 +213,11 @@ class Consolidate:
 
     name = "consolidate"
 
-    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
-        handled, alloc = _special(req, cluster)
-        if handled:
-            return alloc
+    def place_gpus(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
         shape = default_shape(req, cluster)
         free = cluster.free_gpus
         if shape.d_node == 1:
-            return _pick_shape(req, cluster, shape, lambda c: np.argsort(free[c], kind="stable"))
+            return _pick_shape(req, cluster, shape, _best_fit_order(cluster))
         if req.shape is not None or req.nodes:
             return _TopologyAware().place_shape(req, cluster, shape)
         idle = np.flatnonzero(_usable(req, cluster, 1, req.gpus) & (free == cluster.gpu_cap))
@@ -251,7 +263,7 @@ class _TopologyAware:
         )
 
 
-class CERPlacer:
+class CERPlacer(_Placer):
     """Realise the GENIE placement ⟨d_node, d_gpn⟩ chosen by CER (seed 001 Alg. 1).
 
     The policy puts the chosen shape on the request; this placer finds nodes for it,
@@ -260,12 +272,9 @@ class CERPlacer:
 
     name = "cer"
 
-    def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
-        handled, alloc = _special(req, cluster)
-        if handled:
-            return alloc
+    def place_gpus(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
         if req.shape is None:
-            return Consolidate().place(req, cluster)
+            return Consolidate().place_gpus(req, cluster)
         return _TopologyAware().place_shape(req, cluster, req.shape)
 
 
