@@ -1,0 +1,198 @@
+"""Elapsed-time runtime prediction (seed 004 §VI-A).
+
+A job that has already run for ``e`` seconds will run at least ``e``: the elapsed time is
+a feature. We compare each baseline with and without it, fairly: every method predicts
+only for the jobs that ran past ``e`` (e = 1/8, 1/4, 1/2 of the mean run time).
+
+- Last2 [004 ref 41]: mean of the two previous jobs' run times (trace order);
+  with elapsed time: the mean of the two most recent previous jobs that ran longer than e.
+- LightGBM: history features (last 1 / last 2 / mean and median of the last 10, log) plus
+  the job's own attributes where the trace has them (openb: CPU, memory, GPUs, GPU share,
+  QoS, hour, weekday); with elapsed time: ``elapsed`` is a feature and the training set holds
+  every training job once per elapsed grid point it survived; predictions are clipped to ≥ e.
+Metrics (§VI-A): accuracy = mean of min(pred, actual)/max(pred, actual) of the total run
+time, underestimation rate = share of jobs with pred < actual; ``accuracy_remaining`` is
+the same ratio on the remaining run time (pred − e vs actual − e).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.types import Job
+from qosmos.predictors.base import GBDTModel
+from qosmos.predictors.data import OPENB_QOS
+
+FRACTIONS = (1 / 8, 1 / 4, 1 / 2)
+HISTORY_FEATURES = ("last1", "last2", "mean10", "median10")
+JOB_FEATURES = ("cpu_milli", "memory_mib", "gpus", "gpu_milli", "qos", "hour", "weekday")
+
+
+def accuracy(pred: np.ndarray, actual: np.ndarray) -> float:
+    """mean min(pred, actual) / max(pred, actual), 1 where both are 0 (seed 004 §VI-A)."""
+    p = np.maximum(np.asarray(pred, float), 0)
+    a = np.maximum(np.asarray(actual, float), 0)
+    hi = np.maximum(p, a)
+    ratio = np.divide(np.minimum(p, a), hi, out=np.ones_like(hi), where=hi > 0)
+    return float(ratio.mean()) if ratio.size else math.nan
+
+
+def underestimation_rate(pred: np.ndarray, actual: np.ndarray) -> float:
+    p = np.asarray(pred, float)
+    return float(np.mean(p < np.asarray(actual, float))) if p.size else math.nan
+
+
+def last2(runtimes: np.ndarray, elapsed: float | None = None, default: float | None = None) -> np.ndarray:
+    """Last2 prediction for every job from the jobs before it (trace order).
+
+    With ``elapsed`` only previous jobs that ran longer than it count (the job itself has
+    survived ``elapsed``). Jobs with no usable history get ``default`` (the mean of all
+    earlier ones, else 0).
+    """
+    d = np.asarray(runtimes, float)
+    out = np.empty(d.size)
+    a = b = math.nan  # the two most recent qualifying run times
+    total = 0.0
+    for i, x in enumerate(d):
+        if not math.isnan(a):
+            out[i] = a if math.isnan(b) else (a + b) / 2
+        else:
+            out[i] = default if default is not None else (total / i if i else 0.0)
+        total += x
+        if elapsed is None or x > elapsed:
+            a, b = x, a
+    if elapsed is not None:
+        out = np.maximum(out, elapsed)
+    return out
+
+
+def history_features(runtimes: np.ndarray) -> np.ndarray:
+    """log1p of last1, mean(last2), mean(last10), median(last10) of previous jobs; NaN when absent."""
+    lg = np.log1p(np.maximum(np.asarray(runtimes, float), 0))
+    n = lg.size
+    pad = np.concatenate([np.full(10, np.nan), lg])
+    win = np.lib.stride_tricks.sliding_window_view(pad, 10)[:n]  # win[i] = lg[i-10 .. i-1]
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            last1 = win[:, -1]
+            last2v = np.nanmean(win[:, -2:], axis=1)
+            mean10 = np.nanmean(win, axis=1)
+            median10 = np.nanmedian(win, axis=1)
+    return np.column_stack([last1, last2v, mean10, median10])
+
+
+def job_features(jobs: Sequence[Job]) -> np.ndarray:
+    rows = []
+    for j in jobs:
+        t = j.submit_time
+        rows.append(
+            (
+                j.cpu_milli,
+                j.memory_mib,
+                j.gpus,
+                j.gpu_milli,
+                OPENB_QOS.get(j.category, -1),
+                (t // 3600) % 24,
+                (t // 86400 + 3) % 7,
+            )
+        )
+    return np.asarray(rows, float)
+
+
+class ElapsedRuntimePredictor:
+    """LightGBM total-run-time model, optionally conditioned on elapsed time."""
+
+    def __init__(self, use_elapsed: bool, feature_names: Sequence[str], num_rounds: int = 100) -> None:
+        self.use_elapsed = use_elapsed
+        names = [*feature_names, "elapsed"] if use_elapsed else list(feature_names)
+        self.model = GBDTModel(names, (), {"num_leaves": 31, "min_data_in_leaf": 20}, num_rounds)
+
+    def fit(self, x: np.ndarray, runtimes: np.ndarray, elapsed_grid: Sequence[float] = (0.0,)) -> ElapsedRuntimePredictor:
+        y = np.log1p(np.maximum(runtimes, 0))
+        if not self.use_elapsed:
+            self.model.fit(x, y)
+            return self
+        xs, ys = [], []
+        for e in elapsed_grid:
+            keep = runtimes > e
+            xs.append(np.column_stack([x[keep], np.full(int(keep.sum()), e)]))
+            ys.append(y[keep])
+        self.model.fit(np.vstack(xs), np.concatenate(ys))
+        return self
+
+    def predict(self, x: np.ndarray, elapsed: float = 0.0) -> np.ndarray:
+        if self.use_elapsed:
+            x = np.column_stack([x, np.full(x.shape[0], elapsed)])
+        p = np.expm1(self.model.predict(x))
+        return np.maximum(p, elapsed) if self.use_elapsed else np.maximum(p, 0)
+
+
+def evaluate_runtime(
+    runtimes: np.ndarray,
+    jobs: Sequence[Job] | None = None,
+    train_frac: float = 0.7,
+    fractions: Sequence[float] = FRACTIONS,
+    num_rounds: int = 100,
+    shuffle_seed: int | None = None,
+) -> dict[str, object]:
+    """Train on the first ``train_frac`` (trace order), evaluate the rest at each elapsed threshold.
+
+    ``shuffle_seed`` permutes the jobs first: philly_runtime.csv is sorted by run time, so
+    its file order is not an arrival order (history features then carry no signal and the
+    comparison isolates what elapsed time alone adds).
+    """
+    d = np.asarray(runtimes, float)
+    if d.size < 20:
+        raise InvalidInput("runtimes", d.size, "need at least 20 jobs")
+    if shuffle_seed is not None:
+        perm = np.random.default_rng(shuffle_seed).permutation(d.size)
+        d = d[perm]
+        jobs = [jobs[i] for i in perm] if jobs is not None else None
+    cut = int(d.size * train_frac)
+    mean_rt = float(d[:cut].mean())
+    x = history_features(d)
+    names: list[str] = list(HISTORY_FEATURES)
+    if jobs is not None:
+        if len(jobs) != d.size:
+            raise InvalidInput("jobs", len(jobs), f"need one job per run time ({d.size})")
+        x = np.column_stack([x, job_features(jobs)])
+        names += JOB_FEATURES
+    grid = sorted({0.0, *(f * mean_rt for f in (*fractions, 1.0))})
+    plain = ElapsedRuntimePredictor(False, names, num_rounds).fit(x[:cut], d[:cut])
+    with_e = ElapsedRuntimePredictor(True, names, num_rounds).fit(x[:cut], d[:cut], grid)
+    test_x, test_d = x[cut:], d[cut:]
+    l2_plain = last2(d, default=mean_rt)[cut:]
+    p_plain = plain.predict(test_x)
+    results = []
+    for f in fractions:
+        e = f * mean_rt
+        sel = test_d > e
+        actual = test_d[sel]
+        l2_e = last2(d, elapsed=e, default=max(mean_rt, e))[cut:][sel]
+        p_e = with_e.predict(test_x[sel], e)
+        row: dict[str, object] = {"fraction": f, "elapsed_s": e, "jobs": int(sel.sum())}
+        for label, pred in (
+            ("last2", l2_plain[sel]),
+            ("last2_elapsed", l2_e),
+            ("lgbm", p_plain[sel]),
+            ("lgbm_elapsed", p_e),
+        ):
+            row[label] = {
+                "accuracy": accuracy(pred, actual),
+                "accuracy_remaining": accuracy(pred - e, actual - e),
+                "underestimation_rate": underestimation_rate(pred, actual),
+            }
+        results.append(row)
+    return {
+        "n_train": cut,
+        "n_test": int(d.size - cut),
+        "mean_runtime_s": mean_rt,
+        "shuffled": shuffle_seed is not None,
+        "thresholds": results,
+    }
