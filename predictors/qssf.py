@@ -228,8 +228,15 @@ class QSSFPredictor:
         self.rolling = RollingEstimator(alpha, log_space)
         self.model: GBDTModel | None = None
         self.num_rounds = num_rounds
-        self.params = {"min_data_in_leaf": 10, "num_leaves": 31, "max_bin": 63, "objective": "huber", "alpha": 1.0,
-                       "learning_rate": 0.1, **(params or {})}
+        self.params = {
+            "min_data_in_leaf": 10,
+            "num_leaves": 31,
+            "max_bin": 63,
+            "objective": "huber",
+            "alpha": 1.0,
+            "learning_rate": 0.1,
+            **(params or {}),
+        }
         self.vocab: dict[str, dict[str, int]] = {c: {} for c in ("user", "vc", "category")}
         self.prior = 0.0
         self.te: dict[str, dict[int, tuple[float, int]]] = {}
@@ -287,8 +294,12 @@ class QSSFPredictor:
 
     # -- training ------------------------------------------------------------------------------
 
-    def fit(self, jobs: Sequence[Job]) -> QSSFPredictor:
-        """Train P_M on completed jobs and seed P_R's history with them."""
+    def fit(self, jobs: Sequence[Job], *, seed_history: bool = True) -> QSSFPredictor:
+        """Train P_M on completed jobs and (unless ``seed_history`` is off) seed P_R's history with them.
+
+        A replay that later feeds the same jobs to :meth:`annotate_online` as ``history``
+        turns seeding off, so each job enters P_R's history only once it has completed.
+        """
         done = [j for j in jobs if j.duration is not None]
         if not done:
             raise InvalidInput("jobs", len(jobs), "need completed jobs (with duration) to fit")
@@ -296,8 +307,9 @@ class QSSFPredictor:
         raw = self.raw_features(done, grow=True)
         y = np.log1p(np.array([j.duration for j in done], float))
         self.fit_arrays(raw, y, window=(done[0].submit_time, done[-1].submit_time))
-        for j in done:
-            self.rolling.add(j, self.bucketer.bucket(j.name))
+        if seed_history:
+            for j in done:
+                self.rolling.add(j, self.bucketer.bucket(j.name))
         return self
 
     def fit_arrays(self, raw: np.ndarray, y: np.ndarray, window: tuple[float, float] | None = None) -> GBDTModel:
@@ -465,7 +477,9 @@ def evaluate_qssf(
         "by_lambda": by_lambda,
         "log_space": log_space,
         "baseline_train_median": {
-            "median_abs_log_error": median_abs_log_error(actual, np.full_like(actual, np.median([j.duration for j in train])))
+            "median_abs_log_error": median_abs_log_error(
+                actual, np.full_like(actual, np.median([j.duration for j in train]))
+            )
         },
         "fit_seconds": round(fit_s, 3),
         "replay_ms_per_job": round(1000 * replay_s / len(test), 4),

@@ -8,6 +8,7 @@ change, so a stale caller can never double-allocate a GPU.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -134,9 +135,9 @@ class ClusterState:
         share = gpus / total_gpus if total_gpus else 1.0
         return NodeGrant(
             node=node,
-            gpu_ids=tuple(int(x) for x in free),
-            cpu_milli=int(np.ceil(req.cpu_milli * share)),
-            memory_mib=int(np.ceil(req.memory_mib * share)),
+            gpu_ids=tuple(free.tolist()),
+            cpu_milli=math.ceil(req.cpu_milli * share),
+            memory_mib=math.ceil(req.memory_mib * share),
         )
 
     def cross_switch(self, nodes: Sequence[int]) -> bool:

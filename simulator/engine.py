@@ -1,0 +1,955 @@
+"""Discrete-event engine replaying a trace through the core's decision code (AnalySIM §3).
+
+A tiny SimPy-like core: a heap of ``(time, kind, seq, job, generation)`` events plus a
+cursor over the submit-sorted arrivals. Events at one instant are applied first, then
+every touched queue gets one scheduling pass. Ordering, placement and backfilling are the
+core's (``qosmos.extender.core``): this module only keeps the clock and the books.
+
+Semantics (seed sections in brackets):
+- logical partitions: one queue per VC with its own policy [AnalySIM §3.1];
+- gang scheduling: all GPUs of a job start together (one Allocation);
+- run time = recorded duration (cancelled/failed jobs run what they ran), or, for jobs with
+  a GENIE task, genie.latency(task, realised shape) [GENIE Eq. 4]; times the cross-switch
+  penalty when a multi-node job spans switches [AnalySIM §3.1];
+- preemptive policies (srtf, mlfq) may stop running jobs; resuming costs ``overhead`` s
+  [AnalySIM §4, 8 s from Gandiva]; MLFQ demotions are events [AnalySIM §3.2];
+- migration on completion vacates partially used nodes when it frees a whole node [§3.1];
+- backfill none/easy/relaxed/adaptive via core.backfill [seed 004 §VI-B];
+- ``recorded`` (fidelity) starts every job at its recorded start for its recorded time.
+Static orders (fifo, sjf, qssf) keep a sorted structure per queue: no re-sorting per event,
+and a blocked head ends the pass when backfill is off (Helios' FIFO/SJF semantics).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from qosmos.extender.core import genie
+from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
+from qosmos.extender.core.backfill import Backfiller, relax_factor
+from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.ordering import (
+    FIFO,
+    QSSF,
+    SJF,
+    OrderContext,
+    OrderingPolicy,
+    get_policy,
+    mlfq_next_demotion,
+)
+from qosmos.extender.core.placement import get_placer
+from qosmos.extender.core.types import Allocation, PlacementRequest, Platform, Shape
+from qosmos.simulator.traces import Trace
+from sortedcontainers import SortedList
+
+POLICIES = (
+    "fifo",
+    "sjf",
+    "srtf",
+    "qssf",
+    "swaf",
+    "minmin",
+    "wfair",
+    "tetris-perf",
+    "tetris-cer",
+    "capacity",
+    "las",
+    "mlfq",
+    "recorded",
+)
+PLACEMENTS = ("consolidate", "first-fit", "best-fit", "free-gpu", "cer")
+STATIC = (FIFO, SJF, QSSF)  # orders whose keys never change while a job waits
+
+# job states
+FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED = range(6)
+# event kinds, in the order they apply at one instant
+EV_FINISH, EV_WITHDRAW, EV_DEMOTE, EV_RSTART, EV_TICK = range(5)
+
+
+@dataclass
+class SimConfig:
+    policy: str = "fifo"
+    placement: str = "consolidate"
+    backfill: str = "none"
+    relax_factor: float = 0.1
+    preemption_overhead: float = 8.0
+    migration: bool = False
+    cross_switch_penalty: float = 1.1
+    partition_policy: dict[str, str] = field(default_factory=dict)
+    seed: int = 0
+    tick: float = 0.0  # periodic scheduling pass (s); 0 = none
+    qssf_error_sigma: float = 0.8
+    qssf_train_frac: float = 0.2
+    record_segments: bool = True
+    theta: float = genie.DEFAULT_THETA
+
+    def validate(self) -> None:
+        if self.policy not in POLICIES:
+            raise InvalidInput("policy", self.policy, f"expected one of {', '.join(POLICIES)}")
+        for vc, p in self.partition_policy.items():
+            if p not in POLICIES or p == "recorded":
+                raise InvalidInput("partition_policy", f"{vc}={p}", f"expected one of {', '.join(POLICIES[:-1])}")
+        if self.placement not in PLACEMENTS:
+            raise InvalidInput("placement", self.placement, f"expected one of {', '.join(PLACEMENTS)}")
+        if self.backfill not in BACKFILL_MODES:
+            raise InvalidInput("backfill", self.backfill, f"expected one of {', '.join(BACKFILL_MODES)}")
+        if self.preemption_overhead < 0:
+            raise InvalidInput("preemption_overhead", self.preemption_overhead, "must be >= 0")
+        if self.cross_switch_penalty < 1:
+            raise InvalidInput("cross_switch_penalty", self.cross_switch_penalty, "must be >= 1")
+        if self.relax_factor < 0:
+            raise InvalidInput("relax_factor", self.relax_factor, "must be >= 0")
+
+
+class _Queue:
+    """One partition's waiting jobs and its policy."""
+
+    __slots__ = (
+        "ctx",
+        "gpus_total",
+        "is_mlfq",
+        "items",
+        "max_len",
+        "name",
+        "policy",
+        "preemptive",
+        "running",
+        "static",
+        "waiting",
+    )
+
+    def __init__(self, name: str, policy: OrderingPolicy, ctx: OrderContext, gpus_total: int) -> None:
+        self.name = name
+        self.policy = policy
+        self.static = isinstance(policy, STATIC)
+        self.preemptive = bool(getattr(policy, "preemptive", False))
+        self.is_mlfq = policy.name == "mlfq"
+        self.items: SortedList = SortedList()  # static: (key, seq, idx)
+        self.waiting: dict[int, None] = {}  # dynamic: arrival-ordered set of idx
+        self.running: set[int] = set()
+        self.ctx = ctx
+        self.gpus_total = gpus_total
+        self.max_len = 0
+
+    def __len__(self) -> int:
+        return len(self.items) if self.static else len(self.waiting)
+
+
+@dataclass
+class SimResult:
+    """Everything the metrics and reports need, as per-job lists (index = trace order)."""
+
+    trace: Trace
+    config: SimConfig
+    state: list[int]
+    start: list[float]  # first start (nan when never started)
+    end: list[float]
+    run_time: list[float]  # seconds actually run (without waiting), including overheads
+    gpu_seconds: list[float]
+    nodes_used: list[int]
+    preemptions: list[int]
+    overhead_s: list[float]
+    cross_switch: list[bool]
+    shape: list[tuple[int, int] | None]
+    reservation: list[float]
+    backfilled: list[bool]
+    segments: list[tuple[int, int, float, float, int]]  # (job, node, start, end, gpus)
+    samples: dict[str, list[float]]
+    total_gpus: int
+    node_names: list[str]
+    node_gpus: list[int]
+    node_vc: list[str]
+    rejected_reasons: dict[str, int]
+    violations: int
+    overcommitted: int
+    migrations: int
+    wall_s: float
+    frag_integral: float
+    frag_time: float
+    notes: list[str]
+
+
+class _Sampler:
+    """Time series with bounded size: keeps every k-th point, doubling k when full."""
+
+    def __init__(self, cap: int = 20000) -> None:
+        self.cap = cap
+        self.stride = 1
+        self.count = 0
+        self.data: dict[str, list[float]] = {"t": [], "used_gpus": [], "used_nodes": [], "waiting": [], "running": []}
+
+    def add(self, t: float, used: int, nodes: int, waiting: int, running: int) -> None:
+        self.count += 1
+        if self.count % self.stride:
+            return
+        d = self.data
+        d["t"].append(t)
+        d["used_gpus"].append(used)
+        d["used_nodes"].append(nodes)
+        d["waiting"].append(waiting)
+        d["running"].append(running)
+        if len(d["t"]) >= self.cap:
+            for k in d:
+                d[k] = d[k][::2]
+            self.stride *= 2
+
+
+class Simulator:
+    """Run ``trace`` under ``config``; ``run()`` returns a SimResult. Deterministic per seed."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        config: SimConfig,
+        modeldb: ModelDB | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        config.validate()
+        self.trace = trace
+        self.cfg = config
+        self.modeldb = modeldb or ModelDB.builtin()
+        self.progress = progress
+        self.cluster = ClusterState(trace.nodes)
+        self.placer = get_placer(config.placement)
+        self.jobs = trace.jobs
+        n = len(self.jobs)
+        self.n = n
+        nan = math.nan
+        self.state = [FUTURE] * n
+        self.start = [nan] * n
+        self.end = [nan] * n
+        self.run_time = [0.0] * n
+        self.gpu_sec = [0.0] * n
+        self.nodes_used = [0] * n
+        self.preempt = [0] * n
+        self.overhead = [0.0] * n
+        self.xswitch = [False] * n
+        self.shape: list[tuple[int, int] | None] = [None] * n
+        self.reservation = [nan] * n
+        self.backfilled = [False] * n
+        self.alloc: list[Allocation | None] = [None] * n
+        self.seg_start = [0.0] * n
+        self.seg_len = [0.0] * n  # run seconds of the current segment (without overhead)
+        self.frac_left = [1.0] * n  # fraction of the job's work still to do
+        self.gen = [0] * n
+        self.base_exec = [0.0] * n
+        self.base_att = [0.0] * n
+        self.qentry: list[tuple | None] = [None] * n
+        self.req: list[PlacementRequest | None] = [None] * n
+        self.segments: list[tuple[int, int, float, float, int]] = []
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.violations = 0
+        self.migrations = 0
+        self.external = False
+        self.job_time = 0.0  # integral of jobs in the system over time (gym reward)
+        self.overcommitted = 0
+        self.rejected: dict[str, int] = {}
+        self.notes: list[str] = list(trace.notes)
+        self.sampler = _Sampler()
+        self.recorded = config.policy == "recorded"
+        cl = self.cluster
+        self.node_jobs: list[set[int]] = [set() for _ in cl.nodes]
+        self.used_gpus = 0
+        self.used_nodes = 0
+        self.frag_integral = 0.0
+        self.frag_time = 0.0
+        self.n_waiting = 0
+        self.n_running = 0
+        self._tasks: dict[int, genie.Task] = {}
+        # partitions
+        self.vc_names = list(cl.vcs)
+        self.vc_index = {v: i for i, v in enumerate(self.vc_names)}
+        node_vc = cl.vc_id
+        self.node_vcidx = [int(x) for x in node_vc]
+        self.vc_free = [int(cl.free_gpus[node_vc == i].sum()) for i in range(len(self.vc_names))]
+        # placement-failure memo: (release version of the VC, smallest GPU count that failed)
+        self.vc_version = [0] * len(self.vc_names)
+        self.vc_failed: list[tuple[int, int, set[int]]] = [(-1, 0, set()) for _ in self.vc_names]
+        self.vc_node_max = [int(cl.gpu_cap[node_vc == i].max()) for i in range(len(self.vc_names))]
+        self.queues: list[_Queue] = []
+        total_cpu = int(cl.cpu_cap.sum())
+        for i, vc in enumerate(self.vc_names):
+            mask = node_vc == i
+            pname = config.partition_policy.get(vc, "fifo" if self.recorded else config.policy)
+            pol = get_policy(pname)
+            gpn = int(cl.gpu_cap[mask].max()) if mask.any() else 1
+            ctx = OrderContext(
+                platform=Platform(int(mask.sum()), max(gpn, 1)),
+                modeldb=self.modeldb,
+                theta=config.theta,
+                usage_by_model={},
+                usage_by_user={},
+                total_gpus=max(int(cl.gpu_cap[mask].sum()), 1),
+                total_cpu_milli=max(total_cpu, 1),
+            )
+            self.queues.append(_Queue(vc, pol, ctx, int(cl.gpu_cap[mask].sum())))
+        self.track_progress = any(q.preemptive for q in self.queues) or config.migration
+        # plain = whole GPUs, no CPU/memory/model constraints, no explicit node count
+        self._plain = [
+            j.gpu_milli == 1000
+            and j.gpus > 0
+            and not j.cpu_milli
+            and not j.memory_mib
+            and not j.gpu_models
+            and not j.nodes
+            for j in self.jobs
+        ]
+        self.order = sorted(range(n), key=lambda i: (self.jobs[i].submit_time, i))
+        self.withdraw = trace.withdraw_at
+        self._prepare_predictions()
+
+    # ---- set-up ------------------------------------------------------------------------------
+    def _prepare_predictions(self) -> None:
+        """QSSF needs predicted durations, made causally by qosmos.predictors' QSSF model.
+
+        The first ``qssf_train_frac`` of jobs is the warm-up: they are predicted by the
+        rolling estimate P_R alone, from jobs completed before each submission (Helios
+        Alg. 1), and P_M is trained on them. Every later job gets λP_R + (1-λ)P_M, and a job
+        enters P_R's history only once it has completed, so no job ever sees its own
+        duration. Jobs with no history at all keep no prediction (QSSF queues them last).
+        Only when the predictor cannot be used at all does the recorded duration times a
+        seeded log-normal error stand in (Helios §4.2.3 did that for Philly) — never the oracle.
+        """
+        uses_qssf = self.cfg.policy == "qssf" or "qssf" in self.cfg.partition_policy.values()
+        need = [j for j in self.jobs if j.predicted_duration is None]
+        if not uses_qssf or not need:
+            return
+        try:
+            from qosmos.predictors.qssf import QSSFPredictor
+
+            ordered = sorted(need, key=lambda j: j.submit_time)
+            cut = max(1, int(len(ordered) * self.cfg.qssf_train_frac))
+            warmup, rest = ordered[:cut], ordered[cut:]
+            QSSFPredictor().annotate_online(warmup)  # no P_M yet: P_R from completed jobs only
+            train = [j for j in warmup if j.duration is not None]
+            pred = QSSFPredictor()
+            if len(train) >= 20:
+                pred.fit(train, seed_history=False)
+            pred.annotate_online(rest, history=warmup)
+            missing = sum(1 for j in ordered if j.predicted_duration is None)
+            self.notes.append(
+                f"qssf: causal predictions from qosmos.predictors.qssf (P_M fitted on the first {len(train)} "
+                f"jobs, which were predicted by P_R alone); {missing} jobs without history have none"
+            )
+            return
+        except Exception as exc:  # the predictor is optional; say so and fall back
+            self.notes.append(f"qssf: predictor unavailable ({type(exc).__name__}: {exc}); log-normal fallback")
+        rng = random.Random(self.cfg.seed)
+        sigma = self.cfg.qssf_error_sigma
+        for j in self.jobs:
+            if j.predicted_duration is None and j.duration is not None:
+                j.predicted_duration = j.duration * math.exp(rng.gauss(0.0, sigma))
+
+    def _request(self, i: int, shape: Shape | None = None) -> PlacementRequest:
+        if shape is not None:
+            return PlacementRequest.for_job(self.jobs[i], shape)
+        r = self.req[i]
+        if r is None:
+            r = self.req[i] = PlacementRequest.for_job(self.jobs[i])
+        return r
+
+    def _admissible(self) -> None:
+        """Reject, before running, jobs that no partition could ever host (reason counted)."""
+        cache: dict[tuple, str | None] = {}
+        for i, j in enumerate(self.jobs):
+            if j.vc not in self.vc_index:
+                reason: str | None = f"no nodes in vc {j.vc!r}"
+            else:
+                key = (j.vc, j.gpus, j.gpu_models, j.gpu_milli < 1000, j.cpu_milli, j.memory_mib, j.nodes)
+                if key not in cache:
+                    try:
+                        cache[key] = self.cluster.could_ever_fit(self._request(i))
+                    except InvalidInput as exc:
+                        cache[key] = str(exc)
+                reason = cache[key]
+                if reason is None and j.gpus > 0 and j.gpu_milli == 1000:
+                    reason = self._fits_empty(i, cache)
+            if reason is None and j.duration is None and not j.has_genie_task:
+                reason = "no duration and no GENIE task"
+            if reason is not None and self.recorded and self.trace.recorded_start[i] is not None:
+                reason = None  # fidelity: it ran, so it runs (unplaced if need be)
+            if reason is not None:
+                self.state[i] = REJECTED
+                short = reason.split(";")[0][:80]
+                self.rejected[short] = self.rejected.get(short, 0) + 1
+
+    def _fits_empty(self, i: int, cache: dict[tuple, str | None]) -> str | None:
+        """Whole-GPU jobs: would the placer find room on the empty cluster (cpu/memory shares too)?"""
+        j = self.jobs[i]
+        key = ("empty", j.vc, j.gpus, j.gpu_models, j.cpu_milli, j.memory_mib, j.nodes)
+        if key not in cache:
+            try:
+                cache[key] = (
+                    None
+                    if self.placer.place(self._request(i), self.cluster) is not None
+                    else ("does not fit the empty partition")
+                )
+            except InvalidInput as exc:
+                cache[key] = str(exc)
+        return cache[key]
+
+    # ---- events ------------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, i: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, i, self.gen[i]))
+
+    # ---- run time ----------------------------------------------------------------------------
+    def _task(self, i: int) -> genie.Task:
+        t = self._tasks.get(i)
+        if t is None:
+            t = self._tasks[i] = genie.Task.from_job(self.jobs[i])
+        return t
+
+    def _full_runtime(self, i: int, alloc: Allocation | None) -> float:
+        """Run time of the whole job at this allocation (GENIE Eq. 4 for GENIE tasks)."""
+        job = self.jobs[i]
+        multi = alloc is not None and len(alloc.grants) > 1
+        if job.model and alloc is not None and job.has_genie_task:
+            counts = [len(g.gpu_ids) for g in alloc.grants]
+            shape = Shape(len(counts), max(max(counts), 1))
+            self.shape[i] = (shape.d_node, shape.d_gpn)
+            rt = genie.latency(self._task(i), shape, self.modeldb.get(job.model))
+        else:
+            rt = job.duration or 0.0
+        if multi and alloc is not None and alloc.cross_switch and not self.recorded:
+            rt *= self.cfg.cross_switch_penalty
+        return rt
+
+    def _expected(self, i: int, alloc: Allocation | None) -> float:
+        """Expected run time for backfilling: predicted_duration if set, else duration/GENIE latency."""
+        pd = self.jobs[i].predicted_duration
+        if pd is not None:
+            return pd * self.frac_left[i]
+        return self._full_runtime(i, alloc) * self.frac_left[i]
+
+    # ---- starting and stopping ---------------------------------------------------------------
+    def _book(self, i: int, alloc: Allocation, sign: int) -> None:
+        """Allocate/release on the ClusterState and keep the engine's counters in step."""
+        cl = self.cluster
+        job = self.jobs[i]
+        whole = job.gpu_milli == 1000
+        if not whole:
+            free = cl.free_gpus
+            before = [int(free[g.node]) for g in alloc.grants]
+        if sign > 0:
+            cl.allocate(alloc)
+        else:
+            cl.release(alloc)
+            self.vc_version[self.node_vcidx[alloc.grants[0].node]] += 1
+        vc_free = self.vc_free
+        node_vcidx = self.node_vcidx
+        node_jobs = self.node_jobs
+        for k, g in enumerate(alloc.grants):
+            node = g.node
+            d = sign * -len(g.gpu_ids) if whole else int(free[node]) - before[k]
+            vc_free[node_vcidx[node]] += d
+            self.used_gpus -= d
+            nj = node_jobs[node]
+            if sign > 0:
+                if not nj:
+                    self.used_nodes += 1
+                nj.add(i)
+            else:
+                nj.discard(i)
+                if not nj:
+                    self.used_nodes -= 1
+        if job.model:
+            m = self.queues[node_vcidx[alloc.grants[0].node]].ctx.usage_by_model
+            m[job.model] = m.get(job.model, 0) + sign * job.gpus  # type: ignore[index]
+
+    def _start(self, i: int, alloc: Allocation | None, q: _Queue) -> None:
+        now = self.now
+        if alloc is not None:
+            self._book(i, alloc, +1)
+        self.alloc[i] = alloc
+        full = self._full_runtime(i, alloc)
+        seg = full * self.frac_left[i]
+        extra = 0.0
+        if self.preempt[i] > 0:
+            extra = self.cfg.preemption_overhead
+            self.overhead[i] += extra
+        wd = self.withdraw[i]
+        if wd is not None:
+            seg = max(0.0, min(seg, wd - now))
+        if math.isnan(self.start[i]):
+            self.start[i] = now
+            r = self.reservation[i]
+            if r == r and now > r + 1e-6:
+                self.violations += 1
+        self.seg_start[i] = now
+        self.seg_len[i] = seg + extra
+        if self.track_progress:
+            self.base_exec[i] = self.jobs[i].executed
+            self.base_att[i] = self.jobs[i].attained
+        self.state[i] = RUNNING
+        self.n_running += 1
+        q.running.add(i)
+        self.gen[i] += 1
+        self._push(now + seg + extra, EV_FINISH, i)
+        if q.is_mlfq:
+            d = mlfq_next_demotion(self.jobs[i])
+            if d is not None and d + extra < seg + extra:
+                self._push(now + extra + max(d, 0.0), EV_DEMOTE, i)
+        if alloc is not None:
+            self.nodes_used[i] = max(self.nodes_used[i], len(alloc.grants))
+            if alloc.cross_switch:
+                self.xswitch[i] = True
+
+    def _stop(self, i: int, finished: bool) -> None:
+        """End the current run segment (completion or preemption)."""
+        now = self.now
+        alloc = self.alloc[i]
+        ran = now - self.seg_start[i]
+        q = self.queues[self.vc_index[self.jobs[i].vc]]
+        q.running.discard(i)
+        self.n_running -= 1
+        job = self.jobs[i]
+        gpus = job.gpus if job.gpu_milli == 1000 else job.gpu_milli / 1000.0
+        if alloc is not None:
+            gpus = max(alloc.gpus, gpus if alloc.gpus == 0 else 0)
+            self._book(i, alloc, -1)
+            if self.cfg.record_segments:
+                for g in alloc.grants:
+                    self.segments.append((i, g.node, self.seg_start[i], now, len(g.gpu_ids)))
+        self.run_time[i] += ran
+        self.gpu_sec[i] += ran * gpus
+        self.alloc[i] = None
+        self.gen[i] += 1
+        if finished:
+            self.state[i] = DONE
+            self.end[i] = now
+            self.frac_left[i] = 0.0
+        else:
+            seg = self.seg_len[i]
+            overhead = self.cfg.preemption_overhead if self.preempt[i] > 0 else 0.0
+            useful = max(0.0, ran - overhead)
+            work = max(seg - overhead, 1e-12)
+            self.frac_left[i] *= max(0.0, 1.0 - useful / work)
+            job.executed = self.base_exec[i] + useful
+            job.attained = self.base_att[i] + useful * job.gpus
+            self.preempt[i] += 1
+            self.state[i] = WAITING
+            self.n_waiting += 1
+            self._enqueue(i, q)
+
+    def _sync_progress(self, q: _Queue) -> None:
+        """Refresh executed/attained of running jobs before a preemptive policy orders them."""
+        now = self.now
+        for i in q.running:
+            job = self.jobs[i]
+            ov = self.cfg.preemption_overhead if self.preempt[i] > 0 else 0.0
+            useful = max(0.0, now - self.seg_start[i] - ov)
+            job.executed = self.base_exec[i] + useful
+            job.attained = self.base_att[i] + useful * job.gpus
+
+    # ---- queues ------------------------------------------------------------------------------
+    def _enqueue(self, i: int, q: _Queue) -> None:
+        if q.static:
+            entry = (q.policy.key(self.jobs[i], q.ctx), i)  # type: ignore[attr-defined]
+            self.qentry[i] = entry
+            q.items.add(entry)
+        else:
+            q.waiting[i] = None
+        ln = len(q)
+        if ln > q.max_len:
+            q.max_len = ln
+
+    def _dequeue(self, i: int, q: _Queue) -> None:
+        if q.static:
+            q.items.remove(self.qentry[i])
+            self.qentry[i] = None
+        else:
+            del q.waiting[i]
+        self.n_waiting -= 1
+
+    def _fits_count(self, i: int, q_idx: int) -> bool:
+        """Cheap necessary conditions before calling the placer: enough free GPUs in the
+        partition, and not a request at least as large as one the placer already refused
+        since the partition last released anything (allocations only shrink free space,
+        and the placers are deterministic and monotone in the GPU count for plain requests)."""
+        j = self.jobs[i]
+        if j.gpu_milli < 1000:
+            return True
+        if j.gpus > self.vc_free[q_idx]:
+            return False
+        memo = self.vc_failed[q_idx]
+        if memo[0] != self.vc_version[q_idx] or not self._plain[i]:
+            return True
+        g = j.gpus
+        return not ((memo[1] <= g <= self.vc_node_max[q_idx]) or g in memo[2])
+
+    def _placement_failed(self, i: int, q_idx: int) -> None:
+        """Remember a refusal until the partition releases GPUs. Single-node requests are
+        monotone (no node has g free => none has g' > g free); multi-node ones only exact."""
+        if self._plain[i]:
+            cur = self.vc_version[q_idx]
+            memo = self.vc_failed[q_idx]
+            if memo[0] != cur:
+                memo = self.vc_failed[q_idx] = (cur, 1 << 62, set())
+            g = self.jobs[i].gpus
+            if g <= self.vc_node_max[q_idx]:
+                if g < memo[1]:
+                    self.vc_failed[q_idx] = (cur, g, memo[2])
+            else:
+                memo[2].add(g)
+
+    def _releases(self, q: _Queue) -> list[tuple[float, int]]:
+        """(expected end, GPUs) of the partition's running jobs: predicted_duration when set,
+        else the segment's true length (oracle durations, as EASY backfilling assumes)."""
+        out = []
+        for r in q.running:
+            pd = self.jobs[r].predicted_duration
+            length = self.seg_len[r] if pd is None else pd * self.frac_left[r]
+            out.append((self.seg_start[r] + length, self.jobs[r].gpus))
+        return out
+
+    def _schedule(self, qi: int) -> None:
+        q = self.queues[qi]
+        if not len(q) and not q.preemptive:
+            return
+        if q.preemptive:
+            self._schedule_preemptive(qi, q)
+        elif q.static and self.cfg.backfill == "none":
+            self._schedule_static(qi, q)
+        else:
+            self._schedule_general(qi, q)
+
+    def _schedule_static(self, qi: int, q: _Queue) -> None:
+        items = q.items
+        place = self.placer.place
+        while items:
+            i = items[0][1]
+            if not self._fits_count(i, qi):
+                return
+            alloc = place(self._request(i), self.cluster)
+            if alloc is None:
+                self._placement_failed(i, qi)
+                return
+            items.pop(0)
+            self.qentry[i] = None
+            self.n_waiting -= 1
+            self._start(i, alloc, q)
+
+    def _decisions(self, q: _Queue) -> list:
+        if q.static:
+            return [(self.jobs[i], None, None, "") for _, i in q.items]
+        q.ctx.now = self.now
+        ds = q.policy.order([self.jobs[i] for i in q.waiting], q.ctx)
+        return [(d.job, d.shape, d.blocked, d.queue) for d in ds]
+
+    def _schedule_general(self, qi: int, q: _Queue) -> None:
+        idx_of = self._idx_of
+        ds = self._decisions(q)
+        bf: Backfiller | None = None
+        blocked_sub: set[str] = set()
+        mode = self.cfg.backfill
+        for job, shape, blocked, sub in ds:
+            if blocked is not None:
+                continue
+            if sub in blocked_sub:
+                continue
+            i = idx_of[job.id]
+            alloc = None
+            if shape is not None or self._fits_count(i, qi):
+                alloc = self.placer.place(self._request(i, shape), self.cluster)
+                if alloc is None and shape is None:
+                    self._placement_failed(i, qi)
+            if bf is not None:
+                if alloc is None:
+                    continue
+                if not bf.admit(job.gpus, self.now + self._expected(i, alloc)):
+                    continue
+                self.backfilled[i] = True
+            elif alloc is None:
+                if mode == "none":
+                    blocked_sub.add(sub)
+                    if sub == "":
+                        return
+                    continue
+                factor = relax_factor(mode, self.cfg.relax_factor, len(q), max(q.max_len, 1))
+                bf = Backfiller.plan(job.gpus, job.submit_time, self.vc_free[qi], self._releases(q), self.now, factor)
+                if self.reservation[i] != self.reservation[i] and math.isfinite(bf.reservation):
+                    self.reservation[i] = bf.reservation
+                continue
+            self._dequeue(i, q)
+            self._start(i, alloc, q)
+
+    def _schedule_preemptive(self, qi: int, q: _Queue) -> None:
+        """Order waiting + running; keep the prefix that fits the partition; preempt the rest."""
+        self._sync_progress(q)
+        idx_of = self._idx_of
+        cands = [self.jobs[i] for i in q.waiting] + [self.jobs[i] for i in q.running]
+        if not q.waiting:
+            return
+        q.ctx.now = self.now
+        ds = q.policy.order(cands, q.ctx)
+        budget = q.gpus_total
+        desired: list[int] = []
+        keep: set[int] = set()
+        for d in ds:
+            i = idx_of[d.job.id]
+            if d.job.gpus <= budget:
+                budget -= d.job.gpus
+                keep.add(i)
+                desired.append(i)
+        if not any(i in q.waiting for i in desired):
+            return
+        for i in list(q.running):
+            if i not in keep:
+                self._stop(i, finished=False)
+        for i in desired:
+            if i in q.waiting:
+                alloc = self.placer.place(self._request(i), self.cluster)
+                if alloc is not None:
+                    self._dequeue(i, q)
+                    self._start(i, alloc, q)
+        # work-conserving fill: whatever still fits, in policy order (fragmentation may have
+        # kept a desired job out; its GPUs should not idle until the next event)
+        for d in ds:
+            i = idx_of[d.job.id]
+            if i in q.waiting and self._fits_count(i, qi):
+                alloc = self.placer.place(self._request(i), self.cluster)
+                if alloc is not None:
+                    self._dequeue(i, q)
+                    self._start(i, alloc, q)
+
+    # ---- migration (AnalySIM §3.1) -----------------------------------------------------------
+    def _migrate(self, qi: int) -> None:
+        """After a completion: try to empty the least-used partially used node of this partition
+        by moving its (single-node) jobs elsewhere with best fit; undo if it does not free the node."""
+        cl = self.cluster
+        part = (cl.vc_id == qi) & (cl.free_gpus > 0) & (cl.free_gpus < cl.gpu_cap)
+        nodes = [int(n) for n in np.flatnonzero(part) if self.node_jobs[n]]
+        if len(nodes) < 2:
+            return
+        target = min(nodes, key=lambda n: (int(cl.gpu_cap[n] - cl.free_gpus[n]), n))
+        movers = sorted(self.node_jobs[target])
+        if any(self.alloc[i] is None or len(self.alloc[i].grants) != 1 for i in movers):  # type: ignore[union-attr]
+            return
+        old = {i: self.alloc[i] for i in movers}
+        for i in movers:
+            cl.release(old[i])  # type: ignore[arg-type]
+        from qosmos.extender.core.placement import BestFit
+
+        bestfit = BestFit()
+        new: dict[int, Allocation] = {}
+        ok = True
+        for i in movers:
+            a = bestfit.place(self._request(i), cl)
+            if a is None or target in a.nodes:
+                ok = False
+                break
+            cl.allocate(a)
+            new[i] = a
+        for a in new.values():
+            cl.release(a)
+        for i in movers:
+            cl.allocate(old[i])  # type: ignore[arg-type]
+        if not ok:
+            return
+        q = self.queues[qi]
+        for i in movers:  # stop and restart on the new nodes, paying the overhead
+            self._stop(i, finished=False)
+            self._dequeue(i, q)
+            self.migrations += 1
+            self._start(i, new[i], q)
+
+    # ---- main loop ---------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        for _ in self.loop():
+            pass
+        return self.result
+
+    def loop(self):  # type: ignore[no-untyped-def]
+        """The event loop as a generator. With ``external=True`` it yields at each instant where
+        jobs wait instead of calling the policy (the gym environment decides); else never yields."""
+        t_wall = time.perf_counter()
+        self._admissible()
+        jobs = self.jobs
+        self._idx_of = {j.id: i for i, j in enumerate(jobs)}
+        if len(self._idx_of) != len(jobs):
+            raise InvalidInput("trace", "job ids", "job ids must be unique")
+        order = [i for i in self.order if self.state[i] != REJECTED]
+        rec_start = self.trace.recorded_start
+        if self.recorded:
+            for i in order:
+                s = rec_start[i]
+                if s is not None:
+                    self._push(s, EV_RSTART, i)
+                elif self.withdraw[i] is not None:
+                    self._push(self.withdraw[i], EV_WITHDRAW, i)  # type: ignore[arg-type]
+        if self.cfg.tick > 0 and order:
+            self._push(jobs[order[0]].submit_time + self.cfg.tick, EV_TICK, -1)
+        ev = self.events
+        pos = 0
+        n_order = len(order)
+        dirty: set[int] = set()
+        qidx = [self.vc_index.get(j.vc, 0) for j in jobs]
+        last_t = jobs[order[0]].submit_time if order else 0.0
+        done_count = 0
+        prog_every = max(1, n_order // 200)
+        migrate = self.cfg.migration
+        while True:
+            t_arr = jobs[order[pos]].submit_time if pos < n_order and not self.recorded else math.inf
+            t_ev = ev[0][0] if ev else math.inf
+            t = t_arr if t_arr < t_ev else t_ev
+            if t == math.inf:
+                break
+            # time-weighted fragmentation (used GPUs / used nodes, AnalySIM §4.2)
+            if self.used_nodes:
+                dt = t - last_t
+                self.frag_integral += dt * self.used_gpus / self.used_nodes
+                self.frag_time += dt
+            self.job_time += (t - last_t) * (self.n_waiting + self.n_running)
+            last_t = t
+            self.now = t
+            finished_q: set[int] = set()
+            while ev and ev[0][0] == t:
+                _, kind, _, i, g = heapq.heappop(ev)
+                if kind == EV_TICK:
+                    dirty.update(range(len(self.queues)))
+                    if pos < n_order or self.n_running or self.n_waiting:
+                        self._push(t + self.cfg.tick, EV_TICK, -1)
+                    continue
+                if g != self.gen[i] and kind != EV_RSTART and kind != EV_WITHDRAW:
+                    continue
+                qi = qidx[i]
+                if kind == EV_FINISH:
+                    if self.state[i] != RUNNING:
+                        continue
+                    self._stop(i, finished=True)
+                    done_count += 1
+                    dirty.add(qi)
+                    finished_q.add(qi)
+                elif kind == EV_DEMOTE:
+                    if self.state[i] == RUNNING:
+                        dirty.add(qi)
+                elif kind == EV_WITHDRAW:
+                    if self.state[i] == WAITING:
+                        self._dequeue(i, self.queues[qi])
+                        self.state[i] = WITHDRAWN
+                        done_count += 1
+                    elif self.state[i] == FUTURE and self.recorded:
+                        self.state[i] = WITHDRAWN
+                        done_count += 1
+                elif kind == EV_RSTART:
+                    self._recorded_start(i)
+            while pos < n_order and not self.recorded and jobs[order[pos]].submit_time == t:
+                i = order[pos]
+                pos += 1
+                qi = qidx[i]
+                self.state[i] = WAITING
+                self.n_waiting += 1
+                self._enqueue(i, self.queues[qi])
+                if self.withdraw[i] is not None:
+                    self._push(self.withdraw[i], EV_WITHDRAW, i)  # type: ignore[arg-type]
+                dirty.add(qi)
+            if migrate:
+                for qi in finished_q:
+                    self._migrate(qi)
+            if self.external:
+                if self.n_waiting:
+                    yield t
+            elif not self.recorded:
+                for qi in sorted(dirty):
+                    self._schedule(qi)
+            dirty.clear()
+            self.sampler.add(t, self.used_gpus, self.used_nodes, self.n_waiting, self.n_running)
+            if self.progress is not None and done_count % prog_every == 0:
+                self.progress(done_count, n_order)
+        if self.progress is not None:
+            self.progress(n_order, n_order)
+        for i in range(self.n):
+            if self.state[i] == WAITING:
+                self.notes.append(f"job {jobs[i].id} never started (stuck in queue)")
+                break
+        self.result = SimResult(
+            trace=self.trace,
+            config=self.cfg,
+            state=self.state,
+            start=self.start,
+            end=self.end,
+            run_time=self.run_time,
+            gpu_seconds=self.gpu_sec,
+            nodes_used=self.nodes_used,
+            preemptions=self.preempt,
+            overhead_s=self.overhead,
+            cross_switch=self.xswitch,
+            shape=self.shape,
+            reservation=self.reservation,
+            backfilled=self.backfilled,
+            segments=self.segments,
+            samples=self.sampler.data,
+            total_gpus=int(self.cluster.gpu_cap.sum()),
+            node_names=[nd.name for nd in self.cluster.nodes],
+            node_gpus=[nd.gpus for nd in self.cluster.nodes],
+            node_vc=[nd.vc for nd in self.cluster.nodes],
+            rejected_reasons=self.rejected,
+            violations=self.violations,
+            overcommitted=self.overcommitted,
+            migrations=self.migrations,
+            wall_s=time.perf_counter() - t_wall,
+            frag_integral=self.frag_integral,
+            frag_time=self.frag_time,
+            notes=self.notes,
+        )
+
+    def waiting_jobs(self) -> list[int]:
+        """Indices of waiting jobs, arrival order per partition (for external deciders)."""
+        out: list[int] = []
+        for q in self.queues:
+            out += [i for _, i in q.items] if q.static else list(q.waiting)
+        return out
+
+    def try_start(self, i: int) -> bool:
+        """Start waiting job ``i`` now if the placer finds room (external deciders, gym)."""
+        if self.state[i] != WAITING:
+            return False
+        qi = self.vc_index[self.jobs[i].vc]
+        q = self.queues[qi]
+        if not self._fits_count(i, qi):
+            return False
+        alloc = self.placer.place(self._request(i), self.cluster)
+        if alloc is None:
+            return False
+        self._dequeue(i, q)
+        self._start(i, alloc, q)
+        return True
+
+    def _recorded_start(self, i: int) -> None:
+        """Fidelity mode: start at the recorded time on any nodes the placer finds, else unplaced."""
+        q = self.queues[self.vc_index[self.jobs[i].vc]]
+        self.state[i] = WAITING
+        self.n_waiting += 1
+        self._enqueue(i, q)
+        self._dequeue(i, q)
+        alloc = None
+        if self._fits_count(i, self.vc_index[self.jobs[i].vc]):
+            alloc = self.placer.place(self._request(i), self.cluster)
+        if alloc is None:
+            self.overcommitted += 1
+        end = self.trace.recorded_end[i]
+        self._start(i, alloc, q)
+        if end is not None:  # run exactly the recorded time
+            self.gen[i] += 1
+            self.seg_len[i] = end - self.now
+            self._push(end, EV_FINISH, i)
+
+
+def simulate(
+    trace: Trace, config: SimConfig, modeldb: ModelDB | None = None, progress: Callable[[int, int], None] | None = None
+) -> SimResult:
+    return Simulator(trace, config, modeldb, progress).run()
+
+
+__all__ = ["PLACEMENTS", "POLICIES", "SimConfig", "SimResult", "Simulator", "np", "simulate"]

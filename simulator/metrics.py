@@ -1,0 +1,190 @@
+"""Metrics of a simulated run (Helios §4.2.3 Tables 3-4, GENIE §7.1 Eq. 14-16, AnalySIM §4, seed 004 §VI).
+
+Computed over finished jobs (state DONE); withdrawn and rejected jobs are counted apart.
+JCT = end − submit; queuing delay = first start − submit; a job is *queued* when it waited
+more than 0 s. QoS-guarantee % (Eq. 14) and normalised latency (Eq. 16) only over jobs
+with a GENIE task; null otherwise. GPU utilisation = GPU-seconds used / (GPUs × makespan).
+Fragmentation = time-weighted used GPUs / used nodes (AnalySIM Fig. 4(c)). Bounded
+slowdown = max(1, JCT / max(run, 10 s)) (seed 004 §VI-B).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from qosmos.extender.core import genie
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.types import Shape
+from qosmos.simulator.engine import DONE, REJECTED, WITHDRAWN, SimResult
+
+SHORT_S, LONG_S = 15 * 60.0, 6 * 3600.0  # Helios Table 4 job-length groups
+BSLD_TAU = 10.0
+
+
+def _stats(x: np.ndarray, prefix: str) -> dict[str, float | None]:
+    if x.size == 0:
+        return {f"avg_{prefix}": None, f"median_{prefix}": None, f"p95_{prefix}": None, f"p99_{prefix}": None}
+    return {
+        f"avg_{prefix}": float(x.mean()),
+        f"median_{prefix}": float(np.median(x)),
+        f"p95_{prefix}": float(np.percentile(x, 95)),
+        f"p99_{prefix}": float(np.percentile(x, 99)),
+    }
+
+
+def job_table(res: SimResult) -> dict[str, np.ndarray]:
+    """Per-finished-job arrays: index, submit, start, end, jct, queue, run, gpus."""
+    idx = np.array([i for i, s in enumerate(res.state) if s == DONE], dtype=np.int64)
+    jobs = res.trace.jobs
+    submit = np.array([jobs[i].submit_time for i in idx], float)
+    start = np.array([res.start[i] for i in idx], float)
+    end = np.array([res.end[i] for i in idx], float)
+    return {
+        "idx": idx,
+        "submit": submit,
+        "start": start,
+        "end": end,
+        "jct": end - submit,
+        "queue": start - submit,
+        "run": np.array([res.run_time[i] for i in idx], float),
+        "gpus": np.array([jobs[i].gpus for i in idx], float),
+    }
+
+
+def qos_metrics(res: SimResult, idx: Sequence[int], modeldb: ModelDB | None = None) -> dict[str, float | None]:
+    """QoS-guarantee % (Eq. 14, with genie.deadline) and mean normalised latency (Eq. 15-16)."""
+    db = modeldb or ModelDB.builtin()
+    jobs = res.trace.jobs
+    ok = total = 0
+    norm: list[float] = []
+    for i in idx:
+        j = jobs[i]
+        if not j.has_genie_task:
+            continue
+        task = genie.Task.from_job(j)
+        prof = db.get(j.model)
+        total += 1
+        if genie.qos_guaranteed(res.end[i], genie.deadline(task, prof)):
+            ok += 1
+        wall = res.end[i] - j.submit_time
+        norm.append(genie.normalized_latency(wall, genie.latency(task, Shape(1, 1), prof)))
+    if total == 0:
+        return {"qos_guarantee": None, "normalized_latency": None, "genie_jobs": 0}
+    return {"qos_guarantee": 100.0 * ok / total, "normalized_latency": float(np.mean(norm)), "genie_jobs": total}
+
+
+def _group_summary(t: dict[str, np.ndarray], sel: np.ndarray) -> dict[str, float | int | None]:
+    jct, q = t["jct"][sel], t["queue"][sel]
+    return {
+        "jobs": int(sel.sum()),
+        "avg_jct_s": float(jct.mean()) if jct.size else None,
+        "avg_queue_s": float(q.mean()) if q.size else None,
+        "queued_jobs": int((q > 0).sum()),
+    }
+
+
+def size_group(g: float) -> str:
+    if g <= 1:
+        return "1" if g == 1 else "0"
+    if g <= 4:
+        return "2-4"
+    if g <= 8:
+        return "5-8"
+    return ">8"
+
+
+def length_group(run: float) -> str:
+    return "short" if run < SHORT_S else "long" if run > LONG_S else "middle"
+
+
+def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, object]:
+    """The summary.json dictionary."""
+    t = job_table(res)
+    jobs = res.trace.jobs
+    out: dict[str, object] = {"jobs": int(t["idx"].size)}
+    out.update(_stats(t["jct"], "jct_s"))
+    out.update(_stats(t["queue"], "queue_s"))
+    out["queued_jobs"] = int((t["queue"] > 0).sum())
+    out.update(qos_metrics(res, t["idx"].tolist(), modeldb))
+    if t["idx"].size:
+        makespan = float(
+            t["end"].max() - min(jobs[i].submit_time for i in range(len(jobs)) if res.state[i] != REJECTED)
+        )
+    else:
+        makespan = 0.0
+    out["makespan_s"] = makespan
+    used = float(sum(res.gpu_seconds))
+    out["gpu_seconds"] = used
+    out["gpu_utilization"] = used / (res.total_gpus * makespan) if makespan > 0 and res.total_gpus else None
+    out["fragmentation"] = res.frag_integral / res.frag_time if res.frag_time > 0 else None
+    bsld = np.maximum(1.0, t["jct"] / np.maximum(t["run"], BSLD_TAU)) if t["idx"].size else np.array([])
+    out["avg_bounded_slowdown"] = float(bsld.mean()) if bsld.size else None
+    out["backfill_violations"] = res.violations
+    out["backfilled_jobs"] = int(sum(res.backfilled))
+    out["preemptions"] = int(sum(res.preemptions))
+    out["migrations"] = res.migrations
+    out["preemption_overhead_s"] = float(sum(res.overhead_s))
+    out["cross_switch_jobs"] = int(sum(res.cross_switch))
+    out["withdrawn_jobs"] = sum(1 for s in res.state if s == WITHDRAWN)
+    out["rejected_jobs"] = sum(1 for s in res.state if s == REJECTED)
+    out["rejected_reasons"] = res.rejected_reasons
+    out["unfinished_jobs"] = sum(1 for s in res.state if s not in (DONE, WITHDRAWN, REJECTED))
+    out["recorded_overcommitted"] = res.overcommitted
+    out["total_gpus"] = res.total_gpus
+    out["nodes"] = len(res.node_names)
+    out["wall_s"] = res.wall_s
+    out["jobs_per_s"] = out["jobs"] / res.wall_s if res.wall_s > 0 else None  # type: ignore[operator]
+    # breakdowns
+    vcs = np.array([jobs[i].vc for i in t["idx"]], dtype=object)
+    out["by_vc"] = {vc: _group_summary(t, vcs == vc) for vc in sorted(set(vcs.tolist()))}
+    sg = np.array([size_group(g) for g in t["gpus"]], dtype=object)
+    out["by_size"] = {k: _group_summary(t, sg == k) for k in ("0", "1", "2-4", "5-8", ">8") if (sg == k).any()}
+    lg = np.array([length_group(r) for r in t["run"]], dtype=object)
+    out["by_length"] = {k: _group_summary(t, lg == k) for k in ("short", "middle", "long") if (lg == k).any()}
+    c = res.config
+    out["config"] = {
+        "trace": res.trace.name,
+        "policy": c.policy,
+        "placement": c.placement,
+        "backfill": c.backfill,
+        "relax_factor": c.relax_factor,
+        "preemption_overhead_s": c.preemption_overhead,
+        "migration": c.migration,
+        "cross_switch_penalty": c.cross_switch_penalty,
+        "partition_policy": c.partition_policy,
+        "seed": c.seed,
+    }
+    out["notes"] = res.notes
+    return _clean(out)  # type: ignore[return-value]
+
+
+def recorded_stats(res_or_trace: object) -> dict[str, float | None]:
+    """JCT/queue statistics straight from a trace's recorded times (for fidelity checks)."""
+    trace = getattr(res_or_trace, "trace", res_or_trace)
+    jct, q = [], []
+    for j, s, e in zip(trace.jobs, trace.recorded_start, trace.recorded_end, strict=True):  # type: ignore[attr-defined]
+        if s is None or e is None:
+            continue
+        jct.append(e - j.submit_time)
+        q.append(s - j.submit_time)
+    a, b = np.array(jct, float), np.array(q, float)
+    out: dict[str, float | None] = {"jobs": float(a.size)}
+    out.update(_stats(a, "jct_s"))
+    out.update(_stats(b, "queue_s"))
+    out["queued_jobs"] = float((b > 0).sum())
+    return out
+
+
+def _clean(x: object) -> object:
+    """JSON-safe: NaN/inf become None, numpy scalars become Python numbers."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

@@ -1,0 +1,176 @@
+"""Engine semantics: fidelity, determinism, preemption, backfill, migration, topology, gym."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from qosmos.simulator.engine import DONE, SimConfig, simulate
+from qosmos.simulator.gym_env import SchedulingEnv
+from qosmos.simulator.metrics import recorded_stats, summarize
+from qosmos.simulator.traces import load_helios, load_native, load_trace
+
+from .conftest import write
+from .test_loaders import HELIOS
+
+KEYS = (
+    "jobs",
+    "avg_jct_s",
+    "median_jct_s",
+    "p95_jct_s",
+    "p99_jct_s",
+    "avg_queue_s",
+    "median_queue_s",
+    "p95_queue_s",
+    "queued_jobs",
+)
+
+
+def _same(a: dict, b: dict) -> None:
+    for k in KEYS:
+        assert a[k] == pytest.approx(b[k], abs=1e-6), k
+
+
+def test_fidelity_openb_sample() -> None:
+    tr = load_trace("builtin:openb-sample")
+    s = summarize(simulate(tr, SimConfig(policy="recorded")))
+    _same(s, recorded_stats(tr))
+    assert s["jobs"] == 909 and s["withdrawn_jobs"] == 91
+
+
+def test_fidelity_helios(tmp_path: Path) -> None:
+    write(tmp_path / "cluster_log.csv", HELIOS)
+    tr = load_helios(tmp_path)
+    s = summarize(simulate(tr, SimConfig(policy="recorded")))
+    _same(s, recorded_stats(tr))
+    assert s["avg_queue_s"] == pytest.approx((10 + 0 + 180) / 3)
+
+
+def test_determinism() -> None:
+    a = summarize(simulate(load_trace("builtin:genie", density=20, seed=5), SimConfig(policy="qssf", seed=5)))
+    b = summarize(simulate(load_trace("builtin:genie", density=20, seed=5), SimConfig(policy="qssf", seed=5)))
+    for k in ("avg_jct_s", "avg_queue_s", "makespan_s", "qos_guarantee", "fragmentation"):
+        assert a[k] == b[k]
+
+
+def test_preemption_overhead_srtf(tiny) -> None:  # type: ignore[no-untyped-def]
+    # A runs 0-50, B (10 s) arrives at 50 and preempts A; A resumes at 60 with 50 s left + 8 s overhead
+    res = simulate(load_native(tiny("id,submit,gpus,duration\nA,0,1,100\nB,50,1,10")), SimConfig(policy="srtf"))
+    assert res.start[1] == 50 and res.end[1] == 60
+    assert res.end[0] == pytest.approx(118) and res.preemptions[0] == 1 and res.overhead_s[0] == 8
+    s = summarize(res)
+    assert s["preemptions"] == 1 and s["preemption_overhead_s"] == 8
+
+
+def test_mlfq_demotes_and_preempts(tiny) -> None:  # type: ignore[no-untyped-def]
+    # A attains 3250 GPU-s at t=3250 and drops to queue 1; B (queue 0) waiting since 100 takes the GPU
+    res = simulate(
+        load_native(tiny("id,submit,gpus,duration\nA,0,1,5000\nB,100,1,10")),
+        SimConfig(policy="mlfq", preemption_overhead=0),
+    )
+    assert res.start[1] == pytest.approx(3250) and res.end[0] == pytest.approx(5010)
+
+
+def test_backfill_easy_respects_reservation(tiny) -> None:  # type: ignore[no-untyped-def]
+    jobs = "id,submit,gpus,duration\nA,0,1,100\nH,1,2,10\nC,2,1,50\nD,3,1,200"
+    nodes = "name,gpus\nn0,2"
+    res = simulate(load_native(tiny(jobs, nodes)), SimConfig(backfill="easy"))
+    assert res.backfilled[2] and res.start[2] == 2  # C ends at 52 <= reservation 100
+    assert res.start[1] == pytest.approx(100) and res.reservation[1] == pytest.approx(100)  # head on time
+    assert not res.backfilled[3] and res.start[3] >= 100  # D would overrun the reservation
+    assert summarize(res)["backfill_violations"] == 0
+    plain = simulate(load_native(tiny(jobs, nodes)), SimConfig(backfill="none"))
+    assert plain.start[2] == pytest.approx(110)  # FIFO: C waits behind the head
+
+
+@pytest.mark.parametrize("mode", ["relaxed", "adaptive"])
+def test_backfill_relaxed_modes_run(tiny, mode) -> None:  # type: ignore[no-untyped-def]
+    jobs = "id,submit,gpus,duration\nA,0,1,100\nH,1,2,10\nC,2,1,105"
+    res = simulate(load_native(tiny(jobs, "name,gpus\nn0,2")), SimConfig(backfill=mode, relax_factor=1.0))
+    assert all(s == DONE for s in res.state)
+
+
+def test_cross_switch_penalty(tiny) -> None:  # type: ignore[no-untyped-def]
+    nodes = "name,gpus,switch\nn0,1,s0\nn1,1,s1"
+    res = simulate(load_native(tiny("id,submit,gpus,duration\nA,0,2,100", nodes)), SimConfig(cross_switch_penalty=1.5))
+    assert res.end[0] == pytest.approx(150) and res.cross_switch[0]
+    nodes = "name,gpus,switch\nn0,1,s0\nn1,1,s0"
+    res = simulate(load_native(tiny("id,submit,gpus,duration\nA,0,2,100", nodes)), SimConfig(cross_switch_penalty=1.5))
+    assert res.end[0] == pytest.approx(100)
+
+
+def test_partitions_have_own_queues(tiny) -> None:  # type: ignore[no-untyped-def]
+    nodes = "name,gpus,vc\nn0,1,a\nn1,1,b"
+    jobs = "id,submit,gpus,duration,vc\nA,0,1,100,a\nB,1,1,10,a\nC,1,1,10,b\nD,2,1,1,a"
+    res = simulate(load_native(tiny(jobs, nodes)), SimConfig(partition_policy={"a": "sjf"}))
+    assert res.start[2] == 1  # C runs in b at once
+    assert res.start[3] == 100 and res.start[1] == 101  # SJF inside a: D (1 s) before B (10 s)
+
+
+def test_migration_frees_node(tiny) -> None:  # type: ignore[no-untyped-def]
+    # best fit puts A and B on n0, C on n1; when B ends at 10, A moves to n1 (8 s overhead)
+    # and the 2-GPU job D starts on the emptied n0 at once instead of waiting until 1000
+    nodes = "name,gpus\nn0,2\nn1,2"
+    jobs = "id,submit,gpus,duration\nA,0,1,1000\nB,0,1,10\nC,1,1,1000\nD,2,2,5"
+    res = simulate(load_native(tiny(jobs, nodes)), SimConfig(placement="best-fit", migration=True))
+    assert res.start[3] == pytest.approx(10) and res.end[0] == pytest.approx(1008)
+    assert res.migrations == 1 and res.preemptions[0] == 1
+    plain = simulate(load_native(tiny(jobs, nodes)), SimConfig(placement="best-fit"))
+    assert plain.start[3] == pytest.approx(1000)
+
+
+def test_genie_runtime_from_model(tiny) -> None:  # type: ignore[no-untyped-def]
+    from qosmos.extender.core import genie
+    from qosmos.extender.core.modeldb import ModelDB
+    from qosmos.extender.core.types import Shape
+
+    res = simulate(
+        load_native(tiny("id,submit,gpus,model,batch,iters\nA,0,2,LSTM,128,1000", "name,gpus\nn0,4")), SimConfig()
+    )
+    lat = genie.latency(genie.Task("LSTM", 128, 1000), Shape(1, 2), ModelDB.builtin().get("LSTM"))
+    assert res.end[0] == pytest.approx(lat) and res.shape[0] == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "policy", ["swaf", "tetris-perf", "tetris-cer", "capacity", "minmin", "wfair", "las", "mlfq", "srtf", "sjf", "qssf"]
+)
+def test_every_policy_finishes_genie(policy: str) -> None:
+    tr = load_trace("builtin:genie", density=10, seed=2)
+    res = simulate(tr, SimConfig(policy=policy, placement="cer"))
+    assert all(s == DONE for s in res.state)
+
+
+def test_rejects_jobs_that_never_fit(tiny) -> None:  # type: ignore[no-untyped-def]
+    res = simulate(load_native(tiny("id,submit,gpus,duration\nA,0,4,10\nB,0,1,10")), SimConfig())
+    s = summarize(res)
+    assert s["rejected_jobs"] == 1 and s["jobs"] == 1
+
+
+def test_gym_env_runs_to_completion() -> None:
+    env = SchedulingEnv(lambda: load_trace("builtin:genie", density=10, seed=1))
+    obs = env.reset()
+    done, total, info = False, 0.0, {}
+    while not done:
+        fits = obs["queue"][:, 3]
+        action = int(fits.argmax()) if fits.any() else -1
+        obs, reward, done, info = env.step(action)
+        total += reward
+    assert total < 0 and all(s == DONE for s in info["result"].state)
+
+
+def test_free_gpu_respects_cpu_shares(tiny) -> None:  # type: ignore[no-untyped-def]
+    # both nodes have 4 free GPUs; only n1 has the CPU for the job: free-gpu must pick n1, not give up
+    nodes = "name,gpus,cpu_milli,memory_mib\nn0,4,2000,1000\nn1,4,8000,1000"
+    res = simulate(
+        load_native(tiny("id,submit,gpus,duration,cpu_milli\nA,0,2,10,4000", nodes)), SimConfig(placement="free-gpu")
+    )
+    assert res.state[0] == DONE and res.start[0] == 0
+
+
+def test_fidelity_native_start_equals_submit(tiny) -> None:  # type: ignore[no-untyped-def]
+    # the first job starts the instant it is submitted; the second one waited 5 s
+    tr = load_native(tiny("id,submit,gpus,duration,start,end\nA,0,1,10,0,10\nB,2,1,3,7,10", "name,gpus\nn0,1"))
+    res = simulate(tr, SimConfig(policy="recorded"))
+    s = summarize(res)
+    _same(s, recorded_stats(tr))
+    assert s["avg_queue_s"] == pytest.approx(2.5) and s["recorded_overcommitted"] == 1  # B overlaps A on 1 GPU
