@@ -46,6 +46,7 @@ class ClusterState:
         self.switch_id = np.array([switches.index(nd.switch) for nd in self.nodes], dtype=np.int64)
         self.n_switches = len(switches)
         self._masks: dict[tuple[str | None, tuple[str, ...]], np.ndarray] = {}
+        self._biggest: dict[tuple[str | None, tuple[str, ...]], int] = {}
 
     # ---- views ---------------------------------------------------------------------------
     @property
@@ -74,6 +75,15 @@ class ClusterState:
             mask.setflags(write=False)
             self._masks[key] = mask
         return mask
+
+    def biggest_node(self, vc: str | None, gpu_models: tuple[str, ...] = ()) -> int:
+        """GPUs of the largest node a request may use (static, so cached per partition)."""
+        key = (vc, gpu_models)
+        size = self._biggest.get(key)
+        if size is None:
+            mask = self.eligible(vc, gpu_models)
+            size = self._biggest[key] = int(self.gpu_cap[mask].max()) if mask.any() else 0
+        return size
 
     def capacity(self, vc: str | None, gpu_models: tuple[str, ...] = ()) -> int:
         """GPUs the request's partition has in all (free or not)."""

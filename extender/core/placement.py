@@ -46,8 +46,7 @@ def default_shape(req: PlacementRequest, cluster: ClusterState) -> Shape:
         if req.gpus % req.nodes:
             raise InvalidInput("nodes", req.nodes, f"{req.gpus} GPUs do not split evenly over {req.nodes} nodes")
         return Shape(req.nodes, req.gpus // req.nodes)
-    mask = cluster.eligible(req.vc, req.gpu_models)
-    biggest = int(cluster.gpu_cap[mask].max()) if mask.any() else 0
+    biggest = cluster.biggest_node(req.vc, req.gpu_models)
     if biggest <= 0 or req.gpus <= biggest:
         return Shape(1, max(req.gpus, 1))
     d_node = -(-req.gpus // biggest)
