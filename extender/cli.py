@@ -1,4 +1,4 @@
-"""CLI commands of the extender component: ``qosmos explain``."""
+"""CLI commands of the extender component: ``qosmos explain``, ``qosmos extender serve``, ``qosmos bench``."""
 
 from __future__ import annotations
 
@@ -86,5 +86,85 @@ def _fmt(x: float | None, digits: int) -> str:
     return "inf" if x is None else f"{x:.{digits}f}"
 
 
+extender_app = typer.Typer(
+    help="The scheduler extender (HTTP for kube-scheduler, gRPC for qosmos).", no_args_is_help=True
+)
+bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
+
+
+@extender_app.command("serve")
+def serve(
+    config: Annotated[str | None, typer.Option(help="YAML config file (keys as the flags, with _)")] = None,
+    kubeconfig: Annotated[
+        str | None, typer.Option(help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    ] = None,
+    http_host: Annotated[str | None, typer.Option(help="HTTP listen address [0.0.0.0]")] = None,
+    http_port: Annotated[int | None, typer.Option(help="HTTP port for kube-scheduler [8888]")] = None,
+    grpc_port: Annotated[int | None, typer.Option(help="gRPC port [9090]; 0 any free port, -1 disables")] = None,
+    placer: Annotated[str | None, typer.Option(help="core placer deciding the planned nodes [cer]")] = None,
+    assume_ttl_s: Annotated[
+        float | None, typer.Option(help="seconds an assumed (not yet seen bound) pod holds GPUs [30]")
+    ] = None,
+    log_level: Annotated[str | None, typer.Option(help="log level [INFO]")] = None,
+) -> None:
+    """Serve /filter, /prioritize, /bind, /healthz, /readyz, /metrics and the gRPC API. Env: QOSMOS_EXTENDER_*."""
+    from qosmos.extender.config import ExtenderConfig
+    from qosmos.extender.runner import serve as run
+
+    try:
+        cfg = ExtenderConfig.load(
+            config,
+            kubeconfig=kubeconfig,
+            http_host=http_host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            placer=placer,
+            assume_ttl_s=assume_ttl_s,
+            log_level=log_level,
+        )
+    except InvalidInput as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    run(cfg)
+
+
+@bench_app.command("extender")
+def bench_extender(
+    nodes: Annotated[int, typer.Option(help="nodes in the cache (openb nodes, repeated past 1,523)")] = 1523,
+    requests: Annotated[int, typer.Option(help="pods; each sends one /filter and one /prioritize")] = 1000,
+    assume: Annotated[
+        bool, typer.Option(help="hold GPUs of prioritized pods (fills the cluster over a long run)")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """HTTP /filter + /prioritize latency at N nodes vs a bare JSON echo server (the floor)."""
+    from qosmos.extender.bench import bench_extender as run
+
+    if nodes < 1 or requests < 1:
+        typer.echo("error: --nodes and --requests must be >= 1", err=True)
+        raise typer.Exit(2)
+    result = run(nodes=nodes, requests=requests, assume=assume)
+    typer.echo(json.dumps(result, indent=None if as_json else 2))
+
+
+@bench_app.command("scheduling")
+def bench_scheduling(
+    pods: Annotated[int, typer.Option(help="openb GPU pods to schedule in each run")] = 1000,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for each run")] = 300.0,
+    noop_floor: Annotated[bool, typer.Option(help="also run a protocol-only extender (the throughput floor)")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Scheduling throughput on 1,523 fake openb nodes: qosmos-scheduler (extender) vs the default profile."""
+    from qosmos.extender.bench import bench_scheduling as run
+
+    if pods < 2:
+        typer.echo("error: --pods must be >= 2", err=True)
+        raise typer.Exit(2)
+    result = run(pods=pods, timeout=timeout, noop_floor=noop_floor)
+    typer.echo(json.dumps(result, indent=None if as_json else 2))
+
+
 def register(app: typer.Typer) -> None:
     app.command("explain")(explain)
+    app.add_typer(extender_app, name="extender")
+    app.add_typer(bench_app, name="bench")

@@ -164,7 +164,9 @@ class CESForecaster:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rows (origin, h) for h = 1..horizon: X, target index, origin index."""
         if cal is None:
-            cal = _calendar(np.concatenate([slot_minutes, slot_minutes[-1] + SLOT_MIN * np.arange(1, self.horizon + 1)]))
+            cal = _calendar(
+                np.concatenate([slot_minutes, slot_minutes[-1] + SLOT_MIN * np.arange(1, self.horizon + 1)])
+            )
         base = self.origin_features(slot_minutes, y)
         n_lag = len(LAGS)
         rows = []
@@ -382,7 +384,9 @@ def run_ces(
     grid, act = per_minute(minutes, active)
     _, tot = per_minute(minutes, total)
     if eval_from < grid[0] or eval_to > grid[-1] + 1 or train_until <= grid[0] + 1440:
-        raise InvalidInput("dates", (train_until, eval_from, eval_to), "outside the series or less than a day of training")
+        raise InvalidInput(
+            "dates", (train_until, eval_from, eval_to), "outside the series or less than a day of training"
+        )
     slots, y = to_slots(grid, act)
     until_slot = int((train_until - slots[0]) // SLOT_MIN)
     t0 = time.perf_counter()
@@ -460,7 +464,14 @@ def plot_ces(arrays: dict[str, np.ndarray], path: Path, title: str = "Cluster En
     ax.plot(dt(arrays["minute"]), arrays["total"], color="tab:red", lw=1.5, label="Total nodes")
     ax.plot(dt(arrays["minute"]), arrays["ces_active"], color="tab:green", lw=1.2, label="Active nodes with CES")
     ax.plot(dt(arrays["minute"]), arrays["running"], "--", color="tab:blue", lw=0.8, label="Running nodes (actual)")
-    ax.plot(dt(arrays["pred_slot_minute"]), arrays["pred_next"], "--", color="tab:orange", lw=0.8, label="Prediction (10 min ahead)")
+    ax.plot(
+        dt(arrays["pred_slot_minute"]),
+        arrays["pred_next"],
+        "--",
+        color="tab:orange",
+        lw=0.8,
+        label="Prediction (10 min ahead)",
+    )
     ax.set_ylabel("# of nodes")
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d"))
     ax.legend(loc="lower left", ncol=4, fontsize=8)

@@ -14,8 +14,12 @@ from qosmos.extender.core.errors import InvalidInput
 from rich.console import Console
 from rich.table import Table
 
-predict_app = typer.Typer(help="Predictors: QSSF durations, CES node forecasts, elapsed-time run times.", no_args_is_help=True)
-profile_app = typer.Typer(help="GENIE lightweight profiling (seed 001 §5.1.5) and the model database.", no_args_is_help=True)
+predict_app = typer.Typer(
+    help="Predictors: QSSF durations, CES node forecasts, elapsed-time run times.", no_args_is_help=True
+)
+profile_app = typer.Typer(
+    help="GENIE lightweight profiling (seed 001 §5.1.5) and the model database.", no_args_is_help=True
+)
 console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -107,8 +111,18 @@ def predict_ces(
     t = Table(title="Cluster Energy Saving (Helios Table 5 quantities)")
     t.add_column("metric")
     t.add_column("value", justify="right")
-    for k in ("smape", "smape_10min", "smape_3h", "smape_persistence", "avg_sleep_nodes", "daily_wakeups",
-              "nodes_per_wakeup", "node_util_before", "node_util_after", "delayed_node_minutes"):
+    for k in (
+        "smape",
+        "smape_10min",
+        "smape_3h",
+        "smape_persistence",
+        "avg_sleep_nodes",
+        "daily_wakeups",
+        "nodes_per_wakeup",
+        "node_util_before",
+        "node_util_after",
+        "delayed_node_minutes",
+    ):
         t.add_row(k, f"{summary[k]:.3f}")
     console.print(t)
     console.print(f"wrote {out / 'ces.json'} and {out / 'ces.png'}")
@@ -206,8 +220,13 @@ def profile_fit(
     reports = fit_file(samples)
     upsert_profiles(db, [r.profile for r in reports])
     rows = [
-        {**asdict(r.profile), "fit_mape_pct": r.mape, "single_gpu_runs": r.single_gpu_runs,
-         "multi_gpu_runs": r.multi_gpu_runs, "comm_fitted": r.comm_fitted}
+        {
+            **asdict(r.profile),
+            "fit_mape_pct": r.mape,
+            "single_gpu_runs": r.single_gpu_runs,
+            "multi_gpu_runs": r.multi_gpu_runs,
+            "comm_fitted": r.comm_fitted,
+        }
         for r in reports
     ]
     if as_json:
@@ -217,8 +236,16 @@ def profile_fit(
     for c in ("model", "k0", "k1", "k2", "γ", "λ", "runs 1-GPU/multi", "fit error %"):
         t.add_column(c, justify="right")
     for r in rows:
-        t.add_row(r["model"], f"{r['k0']:.4g}", f"{r['k1']:.4g}", f"{r['k2']:.4g}", f"{r['gamma']:.4g}", f"{r['lam']:.4g}",
-                  f"{r['single_gpu_runs']}/{r['multi_gpu_runs']}", f"{r['fit_mape_pct']:.2f}")
+        t.add_row(
+            r["model"],
+            f"{r['k0']:.4g}",
+            f"{r['k1']:.4g}",
+            f"{r['k2']:.4g}",
+            f"{r['gamma']:.4g}",
+            f"{r['lam']:.4g}",
+            f"{r['single_gpu_runs']}/{r['multi_gpu_runs']}",
+            f"{r['fit_mape_pct']:.2f}",
+        )
     console.print(t)
 
 
@@ -253,7 +280,9 @@ def profile_run(
 @_clean_errors
 def profile_builtin(
     lucid: Annotated[Path, typer.Option(help="Lucid single_gpu_throughput.csv")],
-    out: Annotated[Path | None, typer.Option(help="module to write (default: extender/core/profiles_builtin.py)")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="module to write (default: extender/core/profiles_builtin.py)")
+    ] = None,
 ) -> None:
     """Regenerate the built-in profiles module from the Lucid measurements."""
     import qosmos.extender.core as core

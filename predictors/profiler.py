@@ -64,7 +64,9 @@ def read_samples(path: Path) -> list[Sample]:
         reader = csv.DictReader(fh)
         missing = set(SAMPLE_COLUMNS) - set(reader.fieldnames or [])
         if missing:
-            raise InvalidInput(str(path), reader.fieldnames, f"missing columns {sorted(missing)}; need {SAMPLE_COLUMNS}")
+            raise InvalidInput(
+                str(path), reader.fieldnames, f"missing columns {sorted(missing)}; need {SAMPLE_COLUMNS}"
+            )
         for line, row in enumerate(reader, start=2):
             try:
                 s = Sample(
@@ -160,7 +162,9 @@ def read_db(path: Path) -> list[ThroughputProfile]:
     try:
         data = json.loads(path.read_text())
         rows = data["profiles"]
-        return [ThroughputProfile(**{**r, "b_max": float("inf") if r.get("b_max") is None else r["b_max"]}) for r in rows]
+        return [
+            ThroughputProfile(**{**r, "b_max": float("inf") if r.get("b_max") is None else r["b_max"]}) for r in rows
+        ]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise InvalidInput(str(path), "profiles", f"not a qosmos model database ({exc})") from None
 
@@ -171,7 +175,11 @@ def write_db(path: Path, profiles: Sequence[ThroughputProfile]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(
         json.dumps(
-            {"format": 1, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "profiles": [_profile_json(p) for p in profiles]},
+            {
+                "format": 1,
+                "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "profiles": [_profile_json(p) for p in profiles],
+            },
             indent=2,
         )
     )

@@ -113,7 +113,9 @@ class ElapsedRuntimePredictor:
         names = [*feature_names, "elapsed"] if use_elapsed else list(feature_names)
         self.model = GBDTModel(names, (), {"num_leaves": 31, "min_data_in_leaf": 20}, num_rounds)
 
-    def fit(self, x: np.ndarray, runtimes: np.ndarray, elapsed_grid: Sequence[float] = (0.0,)) -> ElapsedRuntimePredictor:
+    def fit(
+        self, x: np.ndarray, runtimes: np.ndarray, elapsed_grid: Sequence[float] = (0.0,)
+    ) -> ElapsedRuntimePredictor:
         y = np.log1p(np.maximum(runtimes, 0))
         if not self.use_elapsed:
             self.model.fit(x, y)

@@ -325,13 +325,16 @@ def scheduler_config(
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
-def qosmos_scheduler_config(extender_url: str, ignorable: bool = True) -> str:
+EXTENDER_WEIGHT = 10  # a 0-10 extender score x weight must outweigh kube-scheduler's own 0-100 plugin scores
+
+
+def qosmos_scheduler_config(extender_url: str, ignorable: bool = True, weight: int = EXTENDER_WEIGHT) -> str:
     """Config for a second scheduler ``qosmos-scheduler`` calling the qosmos HTTP extender."""
     ext = {
         "urlPrefix": extender_url,
         "filterVerb": "filter",
         "prioritizeVerb": "prioritize",
-        "weight": 1,
+        "weight": weight,
         "nodeCacheCapable": True,
         "ignorable": ignorable,
         "enableHTTPS": False,

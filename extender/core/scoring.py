@@ -11,7 +11,7 @@ the pod, whatever is released.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,11 +107,28 @@ class PodAsk:
 
 @dataclass(slots=True)
 class FilterResult:
-    """Node indexes that fit now, fail now (``failed``) and can never fit (``unresolvable``)."""
+    """Node indexes that fit now; groups of nodes that fail now (``failed``) or can never fit
+    (``unresolvable``), each group an index array with its reason."""
 
     fits: np.ndarray
-    failed: dict[int, str] = field(default_factory=dict)
-    unresolvable: dict[int, str] = field(default_factory=dict)
+    failed: list[tuple[np.ndarray, str]] = field(default_factory=list)
+    unresolvable: list[tuple[np.ndarray, str]] = field(default_factory=list)
+
+    @staticmethod
+    def reasons(groups: Sequence[tuple[np.ndarray, str]]) -> dict[int, str]:
+        """Groups flattened to {node index: reason}."""
+        return {int(i): why for idx, why in groups for i in idx.tolist()}
+
+
+def _grouped(
+    cand: np.ndarray, mask: np.ndarray, keys: np.ndarray, reason: Callable[[int], str]
+) -> list[tuple[np.ndarray, str]]:
+    """Candidates under ``mask``, grouped by ``keys`` with one reason per key."""
+    sel = cand[mask]
+    if sel.size == 0:
+        return []
+    k = keys[mask]
+    return [(sel[k == u], reason(int(u))) for u in np.unique(k)]
 
 
 def filter_nodes(cluster: ClusterState, ask: PodAsk, candidates: np.ndarray) -> FilterResult:
@@ -119,37 +136,49 @@ def filter_nodes(cluster: ClusterState, ask: PodAsk, candidates: np.ndarray) -> 
     cand = np.asarray(candidates, dtype=np.int64)
     eligible_vc = cluster.eligible(ask.vc, ())[cand]
     eligible_model = cluster.eligible(None, ask.gpu_models)[cand]
-    cap_ok = cluster.gpu_cap[cand] >= ask.gpus
-    cpu_cap_ok = (cluster.cpu_cap[cand] >= ask.cpu_milli) | (cluster.cpu_cap[cand] == 0)
-    mem_cap_ok = (cluster.mem_cap[cand] >= ask.memory_mib) | (cluster.mem_cap[cand] == 0)
-    never = ~(eligible_vc & eligible_model & cap_ok & cpu_cap_ok & mem_cap_ok)
-    free_ok = cluster.free_gpus[cand] >= ask.gpus
-    cpu_ok = (cluster.free_cpu[cand] >= ask.cpu_milli) | (cluster.cpu_cap[cand] == 0)
-    mem_ok = (cluster.free_mem[cand] >= ask.memory_mib) | (cluster.mem_cap[cand] == 0)
+    cap = cluster.gpu_cap[cand]
+    cap_ok = cap >= ask.gpus
+    cpu_cap, mem_cap = cluster.cpu_cap[cand], cluster.mem_cap[cand]
+    size_ok = ((cpu_cap >= ask.cpu_milli) | (cpu_cap == 0)) & ((mem_cap >= ask.memory_mib) | (mem_cap == 0))
+    free = cluster.free_gpus[cand]
+    free_ok = free >= ask.gpus
+    res_ok = ((cluster.free_cpu[cand] >= ask.cpu_milli) | (cpu_cap == 0)) & (
+        (cluster.free_mem[cand] >= ask.memory_mib) | (mem_cap == 0)
+    )
     peer = np.isin(cand, np.asarray(ask.peer_nodes, dtype=np.int64)) if ask.peer_nodes else np.zeros(cand.size, bool)
-    now_bad = ~never & ~(free_ok & cpu_ok & mem_ok & ~peer)
-    result = FilterResult(cand[~never & ~now_bad])
+    never = ~(eligible_vc & eligible_model & cap_ok & size_ok)
+    fits = ~never & free_ok & res_ok & ~peer
+    result = FilterResult(cand[fits])
     if never.any():
-        vc_reason = f"node is not in the pod's virtual cluster {ask.vc!r}"
-        model_reason = f"node's GPU model is not one of {'|'.join(ask.gpu_models)}"
-        for j in np.flatnonzero(never):
-            i = int(cand[j])
-            if not eligible_vc[j]:
-                result.unresolvable[i] = vc_reason
-            elif not eligible_model[j]:
-                result.unresolvable[i] = f"{model_reason} (node has {cluster.nodes[i].gpu_model or 'no GPU'})"
-            elif not cap_ok[j]:
-                result.unresolvable[i] = f"node has {int(cluster.gpu_cap[i])} GPUs; the pod needs {ask.gpus}"
-            else:
-                result.unresolvable[i] = "node's CPU or memory capacity is below the pod's request"
-    for j in np.flatnonzero(now_bad):
-        i = int(cand[j])
-        if peer[j]:
-            result.failed[i] = "node already holds a member of the pod's job"
-        elif not free_ok[j]:
-            result.failed[i] = f"{int(cluster.free_gpus[i])} of {int(cluster.gpu_cap[i])} GPUs free; the pod needs {ask.gpus}"
-        else:
-            result.failed[i] = "not enough free CPU or memory"
+        models = cluster.gpu_models
+        un = result.unresolvable
+        if (m := ~eligible_vc).any():
+            un.append((cand[m], f"node is not in the pod's virtual cluster {ask.vc!r}"))
+        want = "|".join(ask.gpu_models)
+        un += _grouped(
+            cand,
+            eligible_vc & ~eligible_model,
+            cluster.model_id[cand],
+            lambda u: f"node's GPU model {models[u] or 'none'} is not one of {want}",
+        )
+        un += _grouped(
+            cand,
+            eligible_vc & eligible_model & ~cap_ok,
+            cap,
+            lambda u: f"node has {u} GPUs; the pod needs {ask.gpus}",
+        )
+        if (m := eligible_vc & eligible_model & cap_ok & ~size_ok).any():
+            un.append((cand[m], "node's CPU or memory capacity is below the pod's request"))
+    if (m := ~never & peer).any():
+        result.failed.append((cand[m], "node already holds a member of the pod's job"))
+    result.failed += _grouped(
+        cand,
+        ~never & ~peer & ~free_ok,
+        free * 100_000 + cap,
+        lambda u: f"{u // 100_000} of {u % 100_000} GPUs free; the pod needs {ask.gpus}",
+    )
+    if (m := ~never & ~peer & free_ok & ~res_ok).any():
+        result.failed.append((cand[m], "not enough free CPU or memory"))
     return result
 
 

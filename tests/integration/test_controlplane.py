@@ -94,10 +94,15 @@ def test_unsatisfiable_gpu_pod_stays_pending(
 
     evs = _wait(failed_event, what="FailedScheduling event")
     assert any(GPU in (e.message or "") for e in evs), [e.message for e in evs]
-    pod = v1.read_namespaced_pod("too-many", k8s_namespace)
+
+    def unschedulable() -> Any:
+        # kube-scheduler records the event and patches the pod status separately: wait for both
+        pod = v1.read_namespaced_pod("too-many", k8s_namespace)
+        cond = [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
+        return pod if cond and cond[0].status == "False" and cond[0].reason == "Unschedulable" else None
+
+    pod = _wait(unschedulable, what="PodScheduled=False/Unschedulable")
     assert not pod.spec.node_name
-    cond = [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
-    assert cond and cond[0].status == "False" and cond[0].reason == "Unschedulable"
 
 
 def test_second_scheduler_profile(

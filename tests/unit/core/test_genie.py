@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from qosmos.extender.core import genie
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import JobKind, Platform, QoSClass, Shape
@@ -135,9 +135,12 @@ def test_cer_falls_when_theta_rises(shape: Shape, theta: float, delta: float) ->
     assert genie.cer(task, shape, LINEAR, platform, theta + delta) < genie.cer(task, shape, LINEAR, platform, theta)
 
 
-@given(st.sampled_from(list(QoSClass)), st.floats(0, 1e6), st.floats(0, 1e5), st.integers(1, 4096), st.integers(1, 10_000))
-def test_allowance_plus_latency_plus_now_is_deadline(qos: QoSClass, submit: float, wait: float, batch: int,
-                                                     iters: int) -> None:
+@given(
+    st.sampled_from(list(QoSClass)), st.floats(0, 1e6), st.floats(0, 1e5), st.integers(1, 4096), st.integers(1, 10_000)
+)
+def test_allowance_plus_latency_plus_now_is_deadline(
+    qos: QoSClass, submit: float, wait: float, batch: int, iters: int
+) -> None:
     task = genie.Task("toy", batch, iters, qos=qos, submit=submit)
     now = submit + wait
     d = genie.evaluate_placements(task, LINEAR, P44, now)
@@ -148,5 +151,5 @@ def test_allowance_plus_latency_plus_now_is_deadline(qos: QoSClass, submit: floa
 def test_swaf_is_a_stable_ascending_sort(allowances: list[float]) -> None:
     order = genie.swaf_order(allowances)
     assert sorted(order) == list(range(len(allowances)))
-    for a, b in zip(order, order[1:], strict=False):
+    for a, b in itertools.pairwise(order):
         assert allowances[a] < allowances[b] or (allowances[a] == allowances[b] and a < b)

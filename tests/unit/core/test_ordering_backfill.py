@@ -7,7 +7,6 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from qosmos.extender.core import genie
 from qosmos.extender.core.backfill import Backfiller, relax_factor, shadow_time
 from qosmos.extender.core.errors import InvalidInput
@@ -51,8 +50,15 @@ def test_las_and_mlfq() -> None:
     assert mlfq_next_demotion(c) is None
 
 
-def genie_job(jid: str, submit: float, qos: str, model: str = "ResNet50", batch: int = 256, iters: int = 2000,
-              kind: str = "training") -> Job:
+def genie_job(
+    jid: str,
+    submit: float,
+    qos: str,
+    model: str = "ResNet50",
+    batch: int = 256,
+    iters: int = 2000,
+    kind: str = "training",
+) -> Job:
     return Job(jid, submit, gpus=1, model=model, batch=batch, iters=iters, qos=qos, kind=kind)
 
 
@@ -99,13 +105,19 @@ def test_soda_multi_array_with_drf() -> None:
     ]
     ctx = OrderContext(total_gpus=100, total_cpu_milli=100_000, usage_by_user={"u1": (40, 0), "u2": (5, 0)})
     out = get_policy("soda").order(jobs, ctx)
-    assert [(d.queue, d.job.id) for d in out] == [("cpu", "cpu"), ("gpu-1", "one-u2"), ("gpu-1", "one-u1"),
-                                                  ("gpu-4", "big-u1")]
+    assert [(d.queue, d.job.id) for d in out] == [
+        ("cpu", "cpu"),
+        ("gpu-1", "one-u2"),
+        ("gpu-1", "one-u1"),
+        ("gpu-4", "big-u1"),
+    ]
 
 
 def test_every_registered_policy_runs_on_a_mixed_queue() -> None:
-    jobs = [genie_job(str(i), i, ["urgent", "prior", "normal"][i % 3], model=m)
-            for i, m in enumerate(["ResNet50", "LSTM", "AlexNet", "Seq2seq", "GoogleNet", "Inception-v3"])]
+    jobs = [
+        genie_job(str(i), i, ["urgent", "prior", "normal"][i % 3], model=m)
+        for i, m in enumerate(["ResNet50", "LSTM", "AlexNet", "Seq2seq", "GoogleNet", "Inception-v3"])
+    ]
     jobs.append(Job("cpu", 9, gpus=0, kind="cpu", cpu_milli=100))
     ctx = OrderContext(now=50, platform=Platform(4, 4), modeldb=DB, total_gpus=16, total_cpu_milli=64000)
     for name in POLICIES:
@@ -118,6 +130,7 @@ def test_every_registered_policy_runs_on_a_mixed_queue() -> None:
 
 
 # ---- backfilling ------------------------------------------------------------------------
+
 
 def test_shadow_time_and_easy_backfill() -> None:
     # 2 free now; running jobs release 2 GPUs at t=100 and 4 at t=300. Head needs 5.
@@ -149,8 +162,9 @@ def test_relax_factor_modes() -> None:
     mode=st.sampled_from(["easy", "relaxed", "adaptive"]),
     qlen=st.integers(1, 20),
 )
-def test_backfilling_never_delays_the_head_beyond_the_relax_factor(running, free_now, head, candidates, mode,
-                                                                    qlen) -> None:
+def test_backfilling_never_delays_the_head_beyond_the_relax_factor(
+    running, free_now, head, candidates, mode, qlen
+) -> None:
     now, head_submit = 0.0, 0.0
     factor = relax_factor(mode, 0.2, qlen, 20)
     bf = Backfiller.plan(head, head_submit, free_now, running, now, factor)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.placement import PLACERS, get_placer
@@ -115,8 +114,9 @@ def test_unknown_placer_is_invalid_input() -> None:
     st.sampled_from(["vc1", "vc2"]),
     st.sampled_from(sorted(PLACERS)),
 )
-def test_placement_never_exceeds_free_gpus_or_crosses_vcs(layout: list[tuple[int, str]], gpus: int, vc: str,
-                                                         placer: str) -> None:
+def test_placement_never_exceeds_free_gpus_or_crosses_vcs(
+    layout: list[tuple[int, str]], gpus: int, vc: str, placer: str
+) -> None:
     nodes = [Node(f"n{i}", 8, vc=v, switch=f"s{i % 3}") for i, (_, v) in enumerate(layout)]
     c = ClusterState(nodes)
     for i, (used, _) in enumerate(layout):

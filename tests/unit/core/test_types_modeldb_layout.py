@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.types import Job, Node, PlacementRequest, Platform, QoSClass, Shape

@@ -63,7 +63,9 @@ def test_predict_qssf(app: typer.Typer, shared_data: Path, tmp_path: Path) -> No
     res = runner.invoke(app, ["predict", "qssf", "--json", "--save", str(tmp_path / "qssf")])
     data = json.loads(_ok(res))
     assert data["n_train"] + data["n_test"] == 7255
-    assert data["spearman"] > 0.25 and data["median_abs_log_error"] < data["baseline_train_median"]["median_abs_log_error"]
+    assert (
+        data["spearman"] > 0.25 and data["median_abs_log_error"] < data["baseline_train_median"]["median_abs_log_error"]
+    )
     from qosmos.predictors.qssf import QSSFPredictor
 
     assert QSSFPredictor.load(tmp_path / "qssf").model is not None

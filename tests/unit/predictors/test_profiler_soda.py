@@ -20,7 +20,10 @@ TRUE = ThroughputProfile("ToyNet", k0=50.0, k1=3.0, k2=-0.004, gamma=0.8, lam=0.
 
 
 def synthetic_samples() -> list[Sample]:
-    out = [Sample("ToyNet", b, Shape(1, 1), processing_rate(Task("ToyNet", b, 1), Shape(1, 1), TRUE)) for b in (8, 32, 64, 128, 256)]
+    out = [
+        Sample("ToyNet", b, Shape(1, 1), processing_rate(Task("ToyNet", b, 1), Shape(1, 1), TRUE))
+        for b in (8, 32, 64, 128, 256)
+    ]
     for s in (Shape(1, 2), Shape(1, 4), Shape(2, 4), Shape(4, 4), Shape(2, 2)):
         out.append(Sample("ToyNet", 256, s, processing_rate(Task("ToyNet", 256, 1), s, TRUE)))
     return out

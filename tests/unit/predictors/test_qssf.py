@@ -8,7 +8,9 @@ from qosmos.extender.core.types import Job
 from qosmos.predictors.qssf import NameBucketer, QSSFPredictor, RollingEstimator
 
 
-def job(i: int, user: str = "", gpus: int = 1, name: str | None = None, dur: float | None = None, t: float = 0.0) -> Job:
+def job(
+    i: int, user: str = "", gpus: int = 1, name: str | None = None, dur: float | None = None, t: float = 0.0
+) -> Job:
     return Job(id=f"j{i}", submit_time=t or float(i), gpus=gpus, user=user, name=name, duration=dur)
 
 
@@ -83,7 +85,10 @@ def _synthetic(n: int = 400) -> list[Job]:
 def test_annotate_sets_predicted_duration_and_is_causal() -> None:
     jobs = _synthetic()
     q = QSSFPredictor(lam=0.5, num_rounds=30).fit(jobs[:300])
-    test = [Job(id=j.id, submit_time=j.submit_time, gpus=j.gpus, user=j.user, name=j.name, duration=j.duration) for j in jobs[300:]]
+    test = [
+        Job(id=j.id, submit_time=j.submit_time, gpus=j.gpus, user=j.user, name=j.name, duration=j.duration)
+        for j in jobs[300:]
+    ]
     pairs = q.annotate_online(test)
     assert all(t.predicted_duration is not None and t.predicted_duration > 0 for t in test)
     # ordering by predicted GPU time follows the true classes
@@ -93,10 +98,16 @@ def test_annotate_sets_predicted_duration_and_is_causal() -> None:
     assert len(pairs) == len(test)
     # causality: a job submitted before any history completed sees no rolling estimate
     fresh = QSSFPredictor(num_rounds=10)
-    first = [Job(id="a", submit_time=0.0, user="x", duration=100.0), Job(id="b", submit_time=50.0, user="x", duration=5.0)]
+    first = [
+        Job(id="a", submit_time=0.0, user="x", duration=100.0),
+        Job(id="b", submit_time=50.0, user="x", duration=5.0),
+    ]
     out = fresh.annotate_online(first)
     assert out[1][0] is None  # "a" ends at 100 > 50
-    later = [Job(id="a", submit_time=0.0, user="x", duration=100.0), Job(id="b", submit_time=150.0, user="x", duration=5.0)]
+    later = [
+        Job(id="a", submit_time=0.0, user="x", duration=100.0),
+        Job(id="b", submit_time=150.0, user="x", duration=5.0),
+    ]
     assert QSSFPredictor(num_rounds=10).annotate_online(later)[1][0] == pytest.approx(100.0)
     with pytest.raises(InvalidInput):
         QSSFPredictor().annotate_online(list(reversed(later)))
