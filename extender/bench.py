@@ -345,15 +345,26 @@ def _create_pods(api: Any, namespace: str, manifests: list[dict], workers: int =
         list(pool.map(one, manifests))
 
 
-def _bound_times(api: Any, namespace: str, expected: int, timeout: float, started: threading.Event) -> list[float]:
-    """Watch the namespace's pods; monotonic times at which each pod was first seen bound."""
+def _bound_times(
+    api: Any, namespace: str, expected: int, timeout: float, started: threading.Event, idle: float = 15.0
+) -> list[float]:
+    """Watch the namespace's pods; monotonic times at which each pod was first seen bound.
+
+    Stops when every pod is bound, at ``timeout``, or after ``idle`` seconds without a new
+    bind once binding has begun: pods that can never fit (e.g. a GPU model constraint only
+    the extender enforces) must not make the run wait out the timeout.
+    """
     from kubernetes import client, watch
 
     v1 = client.CoreV1Api(api)
     seen: dict[str, float] = {}
     deadline = time.monotonic() + timeout
     w = watch.Watch()
-    while len(seen) < expected and time.monotonic() < deadline:
+
+    def quiet() -> bool:
+        return bool(seen) and time.monotonic() - max(seen.values()) > idle
+
+    while len(seen) < expected and time.monotonic() < deadline and not quiet():
         lst = v1.list_namespaced_pod(namespace, _preload_content=False)
         data = orjson.loads(lst.data)
         for it in data["items"]:
@@ -362,12 +373,12 @@ def _bound_times(api: Any, namespace: str, expected: int, timeout: float, starte
         started.set()
         rv = data["metadata"]["resourceVersion"]
         for ev in w.stream(
-            v1.list_namespaced_pod, namespace, resource_version=rv, timeout_seconds=30, deserialize=False
+            v1.list_namespaced_pod, namespace, resource_version=rv, timeout_seconds=5, deserialize=False
         ):
             obj = ev["object"] if isinstance(ev["object"], dict) else {}
             if (obj.get("spec") or {}).get("nodeName"):
                 seen.setdefault(obj["metadata"]["name"], time.monotonic())
-            if len(seen) >= expected or time.monotonic() > deadline:
+            if len(seen) >= expected or time.monotonic() > deadline or quiet():
                 w.stop()
                 break
     return sorted(seen.values())
