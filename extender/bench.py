@@ -70,37 +70,22 @@ def openb_gpu_pods(limit: int | None = None, path: str | Path | None = None) -> 
 
 
 def pod_manifest(row: dict[str, Any], scheduler: str, uid: str | None = None, namespace: str = "default") -> dict:
-    """A Pod object for one openb pod row."""
-    name = row["name"].lower()
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {"app": "qosmos-bench"}}
+    """A Pod object for one openb pod row (its GPU-model list becomes our annotation)."""
+    from qosmos.testing.fakenodes import gpu_pod_manifest
+
+    pod = gpu_pod_manifest(
+        row["name"].lower(),
+        int(row["num_gpu"]),
+        scheduler,
+        cpu_milli=int(row["cpu_milli"]),
+        memory_mib=int(row["memory_mib"]),
+        annotations={"qosmos.io/gpu-models": row["gpu_spec"]} if row.get("gpu_spec") else None,
+        labels={"app": "qosmos-bench"},
+        namespace=namespace,
+    )
     if uid:
-        meta["uid"] = uid
-    if row.get("gpu_spec"):
-        meta["annotations"] = {"qosmos.io/gpu-models": row["gpu_spec"]}
-    gpus = str(row["num_gpu"])
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {
-            "schedulerName": scheduler,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {
-                        "requests": {
-                            "cpu": f"{row['cpu_milli']}m",
-                            "memory": f"{row['memory_mib']}Mi",
-                            GPU_RESOURCE: gpus,
-                        },
-                        "limits": {GPU_RESOURCE: gpus},
-                    },
-                }
-            ],
-        },
-    }
+        pod["metadata"]["uid"] = uid
+    return pod
 
 
 # ---- servers (child processes) ---------------------------------------------------------------

@@ -195,3 +195,38 @@ def delete_nodes(api_client: Any, names: Iterable[str], workers: int = 8) -> Non
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(one, names))
+
+
+def gpu_pod_manifest(
+    name: str,
+    gpus: int,
+    scheduler: str,
+    *,
+    cpu_milli: int = 1000,
+    memory_mib: int = 1024,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    node: str | None = None,
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    """A pause-container Pod requesting ``gpus`` whole ``nvidia.com/gpu`` (no kubelet ever runs it)."""
+    meta: dict[str, Any] = {"name": name, "annotations": annotations or {}, "labels": labels or {}}
+    if namespace:
+        meta["namespace"] = namespace
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {
+                    "requests": {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi", GPU_RESOURCE: str(gpus)},
+                    "limits": {GPU_RESOURCE: str(gpus)},
+                },
+            }
+        ],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}

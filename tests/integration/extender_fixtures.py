@@ -16,6 +16,7 @@ import pytest
 from qosmos.extender.bench import start_extender_process, wait_http_ok
 from qosmos.extender.cache import ClusterCache, node_from_object, pod_info
 from qosmos.testing.controlplane import ControlPlane, free_port, qosmos_scheduler_config
+from qosmos.testing.fakenodes import gpu_pod_manifest
 
 SCHEDULER = "qosmos-scheduler"
 
@@ -99,28 +100,9 @@ def gpu_pod(
     cpu: str = "1",
     labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "schedulerName": scheduler,
-        "terminationGracePeriodSeconds": 0,
-        "containers": [
-            {
-                "name": "main",
-                "image": "registry.k8s.io/pause:3.10",
-                "resources": {
-                    "requests": {"cpu": cpu, "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
-                    "limits": {"nvidia.com/gpu": str(gpus)},
-                },
-            }
-        ],
-    }
-    if node:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
-        "spec": spec,
-    }
+    return gpu_pod_manifest(
+        name, gpus, scheduler, cpu_milli=int(float(cpu) * 1000), annotations=annotations, labels=labels, node=node
+    )
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 60, interval: float = 0.2, what: str = "condition") -> Any:

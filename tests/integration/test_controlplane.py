@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from qosmos.testing.controlplane import ControlPlane, qosmos_scheduler_config, scheduler_config
+from qosmos.testing.fakenodes import gpu_pod_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -16,14 +17,7 @@ GPU = "nvidia.com/gpu"
 
 
 def _pod(name: str, gpus: int, scheduler: str | None = None) -> dict[str, Any]:
-    res = {"cpu": "1", "memory": "1Gi", GPU: str(gpus)}
-    spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": res, "limits": res}}],
-        "terminationGracePeriodSeconds": 0,
-    }
-    if scheduler:
-        spec["schedulerName"] = scheduler
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    return gpu_pod_manifest(name, gpus, scheduler or "default-scheduler")
 
 
 def _wait(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
