@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.genie import DEFAULT_GAMMA, DEFAULT_LAMBDA, DEFAULT_NU, ThroughputProfile, fit_spr
+from qosmos.extender.core.genie import (
+    DEFAULT_GAMMA,
+    DEFAULT_LAMBDA,
+    DEFAULT_NU,
+    ThroughputProfile,
+    fit_single_gpu_profile,
+)
 
 
 def fit_lucid(path: Path) -> list[ThroughputProfile]:
@@ -35,21 +42,14 @@ def fit_lucid(path: Path) -> list[ThroughputProfile]:
     profiles = []
     for model in sorted(samples):
         batches, rates = zip(*sorted(samples[model]), strict=True)
-        k0, k1, k2 = fit_spr(batches, rates)
-        profiles.append(
-            ThroughputProfile(
-                model=model,
-                k0=round(k0, 6),
-                k1=round(k1, 6),
-                k2=round(k2, 9),
-                gamma=DEFAULT_GAMMA,
-                lam=DEFAULT_LAMBDA,
-                nu=DEFAULT_NU,
-                b_min=min(batches),
-                b_max=max(batches),
-                source=f"Lucid single-GPU {datasets[model]} fp32, batch {'/'.join(str(int(b)) for b in batches)}",
-            )
+        fitted = fit_single_gpu_profile(
+            model,
+            batches,
+            rates,
+            source=f"Lucid single-GPU {datasets[model]} fp32, batch {'/'.join(str(int(b)) for b in batches)}",
         )
+        # rounded so the generated module stays readable and diffs stay small
+        profiles.append(replace(fitted, k0=round(fitted.k0, 6), k1=round(fitted.k1, 6), k2=round(fitted.k2, 9)))
     return profiles
 
 

@@ -25,13 +25,11 @@ from pathlib import Path
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.genie import (
-    DEFAULT_GAMMA,
-    DEFAULT_LAMBDA,
     DEFAULT_NU,
     Task,
     ThroughputProfile,
     fit_comm,
-    fit_spr,
+    fit_single_gpu_profile,
     processing_rate,
 )
 from qosmos.extender.core.modeldb import ModelDB
@@ -104,21 +102,11 @@ def fit_profile(samples: Sequence[Sample], nu: float = DEFAULT_NU, source: str =
     multi = [s for s in samples if s.shape.gpus > 1]
     if not single:
         raise InvalidInput("samples", model, "need at least one single-GPU run (d_node = d_gpn = 1)")
-    by_batch: dict[int, list[float]] = defaultdict(list)
-    for s in single:
-        by_batch[s.batch].append(s.rate)
-    batches = [float(s.batch) for s in single]
-    k0, k1, k2 = fit_spr(batches, [s.rate for s in single])
-    base = ThroughputProfile(
-        model=model,
-        k0=k0,
-        k1=k1,
-        k2=k2,
-        gamma=DEFAULT_GAMMA,
-        lam=DEFAULT_LAMBDA,
+    base = fit_single_gpu_profile(
+        model,
+        [float(s.batch) for s in single],
+        [s.rate for s in single],
         nu=nu,
-        b_min=min(batches),
-        b_max=max(batches),
         source=source or f"lightweight profile: {len(single)} single-GPU + {len(multi)} multi-GPU runs",
     )
     comm_fitted = False

@@ -314,6 +314,26 @@ def fit_spr(batches: Sequence[float], rates: Sequence[float]) -> tuple[float, fl
     return float(coeffs[0]), float(coeffs[1]), float(coeffs[2])
 
 
+def fit_single_gpu_profile(
+    model: str, batches: Sequence[float], rates: Sequence[float], *, nu: float = DEFAULT_NU, source: str = ""
+) -> ThroughputProfile:
+    """A profile from B single-GPU runs (§5.1.5): k_i by :func:`fit_spr`, trusted on the measured
+    batch range; γ, λ keep the documented defaults until multi-GPU runs fit them."""
+    k0, k1, k2 = fit_spr(batches, rates)
+    return ThroughputProfile(
+        model,
+        k0,
+        k1,
+        k2,
+        gamma=DEFAULT_GAMMA,
+        lam=DEFAULT_LAMBDA,
+        nu=nu,
+        b_min=float(min(batches)),
+        b_max=float(max(batches)),
+        source=source,
+    )
+
+
 def fit_comm(
     shapes: Sequence[Shape], batch: int, rates: Sequence[float], profile: ThroughputProfile
 ) -> tuple[float, float]:
