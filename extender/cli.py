@@ -14,6 +14,8 @@ from qosmos.extender.explain import resolve_profile
 from rich.console import Console
 from rich.table import Table
 
+from qosmos.clitools import clean_errors
+
 
 def _coeffs(text: str | None) -> tuple[float, float, float] | None:
     if text is None:
@@ -27,6 +29,7 @@ def _coeffs(text: str | None) -> tuple[float, float, float] | None:
         raise InvalidInput("coeffs", text, "k0,k1,k2 must be numbers") from None
 
 
+@clean_errors()
 def explain(
     batch: Annotated[int, typer.Option(help="global batch size b")],
     iters: Annotated[int, typer.Option(help="iterations")],
@@ -45,13 +48,9 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Every placement of a task with PR, Lat, Cost, CER and feasibility; the chosen one and its waiting allowance."""
-    try:
-        profile, provenance = resolve_profile(model, _coeffs(coeffs), gamma, lam, nu)
-        task = genie.Task(model or "custom", batch, iters, kind, qos, submit)
-        result = explain_task(task, profile, Platform(nodes, gpus_per_node), submit if now is None else now, theta)
-    except InvalidInput as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    profile, provenance = resolve_profile(model, _coeffs(coeffs), gamma, lam, nu)
+    task = genie.Task(model or "custom", batch, iters, kind, qos, submit)
+    result = explain_task(task, profile, Platform(nodes, gpus_per_node), submit if now is None else now, theta)
     if as_json:
         typer.echo(json.dumps(result, indent=2, allow_nan=False))
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Callable
@@ -14,6 +13,8 @@ from qosmos.extender.core.errors import InvalidInput
 from rich.console import Console
 from rich.table import Table
 
+from qosmos.clitools import clean_errors
+
 predict_app = typer.Typer(
     help="Predictors: QSSF durations, CES node forecasts, elapsed-time run times.", no_args_is_help=True
 )
@@ -24,18 +25,7 @@ console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _clean_errors(fn: F) -> F:
-    """InvalidInput / missing files become a one-line message and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (InvalidInput, FileNotFoundError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
+_clean_errors = clean_errors(FileNotFoundError)
 
 
 def _data_file(given: Path | None, *relative: str) -> Path:

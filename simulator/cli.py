@@ -15,6 +15,8 @@ from qosmos.simulator.metrics import summarize
 from qosmos.simulator.outputs import plot_compare, write_all, write_summary
 from qosmos.simulator.traces import FORMATS, load_trace, scale_nodes
 
+from qosmos.clitools import clean_errors
+
 
 def _partition(values: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
@@ -139,6 +141,7 @@ def _run_with_progress(tr, cfg: SimConfig, quiet: bool):  # type: ignore[no-unty
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
+    @clean_errors(OSError, json.JSONDecodeError)
     def simulate_cmd(
         trace: Annotated[str, typer.Option(help="PATH or builtin:openb-sample | builtin:genie | builtin:helios-synth")],
         out: Annotated[Path, typer.Option(help="output directory")],
@@ -174,37 +177,30 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay a trace through the scheduling core and write summary.json, jobs.csv, trace.json and plots."""
         policies = [p.strip() for p in compare.split(",") if p.strip()] if compare else [policy]
-        try:
-            summaries = run_simulation(
-                trace,
-                format,
-                policies,
-                placement,
-                out,
-                nodes=nodes,
-                gpus_per_node=gpus_per_node,
-                backfill=backfill,
-                relax=relax_factor,
-                seed=seed,
-                density=density,
-                hours=hours,
-                jobs=jobs,
-                scale=scale,
-                overhead=preemption_overhead,
-                migration=migration,
-                penalty=cross_switch_penalty,
-                partition_policy=_partition(partition_policy or []),
-                tick=tick,
-                node_list=node_list,
-                include_cpu=include_cpu,
-                plots=plots,
-                quiet=quiet,
-            )
-        except InvalidInput as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-        except (OSError, json.JSONDecodeError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
+        summaries = run_simulation(
+            trace,
+            format,
+            policies,
+            placement,
+            out,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            backfill=backfill,
+            relax=relax_factor,
+            seed=seed,
+            density=density,
+            hours=hours,
+            jobs=jobs,
+            scale=scale,
+            overhead=preemption_overhead,
+            migration=migration,
+            penalty=cross_switch_penalty,
+            partition_policy=_partition(partition_policy or []),
+            tick=tick,
+            node_list=node_list,
+            include_cpu=include_cpu,
+            plots=plots,
+            quiet=quiet,
+        )
         if not quiet:
             typer.echo(f"wrote {out} ({', '.join(summaries)})")
