@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
 
-import numpy as np
 from kubernetes.utils import parse_quantity as k8s_parse_quantity
-from qosmos.extender.core.cluster import FULL, ClusterState
+from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.scoring import PodAsk, parse_gpu_models, parse_shape
-from qosmos.extender.core.types import Allocation, Node, NodeGrant
+from qosmos.extender.core.types import Allocation, Node, PlacementRequest
 
 log = logging.getLogger("qosmos.extender.cache")
 
@@ -425,17 +424,15 @@ class ClusterCache:
                 del self._assumed[uid]
 
     def _grant(self, st: ClusterState, i: int, info: PodInfo, with_cpu: bool) -> Allocation | None:
-        free = np.flatnonzero(st.gpu_free_milli[i, : st.gpu_cap[i]] == FULL)
-        if free.size < info.gpus:
+        if st.free_gpus[i] < info.gpus:
             return None
-        grant = NodeGrant(
-            i,
-            tuple(int(g) for g in free[: info.gpus]),
-            FULL,
-            info.cpu_milli if with_cpu and st.cpu_cap[i] > 0 else 0,  # a node without CPU figures: GPUs only
-            info.memory_mib if with_cpu and st.mem_cap[i] > 0 else 0,
+        req = PlacementRequest(
+            info.gpus,
+            # a node without CPU figures is accounted on GPUs only
+            cpu_milli=info.cpu_milli if with_cpu and st.cpu_cap[i] > 0 else 0,
+            memory_mib=info.memory_mib if with_cpu and st.mem_cap[i] > 0 else 0,
         )
-        return Allocation((grant,), False)
+        return Allocation((st.grant(i, info.gpus, req, info.gpus),), False)
 
     def _hold(self, held: _Held, strict: bool = False) -> bool:
         """Allocate ``held`` in the state. A bound pod is the truth: when the node looks full,
