@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 # ---- data ------------------------------------------------------------------------------------
 def openb_node_manifests(n: int) -> list[dict[str, Any]]:
-    """``n`` fake openb Node objects (the 1,523 real nodes, repeated with a suffix past that)."""
-    from qosmos.testing.fakenodes import fake_node_manifests, openb_nodes
+    """``n`` fake openb Node objects: the 1,523 real nodes (repeated with a suffix past that;
+    an even spread over them below, so a small cluster still mixes GPU and CPU nodes)."""
+    from qosmos.testing.fakenodes import fake_node_manifests, openb_nodes, spread_sample
 
-    rows = openb_nodes(all_nodes=True)
+    rows = spread_sample(openb_nodes(all_nodes=True), n)
     out = []
     for i in range(n):
         r = dict(rows[i % len(rows)])
@@ -247,18 +248,27 @@ def bench_extender(nodes: int = 1523, requests: int = 2000, warmup: int = 200, a
 
 
 # ---- end-to-end scheduling ------------------------------------------------------------------
-def _bench_scheduler_config(name: str, extender_url: str | None) -> str:
+def _bench_scheduler_config(name: str, extender_url: str | None, percentage: int | None = None) -> str:
+    """The shipped qosmos-scheduler config (or the default profile alone), renamed ``name``.
+
+    ``percentage`` overrides the qosmos profile's percentageOfNodesToScore (0: kube-scheduler's adaptive default).
+    """
     import yaml
     from qosmos.testing.controlplane import qosmos_scheduler_config, scheduler_config
 
-    cfg = yaml.safe_load(qosmos_scheduler_config(extender_url) if extender_url else scheduler_config(name))
-    cfg["profiles"] = [{"schedulerName": name}]
+    if extender_url:
+        kw = {} if percentage is None else {"percentage_of_nodes_to_score": percentage}
+        cfg = yaml.safe_load(qosmos_scheduler_config(extender_url, scheduler_name=name, **kw))
+    else:
+        cfg = yaml.safe_load(scheduler_config(name))
     # kube-scheduler's client defaults (qps 50, burst 100) would cap binding, not scheduling.
     cfg["clientConnection"] = {"qps": 5000, "burst": 10000}
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
-def start_extender_process(kubeconfig: Path, log_path: Path, http_port: int, grpc_port: int = 0) -> subprocess.Popen:
+def start_extender_process(
+    kubeconfig: Path, log_path: Path, http_port: int, grpc_port: int = 0, extra_args: Sequence[str] = ()
+) -> subprocess.Popen:
     """``qosmos extender serve`` as a child process."""
     log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the child
     return subprocess.Popen(
@@ -276,6 +286,7 @@ def start_extender_process(kubeconfig: Path, log_path: Path, http_port: int, grp
             str(http_port),
             "--grpc-port",
             str(grpc_port),
+            *extra_args,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -349,27 +360,113 @@ def _bound_times(
     def quiet() -> bool:
         return bool(seen) and time.monotonic() - max(seen.values()) > idle
 
+    def note(obj: dict) -> None:
+        if (obj.get("spec") or {}).get("nodeName"):
+            seen.setdefault(obj["metadata"]["name"], time.monotonic())
+
+    rv = None
     while len(seen) < expected and time.monotonic() < deadline and not quiet():
-        lst = v1.list_namespaced_pod(namespace, _preload_content=False)
-        data = orjson.loads(lst.data)
-        for it in data["items"]:
-            if it["spec"].get("nodeName"):
-                seen.setdefault(it["metadata"]["name"], time.monotonic())
-        started.set()
-        rv = data["metadata"]["resourceVersion"]
-        for ev in w.stream(
-            v1.list_namespaced_pod, namespace, resource_version=rv, timeout_seconds=5, deserialize=False
-        ):
-            obj = ev["object"] if isinstance(ev["object"], dict) else {}
-            if (obj.get("spec") or {}).get("nodeName"):
-                seen.setdefault(obj["metadata"]["name"], time.monotonic())
-            if len(seen) >= expected or time.monotonic() > deadline or quiet():
-                w.stop()
-                break
+        if rv is None:  # list once (and again only if the watch expires), then resume the watch
+            data = orjson.loads(v1.list_namespaced_pod(namespace, _preload_content=False).data)
+            for it in data["items"]:
+                note(it)
+            rv = data["metadata"]["resourceVersion"]
+            started.set()
+        try:
+            for ev in w.stream(
+                v1.list_namespaced_pod, namespace, resource_version=rv, timeout_seconds=5, deserialize=False
+            ):
+                obj = ev["object"] if isinstance(ev["object"], dict) else {}
+                if ev["type"] == "ERROR":
+                    rv = None
+                    break
+                note(obj)
+                rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                if len(seen) >= expected or time.monotonic() > deadline or quiet():
+                    w.stop()
+                    break
+        except client.ApiException as exc:
+            if exc.status != 410:
+                raise
+            rv = None
     return sorted(seen.values())
 
 
-def _run_one(cp: Any, api: Any, scheduler: str, extender_url: str | None, pods: list[dict], timeout: float) -> dict:
+def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) each named process has used so far, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14, 15 of stat)
+    return out
+
+
+def _component_pids(cp: Any, extra: dict[str, int] | None = None) -> dict[str, int]:
+    # Running components only; the newest kube-scheduler wins the key (older ones have stopped).
+    pids = {
+        ("kube-scheduler" if c.name.startswith("kube-scheduler-") else c.name): c.proc.pid
+        for c in cp.components
+        if c.running
+    }
+    return pids | {"bench-client": os.getpid()} | (extra or {})
+
+
+def _packing(api: Any, namespace: str) -> dict[str, Any]:
+    """How tightly the bound pods sit: nodes used, GPUs per used node, idle GPUs left on used nodes.
+
+    Consolidation (Helios Alg. 1, GENIE's CER placement) shows as fewer nodes and fewer idle
+    GPUs stranded on them; kube-scheduler's default LeastAllocated spreads instead.
+    """
+    from kubernetes import client
+
+    v1 = client.CoreV1Api(api)
+    cap = {
+        n["metadata"]["name"]: int(n["status"]["capacity"].get(GPU_RESOURCE, 0))
+        for n in orjson.loads(v1.list_node(_preload_content=False).data)["items"]
+    }
+    used: dict[str, int] = {}
+    for p in orjson.loads(v1.list_namespaced_pod(namespace, _preload_content=False).data)["items"]:
+        node = p["spec"].get("nodeName")
+        if node:
+            req = p["spec"]["containers"][0]["resources"].get("limits", {}).get(GPU_RESOURCE, "0")
+            used[node] = used.get(node, 0) + int(req)
+    gpus = sum(used.values())
+    return {
+        "nodes_used": len(used),
+        "gpus_per_used_node": round(gpus / len(used), 2) if used else 0.0,
+        "idle_gpus_on_used_nodes": sum(max(0, cap.get(n, 0) - g) for n, g in used.items()),
+    }
+
+
+def _sample_cpu(
+    cp: Any,
+    extra_pids: dict[str, int] | None,
+    samples: list[tuple[float, dict[str, float]]],
+    until: threading.Thread,
+    every: float = 0.05,
+) -> None:
+    """Append (monotonic time, CPU seconds per process) every ``every`` s while ``until`` runs."""
+    while True:
+        samples.append((time.monotonic(), _cpu_seconds(_component_pids(cp, extra_pids))))
+        if not until.is_alive():
+            return
+        time.sleep(every)
+
+
+def _run_one(
+    cp: Any,
+    api: Any,
+    scheduler: str,
+    extender_url: str | None,
+    pods: list[dict],
+    timeout: float,
+    extra_pids: dict[str, int] | None = None,
+    percentage: int | None = None,
+) -> dict:
     import uuid
 
     from kubernetes import client
@@ -392,13 +489,19 @@ def _run_one(cp: Any, api: Any, scheduler: str, extender_url: str | None, pods: 
     watcher = threading.Thread(target=lambda: result.append(_bound_times(api, ns, len(pods), timeout, started)))
     watcher.start()
     started.wait(60)
+    samples: list[tuple[float, dict[str, float]]] = []
+    sampler = threading.Thread(target=_sample_cpu, args=(cp, extra_pids, samples, watcher), daemon=True)
+    sampler.start()
     t_start = time.monotonic()
-    comp = cp.start_scheduler(scheduler, _bench_scheduler_config(scheduler, extender_url))
+    comp = cp.start_scheduler(scheduler, _bench_scheduler_config(scheduler, extender_url, percentage))
     watcher.join(timeout + 60)
+    sampler.join(5)
     comp.stop()
     times = result[0] if result else []
     bound = len(times)
     span = times[-1] - times[0] if bound > 1 else float("nan")
+    cpu0 = next((c for t, c in reversed(samples) if times and t <= times[0]), samples[0][1] if samples else {})
+    cpu1 = next((c for t, c in samples if times and t >= times[-1]), samples[-1][1] if samples else {})
     out = {
         "pods": len(pods),
         "bound": bound,
@@ -406,13 +509,24 @@ def _run_one(cp: Any, api: Any, scheduler: str, extender_url: str | None, pods: 
         "first_bind_after_start_s": round(times[0] - t_start, 2) if times else None,
         "span_s": round(span, 3),
         "pods_per_s": round((bound - 1) / span, 1) if bound > 1 and span > 0 else 0.0,
+        # CPU ms per bound pod, per process, from just before the first bind to just after the
+        # last: on 2 cores this, not latency, sets the rate.
+        "cpu_ms_per_pod": {k: round(1000 * (cpu1[k] - cpu0[k]) / max(bound, 1), 2) for k in cpu1 if k in cpu0},
     }
+    out["packing"] = _packing(api, ns)
     v1.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
     v1.delete_namespace(ns)
     return out
 
 
-def bench_scheduling(pods: int = 1000, timeout: float = 300.0, noop_floor: bool = False) -> dict[str, Any]:
+def bench_scheduling(
+    pods: int = 1000,
+    timeout: float = 300.0,
+    noop_floor: bool = False,
+    shortlist: int | None = None,
+    percentage: int | None = None,
+    nodes: int = 1523,
+) -> dict[str, Any]:
     """End-to-end throughput: extender profile vs default profile, each a fresh kube-scheduler.
 
     Pods are created first (their scheduler not yet running); throughput is bound pods over
@@ -420,7 +534,7 @@ def bench_scheduling(pods: int = 1000, timeout: float = 300.0, noop_floor: bool 
     """
     import tempfile
 
-    from qosmos.testing.controlplane import ControlPlane, free_port
+    from qosmos.testing.controlplane import PERCENTAGE_OF_NODES_TO_SCORE, ControlPlane, free_port
     from qosmos.testing.fakenodes import create_nodes
 
     rows = openb_gpu_pods(pods)
@@ -431,14 +545,24 @@ def bench_scheduling(pods: int = 1000, timeout: float = 300.0, noop_floor: bool 
         api.configuration.connection_pool_maxsize = 32
         api = client.ApiClient(api.configuration)
         t0 = time.monotonic()
-        create_nodes(api, openb_node_manifests(1523), workers=16)
+        create_nodes(api, openb_node_manifests(nodes), workers=16)
         nodes_s = time.monotonic() - t0
         port = free_port()
         log_path = Path(tempfile.mkdtemp(prefix="qosmos-bench-")) / "extender.log"
-        ext = start_extender_process(cp.kubeconfig_path, log_path, port)
+        extra = () if shortlist is None else ("--shortlist", str(shortlist))
+        ext = start_extender_process(cp.kubeconfig_path, log_path, port, extra_args=extra)
         try:
             wait_http_ok(f"http://127.0.0.1:{port}/readyz", 120)
-            with_ext = _run_one(cp, api, "qosmos-scheduler", f"http://127.0.0.1:{port}", rows, timeout)
+            with_ext = _run_one(
+                cp,
+                api,
+                "qosmos-scheduler",
+                f"http://127.0.0.1:{port}",
+                rows,
+                timeout,
+                {"extender": ext.pid},
+                percentage,
+            )
             with_ext["extender_server_ms"] = _server_side_ms(f"http://127.0.0.1:{port}/metrics")
         finally:
             ext.terminate()
@@ -448,14 +572,24 @@ def bench_scheduling(pods: int = 1000, timeout: float = 300.0, noop_floor: bool 
         if noop_floor:
             proc, noop_port = _start(_serve_noop_extender)
             try:
-                noop = _run_one(cp, api, "bench-noop", f"http://127.0.0.1:{noop_port}", rows, timeout)
+                noop = _run_one(
+                    cp,
+                    api,
+                    "bench-noop",
+                    f"http://127.0.0.1:{noop_port}",
+                    rows,
+                    timeout,
+                    {"extender": proc.pid},
+                    percentage,
+                )
             finally:
                 proc.terminate()
                 proc.join(5)
     extra = {} if noop is None else {"pods_per_s_noop_extender": noop["pods_per_s"], "noop_run": noop}
     return extra | {
         "pods": len(rows),
-        "nodes": 1523,
+        "nodes": nodes,
+        "percentage_of_nodes_to_score": PERCENTAGE_OF_NODES_TO_SCORE if percentage is None else percentage,
         "pods_per_s_extender": with_ext["pods_per_s"],
         "pods_per_s_default": default["pods_per_s"],
         "ratio": round(with_ext["pods_per_s"] / default["pods_per_s"], 3) if default["pods_per_s"] else None,

@@ -101,6 +101,10 @@ def serve(
     http_port: Annotated[int | None, typer.Option(help="HTTP port for kube-scheduler [8888]")] = None,
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port [9090]; 0 any free port, -1 disables")] = None,
     placer: Annotated[str | None, typer.Option(help="core placer deciding the planned nodes [cer]")] = None,
+    shortlist: Annotated[
+        int | None,
+        typer.Option(help="/filter passes on the top tier of at most this many feasible nodes [8]; 0 keeps all"),
+    ] = None,
     assume_ttl_s: Annotated[
         float | None, typer.Option(help="seconds an assumed (not yet seen bound) pod holds GPUs [30]")
     ] = None,
@@ -118,6 +122,7 @@ def serve(
             http_port=http_port,
             grpc_port=grpc_port,
             placer=placer,
+            shortlist=shortlist,
             assume_ttl_s=assume_ttl_s,
             log_level=log_level,
         )
@@ -151,6 +156,15 @@ def bench_scheduling(
     pods: Annotated[int, typer.Option(help="openb GPU pods to schedule in each run")] = 1000,
     timeout: Annotated[float, typer.Option(help="seconds to wait for each run")] = 300.0,
     noop_floor: Annotated[bool, typer.Option(help="also run a protocol-only extender (the throughput floor)")] = False,
+    shortlist: Annotated[
+        int | None, typer.Option(help="the extender's --shortlist (default: the extender's own default)")
+    ] = None,
+    percentage_of_nodes_to_score: Annotated[
+        int | None,
+        typer.Option(
+            help="percentageOfNodesToScore of the qosmos-scheduler profile [shipped: 20]; 0 is kube-scheduler's adaptive"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Scheduling throughput on 1,523 fake openb nodes: qosmos-scheduler (extender) vs the default profile."""
@@ -159,7 +173,16 @@ def bench_scheduling(
     if pods < 2:
         typer.echo("error: --pods must be >= 2", err=True)
         raise typer.Exit(2)
-    result = run(pods=pods, timeout=timeout, noop_floor=noop_floor)
+    if percentage_of_nodes_to_score is not None and not 0 <= percentage_of_nodes_to_score <= 100:
+        typer.echo("error: --percentage-of-nodes-to-score must be in [0, 100]", err=True)
+        raise typer.Exit(2)
+    result = run(
+        pods=pods,
+        timeout=timeout,
+        noop_floor=noop_floor,
+        shortlist=shortlist,
+        percentage=percentage_of_nodes_to_score,
+    )
     typer.echo(json.dumps(result, indent=None if as_json else 2))
 
 

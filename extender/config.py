@@ -23,11 +23,16 @@ class ExtenderConfig:
     grpc_port: int = 9090  # 0 picks a free port; < 0 disables gRPC
     kubeconfig: str | None = None  # None: in-cluster, else KUBECONFIG / ~/.kube/config
     placer: str = "cer"
+    shortlist: int = 8  # /filter keeps the top tier of at most this many feasible nodes; 0 keeps all
     assume_ttl_s: float = 30.0
     max_body_bytes: int = 8 * 1024 * 1024
     shutdown_grace_s: float = 10.0
     watch_timeout_s: int = 60
     log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if self.shortlist < 0:
+            raise InvalidInput("shortlist", self.shortlist, "must be >= 0 (0 keeps every feasible node)")
 
     @classmethod
     def load(cls, file: str | Path | None = None, env: Mapping[str, str] | None = None, **flags: Any) -> ExtenderConfig:

@@ -62,7 +62,7 @@ async def serve_async(cfg: ExtenderConfig, api: Any, stop: asyncio.Event | None 
     cache = ClusterCache(assume_ttl=cfg.assume_ttl_s)
     loop = asyncio.get_running_loop()
     watcher = KubeWatcher(cache, api, timeout_seconds=cfg.watch_timeout_s, dispatch=loop.call_soon_threadsafe)
-    service = ExtenderService(cache, cfg.placer, binder=make_binder(api))
+    service = ExtenderService(cache, cfg.placer, binder=make_binder(api), shortlist=cfg.shortlist)
     stopping = False
     http = HTTPServer(
         ExtenderHTTP(service, ready=lambda: cache.ready and not stopping, max_body=cfg.max_body_bytes),

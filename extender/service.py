@@ -25,6 +25,9 @@ from qosmos.extender.core.types import Allocation
 log = logging.getLogger("qosmos.extender")
 
 MAX_NODES = 100_000
+# Feasible nodes /filter passes on (the top tier of the decision): enough for kube-scheduler's
+# own scores to break ties, few enough that neither side serialises or scores hundreds.
+DEFAULT_SHORTLIST = 8
 NOT_IN_CACHE = "node is not in the extender's cache yet"
 
 _LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -103,8 +106,10 @@ class ExtenderService:
         metrics: Metrics | None = None,
         assume_on_prioritize: bool = True,
         binder: Callable[[str, str, str, str], None] | None = None,
+        shortlist: int = DEFAULT_SHORTLIST,
     ) -> None:
         self.cache = cache
+        self.shortlist = shortlist
         self.placer = get_placer(placer)
         self.metrics = metrics or Metrics()
         self.assume_on_prioritize = assume_on_prioritize
@@ -187,6 +192,7 @@ class ExtenderService:
         pod, names, items = self._prepare(args)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
+        planned_kept = False
         with self.cache.lock:
             self.cache.expire()
             self.cache.forget(pod.uid)
@@ -200,9 +206,14 @@ class ExtenderService:
                 d = self._decide(pod)
                 res = scoring.filter_nodes(st, d.ask, idx[known])
                 fitmask = np.zeros(len(st.nodes) + 1, dtype=bool)
-                fitmask[res.fits] = True
+                # Fitting nodes below the top tier are left out without a reason: they stay feasible.
+                fitmask[scoring.shortlist(st, d.ask, res.fits, d.planned, self.shortlist)] = True
                 kept = np.flatnonzero(fitmask[idx])
                 keep = [names[j] for j in kept.tolist()]
+                planned_kept = bool(d.planned) and bool(np.isin(idx[kept], d.planned).any())
+                if len(keep) == 1 and self.assume_on_prioritize and pod.gpus > 0:
+                    # kube-scheduler binds a lone feasible node without calling /prioritize: hold it now.
+                    self.cache.assume(pod, keep[0])
                 # /prioritize comes next with exactly these names
                 self._names_memo = [(st, keep, idx[kept]), (st, names, idx)]
                 node_names = self._node_names(st)
@@ -213,7 +224,9 @@ class ExtenderService:
                 if not known.all():
                     for j in np.flatnonzero(~known).tolist():
                         failed[names[j]] = NOT_IN_CACHE
-        self.metrics.decisions.labels("filter", "fit" if keep else "none").inc()
+        # "planned": the plan's node is among those passed on, i.e. the window held the core's choice.
+        outcome = "none" if not keep else "planned" if planned_kept else "fit"
+        self.metrics.decisions.labels("filter", outcome).inc()
         out: dict[str, Any] = {
             "Nodes": None,
             "NodeNames": keep,

@@ -200,6 +200,20 @@ def plan_nodes(cluster: ClusterState, ask: PodAsk, allocation: Allocation | None
     return tuple(i for i in allocation.nodes if i not in peers)
 
 
+def _raw_scores(cluster: ClusterState, ask: PodAsk, cand: np.ndarray, planned: Collection[int]) -> np.ndarray:
+    """Unrounded scores: PLAN_SCORE for planned nodes, else 1 + best fit (<=3) + same switch (<=2); 0 if full."""
+    free = cluster.free_gpus[cand]
+    width = max(1, int(cluster.gpu_cap.max()))
+    fit = 1.0 - np.clip(free - ask.gpus, 0, None) / width
+    switches: Sequence[int] = [int(cluster.switch_id[i]) for i in (ask.peer_nodes or tuple(planned))]
+    topo = np.isin(cluster.switch_id[cand], np.asarray(switches, dtype=np.int64)) if switches else np.zeros(cand.size)
+    raw = np.minimum(1.0 + FIT_WEIGHT * fit + TOPOLOGY_WEIGHT * topo, PLAN_SCORE - 1)
+    if planned:
+        raw[np.isin(cand, np.asarray(list(planned), dtype=np.int64))] = PLAN_SCORE
+    raw[free < ask.gpus] = 0.0
+    return raw
+
+
 def score_nodes(
     cluster: ClusterState, ask: PodAsk, candidates: np.ndarray, planned: Collection[int] = ()
 ) -> np.ndarray:
@@ -210,18 +224,23 @@ def score_nodes(
     cand = np.asarray(candidates, dtype=np.int64)
     if cand.size == 0:
         return np.zeros(0, dtype=np.int64)
-    free = cluster.free_gpus[cand]
-    ok = free >= ask.gpus
-    width = max(1, int(cluster.gpu_cap.max()))
-    fit = 1.0 - np.clip(free - ask.gpus, 0, None) / width
-    switches: Sequence[int] = [int(cluster.switch_id[i]) for i in (ask.peer_nodes or tuple(planned))]
-    topo = np.isin(cluster.switch_id[cand], np.asarray(switches, dtype=np.int64)) if switches else np.zeros(cand.size)
-    score = np.rint(1.0 + FIT_WEIGHT * fit + TOPOLOGY_WEIGHT * topo).astype(np.int64)
-    score = np.minimum(score, PLAN_SCORE - 1)
-    if planned:
-        score[np.isin(cand, np.asarray(list(planned), dtype=np.int64))] = PLAN_SCORE
-    score[~ok] = 0
-    return score
+    return np.rint(_raw_scores(cluster, ask, cand, planned)).astype(np.int64)
+
+
+def shortlist(cluster: ClusterState, ask: PodAsk, fits: np.ndarray, planned: Collection[int], limit: int) -> np.ndarray:
+    """The fitting nodes worth offering the scheduler: the top tier of unrounded scores, at most ``limit``.
+
+    The top tier is the plan's nodes whenever one of them fits, else the tightest fit on the
+    planned or peers' switch. Narrowing here spares kube-scheduler from scoring, and both
+    sides from serialising, hundreds of nodes the decision would rank below the tier.
+    ``limit`` <= 0 keeps every fitting node.
+    """
+    cand = np.asarray(fits, dtype=np.int64)
+    if limit <= 0 or cand.size == 0:
+        return cand
+    raw = _raw_scores(cluster, ask, cand, planned)
+    top = cand[raw >= raw.max() - 1e-9]
+    return top[:limit]
 
 
 def best_node(scores: np.ndarray, candidates: np.ndarray) -> int | None:

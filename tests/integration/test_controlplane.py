@@ -137,6 +137,7 @@ def test_qosmos_scheduler_config_shape() -> None:
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert cfg["leaderElection"] == {"leaderElect": False}
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["qosmos-scheduler"]
+    assert cfg["profiles"][0]["percentageOfNodesToScore"] == 20
     (ext,) = cfg["extenders"]
     assert ext["urlPrefix"] == "http://127.0.0.1:8888/qosmos"
     assert ext["ignorable"] is False and ext["nodeCacheCapable"] is True

@@ -27,6 +27,9 @@ def test_bad_config(tmp_path: Path) -> None:
         ExtenderConfig.load(f, env={})
     with pytest.raises(InvalidInput, match="http_port"):
         ExtenderConfig.load(None, env={"QOSMOS_EXTENDER_HTTP_PORT": "eighty"})
+    with pytest.raises(InvalidInput, match="shortlist"):
+        ExtenderConfig.load(None, env={}, shortlist=-1)
+    assert ExtenderConfig.load(None, env={"QOSMOS_EXTENDER_SHORTLIST": "0"}).shortlist == 0
 
 
 def test_json_logs() -> None:
@@ -47,3 +50,7 @@ def test_cli_commands_registered() -> None:
         assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["extender", "serve", "--grpc-port", "x"])
     assert res.exit_code != 0
+    res = runner.invoke(app, ["extender", "serve", "--shortlist", "-3"])
+    assert res.exit_code == 2 and "shortlist" in res.output
+    res = runner.invoke(app, ["bench", "scheduling", "--percentage-of-nodes-to-score", "101"])
+    assert res.exit_code == 2 and "[0, 100]" in res.output

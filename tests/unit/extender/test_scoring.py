@@ -18,6 +18,7 @@ from qosmos.extender.core.scoring import (
     plan,
     plan_nodes,
     score_nodes,
+    shortlist,
 )
 from qosmos.extender.core.types import Allocation, NodeGrant, Shape
 
@@ -122,6 +123,24 @@ def test_operator_nodes_win(cluster: ClusterState) -> None:
     assert planned == (cluster.index["b2"],)
     scores = score_nodes(cluster, ask, np.arange(len(cluster.nodes)), planned)
     assert int(np.argmax(scores)) == cluster.index["b2"]
+
+
+def test_shortlist_is_the_plan_or_the_tightest_fit(cluster: ClusterState) -> None:
+    i2, i4 = cluster.index["a2"], cluster.index["b2"]
+    cluster.allocate(Allocation((NodeGrant(i2, tuple(range(5))), NodeGrant(i4, tuple(range(5))))))
+    ask = PodAsk(gpus=2)
+    fits = filter_nodes(cluster, ask, np.arange(len(cluster.nodes))).fits
+    planned = plan_nodes(cluster, ask, plan(cluster, ask, get_placer("best-fit")))
+    assert shortlist(cluster, ask, fits, planned, 8).tolist() == list(planned)
+    # no plan: the exact fit (a4, 2 of 2 free) beats 3 free (a2, b2) and 4 free (a3, b3)
+    assert shortlist(cluster, ask, fits, (), 8).tolist() == [cluster.index["a4"]]
+    ask3 = PodAsk(gpus=3)
+    fits3 = filter_nodes(cluster, ask3, np.arange(len(cluster.nodes))).fits
+    tier = shortlist(cluster, ask3, fits3, (), 8).tolist()
+    assert tier == [i2, i4]  # both exact fits, in candidate order
+    assert shortlist(cluster, ask3, fits3, (), 1).tolist() == [i2]  # capped
+    assert shortlist(cluster, ask3, fits3, (), 0).tolist() == fits3.tolist()  # 0 keeps every fit
+    assert shortlist(cluster, ask3, fits3[:0], (), 8).size == 0
 
 
 def test_shape_must_match_pod_request() -> None:
