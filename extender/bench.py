@@ -102,7 +102,7 @@ def _serve_extender(n_nodes: int, assume: bool, q: Any) -> None:
     cache.replace_nodes(node_from_object(m) for m in openb_node_manifests(n_nodes))
     cache.mark_synced()
     cache.state()
-    server = HTTPServer(ExtenderHTTP(ExtenderService(cache, assume_on_prioritize=assume)))
+    server = HTTPServer(ExtenderHTTP(ExtenderService(cache, assume=assume)))
     _run_forever(server.start_async, lambda: server.port, q, asyncio, gc)
 
 

@@ -114,21 +114,18 @@ def serve(
     from qosmos.extender.config import ExtenderConfig
     from qosmos.extender.runner import serve as run
 
-    try:
-        cfg = ExtenderConfig.load(
-            config,
-            kubeconfig=kubeconfig,
-            http_host=http_host,
-            http_port=http_port,
-            grpc_port=grpc_port,
-            placer=placer,
-            shortlist=shortlist,
-            assume_ttl_s=assume_ttl_s,
-            log_level=log_level,
-        )
-    except InvalidInput as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    # bad config is bad input (exit 2); errors while serving keep their traceback
+    cfg = clean_errors()(ExtenderConfig.load)(
+        config,
+        kubeconfig=kubeconfig,
+        http_host=http_host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        placer=placer,
+        shortlist=shortlist,
+        assume_ttl_s=assume_ttl_s,
+        log_level=log_level,
+    )
     run(cfg)
 
 

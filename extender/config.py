@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.scoring import DEFAULT_PLACER, DEFAULT_SHORTLIST
 
 ENV_PREFIX = "QOSMOS_EXTENDER_"
 
@@ -22,8 +23,8 @@ class ExtenderConfig:
     http_port: int = 8888
     grpc_port: int = 9090  # 0 picks a free port; < 0 disables gRPC
     kubeconfig: str | None = None  # None: in-cluster, else KUBECONFIG / ~/.kube/config
-    placer: str = "cer"
-    shortlist: int = 8  # /filter keeps the top tier of at most this many feasible nodes; 0 keeps all
+    placer: str = DEFAULT_PLACER
+    shortlist: int = DEFAULT_SHORTLIST  # /filter keeps the top tier of at most this many feasible nodes; 0 keeps all
     assume_ttl_s: float = 30.0
     max_body_bytes: int = 8 * 1024 * 1024
     shutdown_grace_s: float = 10.0

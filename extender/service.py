@@ -25,9 +25,6 @@ from qosmos.extender.core.types import Allocation
 log = logging.getLogger("qosmos.extender")
 
 MAX_NODES = 100_000
-# Feasible nodes /filter passes on (the top tier of the decision): enough for kube-scheduler's
-# own scores to break ties, few enough that neither side serialises or scores hundreds.
-DEFAULT_SHORTLIST = 8
 NOT_IN_CACHE = "node is not in the extender's cache yet"
 
 _LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -104,15 +101,15 @@ class ExtenderService:
         cache: ClusterCache,
         placer: str = scoring.DEFAULT_PLACER,
         metrics: Metrics | None = None,
-        assume_on_prioritize: bool = True,
+        assume: bool = True,  # hold a pod's GPUs where kube-scheduler will bind it (lone /filter node, top /prioritize score)
         binder: Callable[[str, str, str, str], None] | None = None,
-        shortlist: int = DEFAULT_SHORTLIST,
+        shortlist: int = scoring.DEFAULT_SHORTLIST,
     ) -> None:
         self.cache = cache
         self.shortlist = shortlist
         self.placer = get_placer(placer)
         self.metrics = metrics or Metrics()
-        self.assume_on_prioritize = assume_on_prioritize
+        self.assume = assume
         self.binder = binder
         self._memo: OrderedDict[str, _Decision] = OrderedDict()
         self._seen: dict[str, PodInfo] = {}
@@ -211,7 +208,7 @@ class ExtenderService:
                 kept = np.flatnonzero(fitmask[idx])
                 keep = [names[j] for j in kept.tolist()]
                 planned_kept = bool(d.planned) and bool(np.isin(idx[kept], d.planned).any())
-                if len(keep) == 1 and self.assume_on_prioritize and pod.gpus > 0:
+                if len(keep) == 1 and self.assume and pod.gpus > 0:
                     # kube-scheduler binds a lone feasible node without calling /prioritize: hold it now.
                     self.cache.assume(pod, keep[0])
                 # /prioritize comes next with exactly these names
@@ -262,7 +259,7 @@ class ExtenderService:
             if known.any():
                 scores[known] = scoring.score_nodes(st, d.ask, idx[known], d.planned)
             best = scoring.best_node(scores, np.arange(len(names)))
-            if best is not None and self.assume_on_prioritize and pod.gpus > 0:
+            if best is not None and self.assume and pod.gpus > 0:
                 # The scheduler very likely binds where we score highest: hold the GPUs there
                 # until the watch shows the real binding (or the entry expires).
                 self.cache.assume(pod, names[best])

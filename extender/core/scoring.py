@@ -27,6 +27,9 @@ PLAN_SCORE = MAX_SCORE
 FIT_WEIGHT = 3.0
 TOPOLOGY_WEIGHT = 2.0
 DEFAULT_PLACER = "cer"
+# Feasible nodes /filter passes on (the top tier of the decision): enough for kube-scheduler's
+# own scores to break ties, few enough that neither side serialises or scores hundreds.
+DEFAULT_SHORTLIST = 8
 
 
 def parse_shape(text: str) -> Shape:

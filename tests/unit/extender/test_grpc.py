@@ -35,7 +35,7 @@ def test_score_matches_http_prioritize(channel: grpc.Channel, service: ExtenderS
     assert list(resp.planned_nodes) == [max(scores, key=scores.__getitem__)]
     assert scores["b1"] == 0 and "virtual cluster" in next(s.reason for s in resp.scores if s.node == "b1")
     # same pod through the HTTP verb (no assumption so both see the same state)
-    service.assume_on_prioritize = False
+    service.assume = False
     pod = make_pod(
         "g", gpus=2, uid="g2", labels={"qosmos.io/vc": "vc-a"}, annotations={"qosmos.io/gpu-models": "V100M32"}
     )

@@ -52,7 +52,7 @@ def test_filter_with_node_objects_when_not_cache_capable(api: ExtenderHTTP, name
 
 def test_filter_shortlists_the_top_tier(cache: ClusterCache, names: list[str]) -> None:
     """Feasible nodes below the decision's top tier are left out, with no failure reason."""
-    api = ExtenderHTTP(ExtenderService(cache, assume_on_prioritize=False))
+    api = ExtenderHTTP(ExtenderService(cache, assume=False))
     status, res = post(api, "filter", {"Pod": make_pod("p", gpus=2), "NodeNames": names})
     assert status == 200
     _, prio = post(api, "prioritize", {"Pod": make_pod("p", gpus=2), "NodeNames": names})
@@ -163,7 +163,7 @@ def test_bind_validates_and_reports(api: ExtenderHTTP) -> None:
 
 def test_bind_holds_gpus_then_calls_binder(cache: ClusterCache, names: list[str]) -> None:
     calls = []
-    svc = ExtenderService(cache, assume_on_prioritize=False, binder=lambda *a: calls.append(a))
+    svc = ExtenderService(cache, assume=False, binder=lambda *a: calls.append(a))
     pod = make_pod("b", gpus=2, annotations={"qosmos.io/gpu-models": "T4"}, labels={"qosmos.io/vc": "vc-a"})
     assert svc.filter({"Pod": pod, "NodeNames": names})["NodeNames"] == ["a4"]
     assert svc.bind({"PodName": "b", "PodNamespace": "ns", "PodUID": "uid-b", "Node": "a4"}) == {"Error": ""}
