@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -37,6 +38,18 @@ from qosmos.extender.core.types import Shape
 
 SAMPLE_COLUMNS = ("model", "batch", "d_node", "d_gpn", "rate")
 DEFAULT_DB = Path("~/.config/qosmos/models.json")
+MODELDB_ENV = "QOSMOS_MODELDB"  # overrides DEFAULT_DB; ``--db`` overrides both
+
+
+def modeldb_path(explicit: Path | None = None) -> Path:
+    """The one model-database location: ``--db`` > $QOSMOS_MODELDB > ~/.config/qosmos/models.json.
+
+    ``profile fit`` writes here; explain, simulate, the extender and the operator read it.
+    """
+    if explicit is not None:
+        return explicit.expanduser()
+    env = os.environ.get(MODELDB_ENV)
+    return Path(env).expanduser() if env else DEFAULT_DB.expanduser()
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +197,17 @@ def upsert_profiles(path: Path, new: Sequence[ThroughputProfile]) -> list[Throug
     return profiles
 
 
-def load_modeldb(path: Path | None) -> ModelDB:
-    """Built-in profiles overlaid with the database file's (file wins)."""
+def load_modeldb(path: Path | None = None, *, resolve: bool = False) -> ModelDB:
+    """Built-in profiles overlaid with the database file's (file wins).
+
+    ``resolve=True`` reads the one location (:func:`modeldb_path`) when ``path`` is None,
+    and tolerates its absence there (nothing profiled yet); an explicit path must exist.
+    """
     db = ModelDB.builtin()
+    if path is None and resolve:
+        default = modeldb_path(None)
+        if default.is_file():
+            path = default
     if path is not None:
         for p in read_db(path):
             db.add(p)

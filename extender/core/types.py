@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from typing import Protocol, runtime_checkable
 
 from qosmos.extender.core.errors import InvalidInput
 
@@ -271,3 +272,23 @@ class Reservation:
     job_id: str
     start: float
     gpus: int
+
+
+@runtime_checkable
+class DurationPredictor(Protocol):
+    """What the admission cycle asks of a duration predictor (QSSF, elapsed-time runtime).
+
+    Causal by contract: ``predict`` sees only what was ``observe``d before ``now``; the
+    simulator calls ``observe`` at a job's simulated end, the operator when a DLJob finishes.
+    Errors propagate: a caller falls back only when configured to, and says so.
+    """
+
+    name: str
+
+    def predict(self, job: Job, now: float) -> float | None:
+        """Expected run seconds of ``job`` on its requested GPUs; None when nothing is known."""
+        ...
+
+    def observe(self, job: Job, duration: float, end: float) -> None:
+        """``job`` finished at ``end`` after running ``duration`` seconds."""
+        ...
