@@ -16,9 +16,13 @@ Engine* collects run-time data (completed jobs) and refits the model periodicall
 
 from __future__ import annotations
 
+import ctypes
+import heapq
 import json
+import math
 import platform
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -127,6 +131,7 @@ class Predictor(ABC):
 
 REGISTRY: dict[str, type[Predictor]] = {}
 P = TypeVar("P", bound=type[Predictor])
+S = TypeVar("S")
 
 
 def register(name: str) -> Callable[[P], P]:
@@ -240,6 +245,12 @@ class GBDTModel(Predictor):
             raise InvalidInput("model", None, "not fitted")
         return np.asarray(self.booster.predict(self._check(x), num_threads=self.params.get("num_threads", 2)))
 
+    def row_predictor(self) -> SingleRowPredictor:
+        """A one-row predictor ~10x cheaper per call than :meth:`predict` (online use)."""
+        if self.booster is None:
+            raise InvalidInput("model", None, "not fitted")
+        return SingleRowPredictor(self.booster, len(self.feature_names))
+
     def save(self, path: Path) -> None:
         if self.booster is None:
             raise InvalidInput("model", None, "not fitted")
@@ -275,9 +286,82 @@ class GBDTModel(Predictor):
         return model
 
 
-# ---- Model Update Engine (seed 000 Fig. 10) -----------------------------------------------------
+class SingleRowPredictor:
+    """Raw score of one feature row through LightGBM's C API fast path.
 
-S = TypeVar("S")
+    ``Booster.predict`` converts arrays and starts threads on every call (~250 µs for one
+    row); an online predictor asked once per job needs the C API's prepared single-row call
+    (``LGBM_BoosterPredictForMatSingleRowFast``, documented in LightGBM's c_api.h), which
+    the Python package does not wrap. Same result as ``Booster.predict`` (raw score).
+    """
+
+    def __init__(self, booster: lgb.Booster, n_features: int) -> None:
+        from lightgbm.basic import _LIB, _c_str, _safe_call
+
+        self._booster = booster  # the prepared config points into the booster: keep it alive
+        self._row = np.zeros(n_features, dtype=np.float64)
+        self._out = np.zeros(1, dtype=np.float64)
+        self._len = ctypes.c_int64(0)
+        handle = ctypes.c_void_p()
+        _safe_call(
+            _LIB.LGBM_BoosterPredictForMatSingleRowFastInit(
+                booster._handle,
+                ctypes.c_int(0),  # C_API_PREDICT_NORMAL
+                ctypes.c_int(0),  # start iteration
+                ctypes.c_int(-1),  # all iterations
+                ctypes.c_int(1),  # C_API_DTYPE_FLOAT64
+                ctypes.c_int32(n_features),
+                _c_str("num_threads=1"),
+                ctypes.byref(handle),
+            )
+        )
+        self._handle = handle
+        self._fn = _LIB.LGBM_BoosterPredictForMatSingleRowFast
+        self._row_ptr = self._row.ctypes.data_as(ctypes.c_void_p)
+        self._out_ptr = self._out.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+        self._safe_call = _safe_call
+        weakref.finalize(self, _LIB.LGBM_FastConfigFree, handle)
+
+    def __call__(self, row: Sequence[float]) -> float:
+        self._row[:] = row
+        self._safe_call(self._fn(self._handle, self._row_ptr, ctypes.byref(self._len), self._out_ptr))
+        return float(self._out[0])
+
+
+class CompletionQueue(Generic[S]):
+    """Observed completions held back until the clock passes their end (causality by construction).
+
+    ``push(end, item)`` in any order; ``release(now)`` returns, in (end, arrival) order, the
+    items with ``end <= now`` not yet released, and refuses a ``now`` earlier than the last
+    one (a prediction must never see a job that ends after it).
+    """
+
+    def __init__(self) -> None:
+        self.clock = -math.inf
+        self._heap: list[tuple[float, int, S]] = []
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, end: float, item: S, what: str = "") -> None:
+        if not (isinstance(end, int | float) and math.isfinite(end)):
+            raise InvalidInput("end", end, f"{what}: must be a finite time".lstrip(": "))
+        heapq.heappush(self._heap, (float(end), self._seq, item))
+        self._seq += 1
+
+    def release(self, now: float) -> list[S]:
+        if not now >= self.clock:  # also refuses NaN
+            raise InvalidInput("now", now, f"before an earlier call's time {self.clock}: calls must come in time order")
+        self.clock = now
+        heap = self._heap
+        out: list[S] = []
+        while heap and heap[0][0] <= now:
+            out.append(heapq.heappop(heap)[2])
+        return out
+
+
+# ---- Model Update Engine (seed 000 Fig. 10) -----------------------------------------------------
 
 
 @dataclass
@@ -326,9 +410,11 @@ class ModelUpdateEngine(Generic[S]):
 
 __all__ = [
     "REGISTRY",
+    "CompletionQueue",
     "GBDTModel",
     "ModelUpdateEngine",
     "Predictor",
+    "SingleRowPredictor",
     "get_predictor",
     "library_versions",
     "median_abs_log_error",

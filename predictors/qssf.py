@@ -20,14 +20,24 @@ import heapq
 import json
 import math
 import re
+import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.types import Job
-from qosmos.predictors.base import GBDTModel, ModelUpdateEngine, median_abs_log_error, spearman
+from qosmos.extender.core.types import DurationPredictor, Job
+from qosmos.predictors.base import (
+    CompletionQueue,
+    GBDTModel,
+    ModelUpdateEngine,
+    SingleRowPredictor,
+    median_abs_log_error,
+    spearman,
+)
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
@@ -51,6 +61,22 @@ FEATURES = ("user_te", "user_n", "bucket_te", "bucket_n", *RAW[1:2], *RAW[3:])
 CATEGORICAL = ("vc", "category")
 TE_SMOOTHING = 5.0
 _DIGITS = re.compile(r"\d+")
+BLENDS = ("linear", "log")
+
+
+def blend_values(lam: float, blend: str, p_r: float | None, p_m: float) -> float | None:
+    """Merge P_R and P_M (seed 000 Alg. 1 line 20: λ P_R + (1−λ) P_M).
+
+    ``blend="log"`` averages in log1p space instead: expm1(λ log1p P_R + (1−λ) log1p P_M).
+    A missing estimate (P_R None, P_M NaN) leaves the other; both missing → None.
+    """
+    if p_r is None:
+        return None if math.isnan(p_m) else float(p_m)
+    if math.isnan(p_m):
+        return float(p_r)
+    if blend == "log":
+        return math.expm1(lam * math.log1p(p_r) + (1 - lam) * math.log1p(p_m))
+    return lam * p_r + (1 - lam) * p_m
 
 
 class NameBucketer:
@@ -218,14 +244,18 @@ class QSSFPredictor:
         name_threshold: float = 0.8,
         num_rounds: int = 150,
         params: dict[str, object] | None = None,
-        log_space: bool = True,
+        blend: str = "linear",
     ) -> None:
         if not 0 <= lam <= 1:
             raise InvalidInput("lam", lam, "must be in [0, 1]")
+        if blend not in BLENDS:
+            raise InvalidInput("blend", blend, f"expected one of {', '.join(BLENDS)}")
+        if num_rounds < 1:
+            raise InvalidInput("num_rounds", num_rounds, "must be >= 1 (LightGBM boosting rounds)")
         self.lam = lam
-        self.log_space = log_space
+        self.blend = blend
         self.bucketer = NameBucketer(name_threshold)
-        self.rolling = RollingEstimator(alpha, log_space)
+        self.rolling = RollingEstimator(alpha, self.log_space)
         self.model: GBDTModel | None = None
         self.num_rounds = num_rounds
         self.params = {
@@ -241,6 +271,11 @@ class QSSFPredictor:
         self.prior = 0.0
         self.te: dict[str, dict[int, tuple[float, int]]] = {}
 
+    @property
+    def log_space(self) -> bool:
+        """P_R's means and the blend in log1p space (``blend="log"``)."""
+        return self.blend == "log"
+
     # -- features -----------------------------------------------------------------------------
 
     def _code(self, field: str, value: str, grow: bool) -> float:
@@ -255,19 +290,37 @@ class QSSFPredictor:
         """One row of :data:`RAW` per job; unseen categories are NaN (LightGBM's missing)."""
         x = np.empty((len(jobs), len(RAW)))
         for i, j in enumerate(jobs):
-            b = self.bucketer.bucket(j.name, grow=grow)
-            x[i] = (
-                self._code("user", j.user, grow),
-                self._code("vc", j.vc, grow),
-                math.nan if b < 0 else float(b),
-                self._code("category", j.category, grow),
-                j.gpus,
-                j.gpu_milli,
-                j.cpu_milli,
-                j.memory_mib,
-                *_time_features(j.submit_time),
-            )
+            x[i] = self.raw_row(j, self.bucketer.bucket(j.name, grow=grow), grow=grow)
         return x
+
+    def raw_row(self, j: Job, bucket: int, *, grow: bool = False) -> tuple[float, ...]:
+        """One :data:`RAW` row; ``bucket`` from :attr:`bucketer` (−1: none)."""
+        return (
+            self._code("user", j.user, grow),
+            self._code("vc", j.vc, grow),
+            math.nan if bucket < 0 else float(bucket),
+            self._code("category", j.category, grow),
+            j.gpus,
+            j.gpu_milli,
+            j.cpu_milli,
+            j.memory_mib,
+            *_time_features(j.submit_time),
+        )
+
+    def feature_row(self, j: Job, bucket: int) -> list[float]:
+        """One :data:`FEATURES` row from the training tables (the one-job path of :meth:`encode`)."""
+        raw = self.raw_row(j, bucket)
+        row: list[float] = []
+        for k, name in ((0, "user"), (2, "name_bucket")):
+            code = raw[k]
+            hit = None if math.isnan(code) else self.te.get(name, {}).get(int(code))
+            if hit is None:
+                row += [self.prior, 0.0]
+            else:
+                row += [(hit[0] + self.prior * TE_SMOOTHING) / (hit[1] + TE_SMOOTHING), float(hit[1])]
+        row.append(raw[1])
+        row += raw[3:]
+        return row
 
     def encode(self, raw: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
         """RAW → FEATURES. With ``y`` (training, rows in submission order) the target statistics
@@ -329,15 +382,9 @@ class QSSFPredictor:
         return np.maximum(np.expm1(self.model.predict(self.features(jobs))), 0.0)
 
     def merge(self, p_r: float | None, p_m: float) -> float | None:
-        if p_r is None and math.isnan(p_m):
-            return None
-        if p_r is None:
-            return float(p_m)
-        if math.isnan(p_m):
-            return float(p_r)
-        if self.log_space:
-            return math.expm1(self.lam * math.log1p(p_r) + (1 - self.lam) * math.log1p(p_m))
-        return self.lam * p_r + (1 - self.lam) * float(p_m)
+        """λ P_R + (1−λ) P_M (Alg. 1 line 20), or in log1p space with ``blend="log"``; the
+        available one when the other is missing (None / NaN), None when both are."""
+        return blend_values(self.lam, self.blend, p_r, p_m)
 
     def annotate(self, jobs: Sequence[Job]) -> list[tuple[float | None, float]]:
         """Set ``predicted_duration`` from the current history (no update); returns (P_R, P_M) per job."""
@@ -393,7 +440,7 @@ class QSSFPredictor:
         self.model.save(directory / "qssf_pm.txt")
         state = {
             "lam": self.lam,
-            "log_space": self.log_space,
+            "blend": self.blend,
             "name_threshold": self.bucketer.threshold,
             "bucket_reps": self.bucketer.reps,
             "vocab": self.vocab,
@@ -409,13 +456,14 @@ class QSSFPredictor:
     def load(cls, directory: Path) -> QSSFPredictor:
         directory = Path(directory)
         state = json.loads((directory / "qssf_state.json").read_text())
+        blend = state.get("blend") or ("log" if state.get("log_space") else "linear")
         p = cls(
             state["lam"],
             state["rolling"]["alpha"],
             state["name_threshold"],
             state["num_rounds"],
             state["params"],
-            state["log_space"],
+            blend=blend,
         )
         p.bucketer = NameBucketer(state["name_threshold"], state["bucket_reps"])
         p.vocab = {k: dict(v) for k, v in state["vocab"].items()}
@@ -426,63 +474,200 @@ class QSSFPredictor:
         return p
 
 
+class OnlineQSSF:
+    """QSSF behind the core's :class:`DurationPredictor` protocol, trained online.
+
+    ``predict(job, now)`` at submission and ``observe(job, duration, end)`` at the job's end
+    (simulated time in the simulator, wall time in the operator). Causal by construction:
+    an observation waits in a queue ordered by ``end`` and joins the history (P_R and P_M's
+    training rows) only when a prediction is asked at ``now >= end``; ``now`` may not go
+    backwards. So a job never informs a prediction made before it finished, whoever calls.
+
+    P_M (LightGBM, seed 000 Alg. 1 line 19) is first trained once ``train_after`` jobs have
+    joined the history, then retrained on the latest ``max_train_jobs`` each time
+    ``retrain_every`` more jobs have joined (seed 000 Fig. 10: the Model Update Engine
+    fine-tunes periodically). Training happens while folding observations in, at fixed
+    counts, so the result depends only on the call sequence. Before the first fit P_M is
+    missing and the prediction is P_R alone.
+    """
+
+    name = "qssf"
+
+    def __init__(
+        self,
+        lam: float = 0.5,
+        blend: str = "linear",
+        *,
+        alpha: float = 0.5,
+        name_threshold: float = 0.8,
+        train_after: int = 1000,
+        retrain_every: int = 20_000,
+        max_train_jobs: int = 50_000,
+        num_rounds: int = 150,
+        params: dict[str, object] | None = None,
+    ) -> None:
+        if train_after < 1:
+            raise InvalidInput("train_after", train_after, "must be >= 1 (completed jobs before P_M is trained)")
+        if retrain_every < 1:
+            raise InvalidInput("retrain_every", retrain_every, "must be >= 1 (completed jobs between retrainings)")
+        if max_train_jobs < train_after:
+            raise InvalidInput("max_train_jobs", max_train_jobs, f"must be >= train_after ({train_after})")
+        self.q = QSSFPredictor(lam, alpha, name_threshold, num_rounds, params, blend=blend)
+        self.train_after = train_after
+        self.retrain_every = retrain_every
+        self.max_train_jobs = max_train_jobs
+        self.observed = 0  # jobs that joined the history
+        self.fits: list[int] = []  # history size at each P_M fit
+        self.fit_seconds = 0.0  # wall time spent training P_M
+        self._next_fit = train_after
+        self._pending: CompletionQueue[tuple[Job, float]] = CompletionQueue()
+        self._rows: deque[tuple[float, tuple[float, ...], float]] = deque(maxlen=max_train_jobs)
+        self._row_fn: SingleRowPredictor | None = None
+
+    @property
+    def lam(self) -> float:
+        return self.q.lam
+
+    @property
+    def blend(self) -> str:
+        return self.q.blend
+
+    @property
+    def pending(self) -> int:
+        """Observed jobs whose end lies after the latest ``now``."""
+        return len(self._pending)
+
+    def observe(self, job: Job, duration: float, end: float) -> None:
+        """``job`` ran ``duration`` seconds and ended at ``end``; it counts from ``now >= end``."""
+        if not (isinstance(duration, int | float) and math.isfinite(duration) and duration >= 0):
+            raise InvalidInput("duration", duration, f"job {job.id}: must be a finite number >= 0")
+        self._pending.push(end, (job, float(duration)), f"job {job.id}")
+
+    def predict(self, job: Job, now: float) -> float | None:
+        """Expected run seconds: the blend of P_R and P_M (None before any history)."""
+        p_r, p_m = self.predict_parts(job, now)
+        return blend_values(self.q.lam, self.q.blend, p_r, p_m)
+
+    def predict_parts(self, job: Job, now: float) -> tuple[float | None, float]:
+        """(P_R, P_M) for ``job`` at ``now``; P_R None / P_M NaN when not available yet."""
+        for done, duration in self._pending.release(now):
+            self._fold(done, duration)
+        q = self.q
+        bucket = q.bucketer.bucket(job.name)
+        p_r, _ = q.rolling.estimate(job, bucket)
+        if self._row_fn is None:
+            return p_r, math.nan
+        return p_r, max(math.expm1(self._row_fn(q.feature_row(job, bucket))), 0.0)
+
+    def _fold(self, job: Job, duration: float) -> None:
+        q = self.q
+        bucket = q.bucketer.bucket(job.name)
+        q.rolling.add(job, bucket, duration)
+        self._rows.append((job.submit_time, q.raw_row(job, bucket, grow=True), math.log1p(duration)))
+        self.observed += 1
+        if self.observed >= self._next_fit:
+            self._fit()
+
+    def _fit(self) -> None:
+        t0 = time.perf_counter()
+        rows = sorted(self._rows, key=lambda r: r[0])  # ordered target statistics need submission order
+        raw = np.array([r[1] for r in rows], float)
+        y = np.array([r[2] for r in rows], float)
+        self._row_fn = self.q.fit_arrays(raw, y, window=(rows[0][0], rows[-1][0])).row_predictor()
+        self.fits.append(self.observed)
+        self._next_fit = self.observed + self.retrain_every
+        self.fit_seconds += time.perf_counter() - t0
+
+
+def replay_online(
+    predictor: DurationPredictor, jobs: Sequence[Job]
+) -> tuple[list[float | None], list[tuple[float | None, float]]]:
+    """Replay a trace through a duration predictor without a scheduler.
+
+    Jobs in submission order; each is predicted at its submission and observed as ending at
+    submit + duration (no queueing: the earliest it could end). Returns the predictions and,
+    for :class:`OnlineQSSF`, the (P_R, P_M) parts (else an empty list).
+    """
+    preds: list[float | None] = []
+    parts: list[tuple[float | None, float]] = []
+    split = isinstance(predictor, OnlineQSSF)
+    last = -math.inf
+    for j in jobs:
+        if j.submit_time < last:
+            raise InvalidInput("jobs", j.id, "must be sorted by submit_time")
+        last = j.submit_time
+        if split:
+            p_r, p_m = predictor.predict_parts(j, j.submit_time)  # type: ignore[union-attr]
+            parts.append((p_r, p_m))
+            preds.append(blend_values(predictor.lam, predictor.blend, p_r, p_m))  # type: ignore[union-attr]
+        else:
+            preds.append(predictor.predict(j, j.submit_time))
+        if j.duration is not None:
+            predictor.observe(j, j.duration, j.submit_time + j.duration)
+    return preds, parts
+
+
 def evaluate_qssf(
     jobs: Sequence[Job],
     train_frac: float = 0.7,
     lams: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
     lam: float = 0.5,
-    log_space: bool = True,
+    blend: str = "linear",
+    **options: Any,
 ) -> dict[str, object]:
-    """Train on the first ``train_frac`` of jobs by submission, replay the rest causally.
+    """Online replay of every job through :class:`OnlineQSSF`; metrics on the jobs after the
+    first ``train_frac`` (by submission), which only warm the history up.
 
     Reports, per λ, Spearman rank correlation of predicted vs actual duration and of the
     GPU-time priority vs actual GPU time, and the median |log error| of the duration.
+    ``options`` go to :class:`OnlineQSSF` (train_after, retrain_every, ...).
     """
-    import time
-
     if not 0 < train_frac < 1:
-        raise InvalidInput("train_frac", train_frac, "must be in (0, 1)")
-    jobs = sorted(jobs, key=lambda j: j.submit_time)
+        raise InvalidInput("train_frac", train_frac, "must be between 0 and 1 (exclusive)")
+    jobs = sorted((j for j in jobs if j.duration is not None), key=lambda j: j.submit_time)
     cut = int(len(jobs) * train_frac)
     train, test = jobs[:cut], jobs[cut:]
     if not train or not test:
-        raise InvalidInput("jobs", len(jobs), "too few jobs to split")
+        raise InvalidInput("jobs", len(jobs), "too few jobs with a duration to split")
+    q = OnlineQSSF(lam=lam, blend=blend, **options)
     t0 = time.perf_counter()
-    q = QSSFPredictor(lam=lam, log_space=log_space).fit(train)
-    fit_s = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    pairs = q.annotate_online(test)
-    replay_s = time.perf_counter() - t1
+    _, parts = replay_online(q, jobs)
+    replay_s = time.perf_counter() - t0
     actual = np.array([j.duration for j in test], float)
     gpus = np.array([max(j.gpus, 0) for j in test], float)
-    p_m = np.array([pm for _, pm in pairs])
-    fallback = float(np.nanmean(p_m))
-    p_r = np.array([fallback if pr is None else pr for pr, _ in pairs])
+    tail = parts[cut:]
     by_lambda = {}
     for lm in lams:
-        pred = np.expm1(lm * np.log1p(p_r) + (1 - lm) * np.log1p(p_m)) if q.log_space else lm * p_r + (1 - lm) * p_m
+        pred = np.array([blend_values(lm, blend, pr, pm) for pr, pm in tail], dtype=float)  # None → NaN
+        ok = ~np.isnan(pred)
         by_lambda[f"{lm:g}"] = {
-            "spearman": spearman(actual, pred),
-            "spearman_gpu_time": spearman(actual * gpus, pred * gpus),
-            "median_abs_log_error": median_abs_log_error(actual, pred),
+            "spearman": spearman(actual[ok], pred[ok]),
+            "spearman_gpu_time": spearman(actual[ok] * gpus[ok], pred[ok] * gpus[ok]),
+            "median_abs_log_error": median_abs_log_error(actual[ok], pred[ok]),
+            "unpredicted": int((~ok).sum()),
         }
     head = by_lambda.get(f"{lam:g}") or next(iter(by_lambda.values()))
     return {
         "n_train": len(train),
         "n_test": len(test),
         "lam": lam,
+        "blend": blend,
         "spearman": head["spearman"],
         "spearman_gpu_time": head["spearman_gpu_time"],
         "median_abs_log_error": head["median_abs_log_error"],
         "by_lambda": by_lambda,
-        "log_space": log_space,
         "baseline_train_median": {
             "median_abs_log_error": median_abs_log_error(
                 actual, np.full_like(actual, np.median([j.duration for j in train]))
             )
         },
-        "fit_seconds": round(fit_s, 3),
-        "replay_ms_per_job": round(1000 * replay_s / len(test), 4),
+        "train_after": q.train_after,
+        "retrain_every": q.retrain_every,
+        "pm_fits_at": q.fits,
+        "pm_fit_seconds": round(q.fit_seconds, 3),
+        "replay_seconds": round(replay_s, 3),
+        # predict + observe per job, training excluded (it is reported above)
+        "us_per_job": round(1e6 * (replay_s - q.fit_seconds) / len(jobs), 1),
     }
 
 

@@ -18,12 +18,13 @@ the same ratio on the remaining run time (pred − e vs actual − e).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Job
-from qosmos.predictors.base import GBDTModel
+from qosmos.predictors.base import CompletionQueue, GBDTModel
 from qosmos.predictors.data import OPENB_QOS
 
 FRACTIONS = (1 / 8, 1 / 4, 1 / 2)
@@ -133,6 +134,50 @@ class ElapsedRuntimePredictor:
             x = np.column_stack([x, np.full(x.shape[0], elapsed)])
         p = np.expm1(self.model.predict(x))
         return np.maximum(p, elapsed) if self.use_elapsed else np.maximum(p, 0)
+
+
+class Last2Elapsed:
+    """Last2 with elapsed time (seed 004 §VI-A) behind the core's DurationPredictor protocol.
+
+    ``predict(job, now)`` returns the mean of the two most recent completed jobs (global
+    history, as :func:`last2`) that ran longer than the job's elapsed time ``job.executed``
+    (0 at submission), never less than that elapsed time; with fewer than one such job, the
+    mean of all completed jobs; None before any completion. ``observe`` holds a job back until
+    ``now >= end`` (:class:`CompletionQueue`), so predictions stay causal whoever calls.
+    ``keep`` bounds the history searched (the most recent completions).
+    """
+
+    name = "runtime"
+
+    def __init__(self, keep: int = 10_000) -> None:
+        if keep < 2:
+            raise InvalidInput("keep", keep, "must be >= 2 (Last2 needs two jobs)")
+        self._pending: CompletionQueue[float] = CompletionQueue()
+        self._recent: deque[float] = deque(maxlen=keep)
+        self._total = 0.0
+        self._count = 0
+
+    def observe(self, job: Job, duration: float, end: float) -> None:
+        if not (isinstance(duration, int | float) and math.isfinite(duration) and duration >= 0):
+            raise InvalidInput("duration", duration, f"job {job.id}: must be a finite number >= 0")
+        self._pending.push(end, float(duration), f"job {job.id}")
+
+    def predict(self, job: Job, now: float) -> float | None:
+        for d in self._pending.release(now):
+            self._recent.append(d)
+            self._total += d
+            self._count += 1
+        if not self._count:
+            return None
+        e = job.executed
+        found: list[float] = []
+        for d in reversed(self._recent):
+            if d > e:
+                found.append(d)
+                if len(found) == 2:
+                    break
+        guess = sum(found) / len(found) if found else self._total / self._count
+        return max(guess, e)
 
 
 def evaluate_runtime(

@@ -114,7 +114,7 @@ def test_annotate_sets_predicted_duration_and_is_causal() -> None:
 
 
 def test_merge_and_priority() -> None:
-    q = QSSFPredictor(lam=0.25, log_space=False)
+    q = QSSFPredictor(lam=0.25, blend="linear")
     assert q.merge(100.0, 200.0) == pytest.approx(175.0)
     assert q.merge(None, 200.0) == 200.0 and q.merge(100.0, math.nan) == 100.0 and q.merge(None, math.nan) is None
     j = Job(id="p", submit_time=0, gpus=4, predicted_duration=10.0)
