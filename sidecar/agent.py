@@ -1,0 +1,455 @@
+"""The SODA node agent: watch this node's managed pods, run the strategies, apply through actuators.
+
+One pass (:meth:`NodeAgent.reconcile`): list the node's pods carrying ``qosmos.io/node-agent=managed``;
+find their cgroups; feed GPU utilisation to each training pod's core search (§V-B) once its
+measurement window is over; feed node memory bandwidth to the contention eliminator (§V-E);
+compute the desired state and apply it (CPU, MBA, tc); export metrics; emit Events for changes.
+
+State lives in the node, not in the agent: cpusets/quotas are read back from the cgroups every
+pass, the MBA group's tasks from resctrl, a finished search from the pod annotation
+``qosmos.io/soda-cores``; desired state is derived from the pods' specs, so a restarted agent
+converges to the same state (an unfinished search restarts from N_start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.sidecar.actuators import Actuator, PodCgroups, detect_resctrl, make_actuator
+from qosmos.sidecar.cgroups import (
+    CgroupLayout,
+    container_children,
+    parse_cpuset,
+    pod_dir_from_pids,
+)
+from qosmos.sidecar.sources import BandwidthSource, GpuSource
+from qosmos.sidecar.state import (
+    BEST_CORES_ANNOTATION,
+    CATEGORY_ANNOTATION,
+    CORES_ANNOTATION,
+    HINTS_ANNOTATION,
+    MANAGED_LABEL,
+    MANAGED_VALUE,
+    MULTI_NODE_ANNOTATION,
+    OWNER_ANNOTATION,
+    ROLE_ANNOTATION,
+    ROLES,
+    CpuTarget,
+    DesiredState,
+    PodInfo,
+)
+from qosmos.sidecar.strategies import (
+    AdaptiveCores,
+    ContentionEliminator,
+    assign_cpus,
+    cpu_job_targets,
+    htb_target,
+)
+
+log = logging.getLogger("qosmos.sidecar")
+COMPONENT = "qosmos-sidecar"
+
+
+def parse_cpu_quantity(q: str) -> float:
+    """Kubernetes CPU quantity -> cores (``"500m"`` -> 0.5)."""
+    q = str(q).strip()
+    try:
+        return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+    except ValueError:
+        raise InvalidInput("cpu quantity", q, "expected cores like 2 or 500m") from None
+
+
+def pod_info(pod: Any) -> PodInfo | None:
+    """A managed pod's strategy view from a ``V1Pod``; None when not managed (never touched)."""
+    md = pod.metadata
+    if (md.labels or {}).get(MANAGED_LABEL) != MANAGED_VALUE:
+        return None
+    ann = md.annotations or {}
+    role = ann.get(ROLE_ANNOTATION, "cpu").strip().lower()
+    if role not in ROLES:
+        role = "cpu"
+    limits: list[float] = []
+    unlimited = False
+    for c in pod.spec.containers or []:
+        lim = ((c.resources and c.resources.limits) or {}).get("cpu")
+        if lim is None:
+            unlimited = True
+        else:
+            limits.append(parse_cpu_quantity(lim))
+
+    def as_int(key: str) -> int | None:
+        v = ann.get(key)
+        return int(v) if v and str(v).strip().isdigit() and int(v) > 0 else None
+
+    return PodInfo(
+        uid=md.uid,
+        namespace=md.namespace,
+        name=md.name,
+        role=role,
+        category=ann.get(CATEGORY_ANNOTATION, ""),
+        owner=ann.get(OWNER_ANNOTATION, ""),
+        multi_node=ann.get(MULTI_NODE_ANNOTATION, "").lower() == "true",
+        ip=(pod.status and pod.status.pod_ip) or "",
+        limit_cores=None if unlimited or not limits else sum(limits),
+        full_cores=as_int(CORES_ANNOTATION),
+        best_cores=as_int(BEST_CORES_ANNOTATION),
+        hints=frozenset(h.strip() for h in ann.get(HINTS_ANNOTATION, "").split(",") if h.strip()),
+    )
+
+
+@dataclass
+class Window:
+    """A training pod's measurement window at one core count (§V-B-2: ~60 s per step)."""
+
+    cores: int
+    since: float
+    samples: list[float] = field(default_factory=list)
+
+
+@dataclass
+class AgentOptions:
+    step_seconds: float = 60.0  # how long each core count is measured (§V-B-2)
+    warmup_seconds: float = 10.0  # samples ignored right after a change
+    interval: float = 5.0  # seconds between passes
+    link_mbit: int = 0  # tc: link rate; 0 disables network shaping
+    tc_dev: str = ""
+    mb_peak: float | None = None  # node peak memory bandwidth, bytes/s
+
+
+class Metrics:
+    """Per-pod CPU, throttling, cores and agent actions for Prometheus."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        lbl = ["namespace", "pod"]
+        r = self.registry
+        self.cores = Gauge("qosmos_sidecar_pod_cpuset_cpus", "CPUs in the pod's cpuset", lbl, registry=r)
+        self.quota = Gauge("qosmos_sidecar_pod_cfs_quota_cores", "CFS quota in CPUs (-1: none)", lbl, registry=r)
+        self.usage = Gauge("qosmos_sidecar_pod_cpu_usage_seconds", "CPU time used by the pod", lbl, registry=r)
+        self.throttled = Gauge("qosmos_sidecar_pod_throttled_periods", "CFS periods throttled", lbl, registry=r)
+        self.throttled_s = Gauge("qosmos_sidecar_pod_throttled_seconds", "time throttled", lbl, registry=r)
+        self.gpu = Gauge("qosmos_sidecar_pod_gpu_utilisation_percent", "last GPU utilisation", lbl, registry=r)
+        self.search_steps = Gauge("qosmos_sidecar_core_search_steps", "steps of the §V-B search", lbl, registry=r)
+        self.membw = Gauge("qosmos_sidecar_memory_bandwidth_ratio", "node memory bandwidth / peak", registry=r)
+        self.engaged = Gauge("qosmos_sidecar_contention_throttling", "1 while CPU jobs are throttled", registry=r)
+        self.actions = Counter("qosmos_sidecar_actions", "actions taken", ["kind"], registry=r)
+        self.errors = Counter("qosmos_sidecar_errors", "failed actions", ["kind"], registry=r)
+
+
+def read_cpu_stat(layout: CgroupLayout, cpu_dir: Path) -> dict[str, float]:
+    """usage seconds, throttled periods and throttled seconds of a cgroup (v1: cpu + cpuacct; v2: cpu.stat)."""
+    out: dict[str, float] = {}
+    with contextlib.suppress(OSError, ValueError):
+        lines = (cpu_dir / "cpu.stat").read_text().splitlines()
+        stat = {k: int(v) for k, v in (ln.split() for ln in lines if len(ln.split()) == 2)}
+        out["nr_throttled"] = float(stat.get("nr_throttled", 0))
+        if layout.version == 2:
+            out["usage_s"] = stat.get("usage_usec", 0) / 1e6
+            out["throttled_s"] = stat.get("throttled_usec", 0) / 1e6
+        else:
+            out["throttled_s"] = stat.get("throttled_time", 0) / 1e9
+            rel = cpu_dir.relative_to(layout.hierarchy("cpu"))
+            usage = layout.hierarchy("cpuacct") / rel / "cpuacct.usage"
+            if usage.is_file():
+                out["usage_s"] = int(usage.read_text()) / 1e9
+    return out
+
+
+class NodeAgent:
+    """Reconciles one node. ``api``: a ``kubernetes.client.CoreV1Api`` (None: pods given to ``reconcile``)."""
+
+    def __init__(
+        self,
+        node: str,
+        api: Any,
+        layout: CgroupLayout,
+        cpu: Actuator,
+        gpu_source: GpuSource | None = None,
+        bandwidth: BandwidthSource | None = None,
+        mba: Actuator | None = None,
+        net: Actuator | None = None,
+        options: AgentOptions | None = None,
+        owner_history: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        has_mba: bool | None = None,
+    ) -> None:
+        self.node, self.api, self.layout = node, api, layout
+        self.cpu, self.mba, self.net = cpu, mba, net
+        self.gpu_source, self.bandwidth = gpu_source, bandwidth
+        self.opt = options or AgentOptions()
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.node_cpus = self._node_cpus()
+        self.adaptive = AdaptiveCores(len(self.node_cpus), owner_history or {})
+        self.eliminator = ContentionEliminator(has_mba=bool(mba) if has_mba is None else has_mba)
+        self.windows: dict[str, Window] = {}
+        self.last_actions: list[str] = []
+
+    # -- discovery ------------------------------------------------------------------------
+
+    def _node_cpus(self) -> tuple[int, ...]:
+        """The CPUs pods may use: the kubepods cpuset (v2: effective), else the hierarchy root."""
+        for d in (self.layout.kubepods("cpuset"), self.layout.hierarchy("cpuset")):
+            for name in ("cpuset.cpus.effective", "cpuset.cpus"):
+                f = d / name
+                if f.is_file() and f.read_text().strip():
+                    return parse_cpuset(f.read_text())
+        raise InvalidInput("cgroup root", str(self.layout.root), "no cpuset.cpus found")
+
+    def list_pods(self) -> list[Any]:
+        resp = self.api.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self.node}", label_selector=f"{MANAGED_LABEL}={MANAGED_VALUE}"
+        )
+        return [p for p in resp.items if (p.status and p.status.phase) == "Running"]
+
+    def pod_cgroups(self, pod: Any) -> PodCgroups | None:
+        uid = pod.metadata.uid
+        qos = (pod.status and pod.status.qos_class) or None
+        dirs: dict[str, Path] = {}
+        for ctrl in ("cpuset", "cpu"):
+            d = self.layout.pod_dir(ctrl, uid, qos)
+            if d is None:
+                d = pod_dir_from_pids(self.layout, ctrl, self._pids_from_status(pod))
+            if d is None:
+                return None
+            dirs[ctrl] = d
+        return PodCgroups(dirs["cpuset"], dirs["cpu"])
+
+    @staticmethod
+    def _pids_from_status(pod: Any) -> list[int]:
+        return []  # the CRI has the PIDs; the layout search covers kubelet-made pods
+
+    def tasks(self, cg: PodCgroups) -> list[int]:
+        """Every thread of the pod (resctrl moves threads one at a time)."""
+        name = "tasks" if self.layout.version == 1 else "cgroup.threads"
+        out: list[int] = []
+        for d in container_children(cg.cpuset):
+            with contextlib.suppress(OSError):
+                out += [int(t) for t in (d / name).read_text().split()]
+        return out
+
+    # -- one pass ---------------------------------------------------------------------------
+
+    def reconcile(self, pods: Sequence[Any] | None = None) -> list[str]:
+        """Measure, decide, apply; returns the actions taken."""
+        now = self.clock()
+        raw = list(pods) if pods is not None else self.list_pods()
+        managed: list[tuple[Any, PodInfo, PodCgroups]] = []
+        for p in raw:
+            info = pod_info(p)
+            if info is None:
+                continue
+            cg = self.pod_cgroups(p)
+            if cg is None:
+                log.info("pod %s: cgroups not found yet", info.key)
+                continue
+            managed.append((p, info, cg))
+        live = {i.uid for _, i, _ in managed}
+        self.adaptive.forget(live)
+        for uid in [u for u in self.windows if u not in live]:
+            del self.windows[uid]
+        actions: list[str] = []
+
+        # §V-B: adaptive cores of training pods
+        counts: dict[str, int] = {}
+        training = [(p, i, cg) for p, i, cg in managed if i.role == "training"]
+        for pod, info, cg in training:
+            actions += self._search_step(pod, info, cg, now)
+            counts[info.uid] = self.adaptive.cores(info)
+        placed = assign_cpus(counts, self.node_cpus) if counts else {}
+        desired = DesiredState()
+        for _, info, _ in training:
+            n = counts[info.uid]
+            desired.cpu.append(CpuTarget(info.uid, info.key, placed[info.uid], float(n), "§V-B search"))
+
+        # §V-E: memory bandwidth contention
+        used, peak = self.bandwidth.sample() if self.bandwidth else (None, None)
+        peak = peak or self.opt.mb_peak
+        engaged_before = self.eliminator.engaged
+        engaged = self.eliminator.update(used, peak)
+        if used is not None and peak:
+            self.metrics.membw.set(used / peak)
+        self.metrics.engaged.set(1 if engaged else 0)
+        cpu_jobs = [(p, i, cg) for p, i, cg in managed if i.role == "cpu"]
+        desired.cpu += cpu_job_targets([i for _, i, _ in cpu_jobs], self.node_cpus, self.eliminator)
+        if self.mba is not None:
+            pids = [t for _, _, cg in cpu_jobs for t in self.tasks(cg)]
+            desired.mba = self.eliminator.mba_target(pids)
+        desired.htb = htb_target([i for _, i, _ in managed], self.opt.tc_dev, self.opt.link_mbit)
+        if engaged != engaged_before:
+            how = "MBA" if self.eliminator.has_mba else "halving cores"
+            for pod, _info, _ in cpu_jobs:
+                self._event(pod, "ContentionThrottle" if engaged else "ContentionReleased",
+                            f"node memory bandwidth {'at/above' if engaged else 'below'} threshold: "
+                            f"{'throttling by ' + how if engaged else 'restored'}")  # fmt: skip
+
+        # apply
+        where = {i.uid: cg for _, i, cg in managed}
+        by_uid = {i.uid: p for p, i, _ in managed}
+        for t in desired.cpu:
+            try:
+                done = self.cpu.apply(t, where[t.uid])
+            except (OSError, InvalidInput) as e:
+                self.metrics.errors.labels("cpu").inc()
+                log.warning("cpu %s: %s", t.key, e)
+                continue
+            if done:
+                self.metrics.actions.labels("cpu").inc(len(done))
+                self._event(by_uid[t.uid], "CpuAdjusted", "; ".join(done) + (f" ({t.reason})" if t.reason else ""))
+            actions += done
+        for kind, act, target in (("mba", self.mba, desired.mba), ("net", self.net, desired.htb)):
+            if act is None:
+                continue
+            try:
+                done = act.apply(target)
+            except (OSError, InvalidInput) as e:
+                self.metrics.errors.labels(kind).inc()
+                log.warning("%s: %s", kind, e)
+                continue
+            self.metrics.actions.labels(kind).inc(len(done))
+            actions += done
+        self._export(managed)
+        self.last_actions = actions
+        for a in actions:
+            log.info("%s", a)
+        return actions
+
+    def _search_step(self, pod: Any, info: PodInfo, cg: PodCgroups, now: float) -> list[str]:
+        if self.adaptive.done(info):
+            return []
+        cores = self.adaptive.cores(info)
+        w = self.windows.get(info.uid)
+        if w is None or w.cores != cores:
+            self.windows[info.uid] = Window(cores, now)
+            return []
+        if now - w.since >= self.opt.warmup_seconds and self.gpu_source is not None:
+            u = self.gpu_source.utilisation(info.key, self.tasks(cg))
+            if u is not None and math.isfinite(u):
+                w.samples.append(u)
+                self.metrics.gpu.labels(info.namespace, info.name).set(u)
+        if now - w.since < self.opt.step_seconds or not w.samples:
+            return []
+        mean = sum(w.samples) / len(w.samples)
+        nxt = self.adaptive.observe(info, mean)
+        s = self.adaptive.searches.get(info.uid)
+        steps = s.steps if s else 0
+        self.metrics.search_steps.labels(info.namespace, info.name).set(steps)
+        if nxt is None:
+            best = self.adaptive.cores(info)
+            self._annotate(pod, {BEST_CORES_ANNOTATION: str(best)})
+            msg = f"§V-B search done after {steps} steps: {best} cores (tried {[c for c, _ in (s.trace if s else [])]})"
+            self._event(pod, "CoreSearchDone", msg)
+            return [f"{info.key}: {msg}"]
+        self.windows[info.uid] = Window(nxt, now)
+        return [f"{info.key}: {cores} cores -> GPU {mean:.1f} %, next {nxt}"]
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def _export(self, managed: Sequence[tuple[Any, PodInfo, PodCgroups]]) -> None:
+        for _, info, cg in managed:
+            lbl = (info.namespace, info.name)
+            with contextlib.suppress(OSError, InvalidInput):
+                self.metrics.cores.labels(*lbl).set(len(parse_cpuset((cg.cpuset / "cpuset.cpus").read_text()) or ()))
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                reader = getattr(self.cpu, "read_quota", None)
+                if reader is not None:
+                    q = reader(cg.cpu)
+                    self.metrics.quota.labels(*lbl).set(-1 if q == -1 else q / getattr(self.cpu, "period_us", 100_000))
+            st = read_cpu_stat(self.layout, cg.cpu)
+            if "usage_s" in st:
+                self.metrics.usage.labels(*lbl).set(st["usage_s"])
+            if "nr_throttled" in st:
+                self.metrics.throttled.labels(*lbl).set(st["nr_throttled"])
+                self.metrics.throttled_s.labels(*lbl).set(st["throttled_s"])
+
+    def _annotate(self, pod: Any, ann: dict[str, str]) -> None:
+        if self.api is None:
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}), **ann}
+            return
+        try:
+            self.api.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, {"metadata": {"annotations": ann}})
+        except Exception as e:  # the API being away must not stop the node's work
+            log.warning("annotate %s/%s: %s", pod.metadata.namespace, pod.metadata.name, e)
+
+    def _event(self, pod: Any, reason: str, message: str) -> None:
+        if self.api is None:
+            return
+        from kubernetes import client
+
+        now = dt.datetime.now(dt.UTC)
+        md = pod.metadata
+        ev = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{md.name}.", namespace=md.namespace),
+            involved_object=client.V1ObjectReference(
+                kind="Pod", name=md.name, namespace=md.namespace, uid=md.uid, api_version="v1"
+            ),
+            reason=reason,
+            message=message[:1000],
+            type="Normal",
+            source=client.V1EventSource(component=COMPONENT, host=self.node),
+            reporting_component=COMPONENT,
+            reporting_instance=self.node,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self.api.create_namespaced_event(md.namespace, ev)
+        except Exception as e:
+            log.warning("event %s on %s/%s: %s", reason, md.namespace, md.name, e)
+
+    # -- loop -----------------------------------------------------------------------------------
+
+    def run(self, stop: Callable[[], bool], max_passes: int | None = None) -> None:
+        n = 0
+        while not stop() and (max_passes is None or n < max_passes):
+            t0 = self.clock()
+            try:
+                self.reconcile()
+            except Exception as e:  # keep the node agent alive through API hiccups
+                log.warning("pass failed: %s", e)
+            n += 1
+            time.sleep(max(0.0, self.opt.interval - (self.clock() - t0)))
+
+
+def build_agent(
+    node: str,
+    api: Any,
+    cgroup_root: Path,
+    driver: str = "auto",
+    cgroup_parent: str = "",
+    gpu_source: GpuSource | None = None,
+    bandwidth: BandwidthSource | None = None,
+    resctrl_root: Path = Path("/sys/fs/resctrl"),
+    dry_run: bool = False,
+    options: AgentOptions | None = None,
+    owner_history: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+    metrics: Metrics | None = None,
+) -> NodeAgent:
+    """Wire layout detection, actuators from the registry and sources into a :class:`NodeAgent`."""
+    from qosmos.sidecar.cgroups import detect_layout
+
+    layout = detect_layout(cgroup_root, driver, cgroup_parent)
+    opt = options or AgentOptions()
+    rdt = detect_resctrl(resctrl_root)
+    if dry_run:
+        cpu = make_actuator("cpu", "dry-run")
+        mba = make_actuator("mba", "dry-run") if rdt.mba else None
+        net = make_actuator("net", "dry-run") if opt.tc_dev else None
+    else:
+        cpu = make_actuator("cpu", f"cgroup-v{layout.version}")
+        mba = make_actuator("mba", "resctrl", root=resctrl_root) if rdt.mba else None
+        net = make_actuator("net", "tc-htb", dev=opt.tc_dev) if opt.tc_dev else None
+    return NodeAgent(node, api, layout, cpu, gpu_source, bandwidth, mba, net, opt, owner_history, metrics,
+                     has_mba=rdt.mba)  # fmt: skip

@@ -1,0 +1,77 @@
+"""Desired node state: what the strategies produce and the actuators apply (plain values, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Pod metadata the agent reads. Only pods carrying MANAGED_LABEL=MANAGED_VALUE are touched.
+MANAGED_LABEL = "qosmos.io/node-agent"
+MANAGED_VALUE = "managed"
+ROLE_ANNOTATION = "qosmos.io/job-kind"  # training | cpu | inference
+CATEGORY_ANNOTATION = "qosmos.io/model-category"  # CV | NLP | SPEECH (seed 002 §V-B-1)
+OWNER_ANNOTATION = "qosmos.io/owner"
+MULTI_NODE_ANNOTATION = "qosmos.io/multi-node"  # "true": a GPU job spanning nodes (§V-E, tc)
+CORES_ANNOTATION = "qosmos.io/cores"  # a CPU job's full core count (else its CPU limit, else the node)
+BEST_CORES_ANNOTATION = "qosmos.io/soda-cores"  # written by the agent when a search finishes
+HINTS_ANNOTATION = "qosmos.io/soda-hints"  # comma list: pipeline, large-weights, complex-iterations
+ROLES = ("training", "cpu", "inference")
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """A managed pod as the strategies see it."""
+
+    uid: str
+    namespace: str
+    name: str
+    role: str
+    category: str = ""
+    owner: str = ""
+    multi_node: bool = False
+    ip: str = ""
+    limit_cores: float | None = None  # sum of container CPU limits, None when unlimited
+    full_cores: int | None = None  # CORES_ANNOTATION
+    best_cores: int | None = None  # BEST_CORES_ANNOTATION
+    hints: frozenset[str] = frozenset()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """A pod's CPUs: the cpuset and a CFS quota of ``quota_cores`` CPUs (None: no quota)."""
+
+    uid: str
+    key: str
+    cpus: tuple[int, ...]
+    quota_cores: float | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class MbaTarget:
+    """One shared resctrl group for CPU jobs at ``percent`` of memory bandwidth (§V-E)."""
+
+    group: str
+    percent: int
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HtbTarget:
+    """tc HTB on ``dev``: GPU jobs get ``gpu_share`` of ``link_mbit``, CPU jobs the rest; both may borrow."""
+
+    dev: str
+    link_mbit: int
+    gpu_ips: tuple[str, ...]
+    cpu_ips: tuple[str, ...]
+    gpu_share: float = 0.75
+
+
+@dataclass
+class DesiredState:
+    cpu: list[CpuTarget] = field(default_factory=list)
+    mba: MbaTarget | None = None
+    htb: HtbTarget | None = None

@@ -1,0 +1,169 @@
+"""SODA node strategies (seed 002 §V-B, §V-E): pure functions and state machines producing desired state.
+
+No files, clocks or Kubernetes here: the agent feeds measurements and time, applies the result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.predictors.soda_cpu import CoreSearch, start_cores
+from qosmos.sidecar.state import CpuTarget, HtbTarget, MbaTarget, PodInfo
+
+CONTENTION_THRESHOLD = 0.75  # §V-E: node memory bandwidth at 75 % of peak
+RELEASE_FRACTION = 0.8  # hysteresis: lift the throttle below 0.8 x threshold (60 % of peak)
+MBA_PERCENT = 50  # §V-E gives no figure for the MBA cap; halving mirrors the no-RDT fallback
+GPU_NET_SHARE = 0.75  # §V-E: 75 % of the link for GPU jobs, 25 % for CPU jobs
+
+
+# --------------------------------------------------------------------------- adaptive cores (§V-B)
+
+
+@dataclass
+class AdaptiveCores:
+    """One :class:`CoreSearch` per training pod, started from N_start (§V-B-1) and fed GPU utilisation.
+
+    ``owner_history`` maps an owner to (category, cores) of earlier jobs. A pod carrying
+    ``best_cores`` (its search finished before an agent restart) keeps that count.
+    """
+
+    node_cpus: int
+    owner_history: Mapping[str, Sequence[tuple[str, int]]] = field(default_factory=dict)
+    tolerance: float = 1.0
+    searches: dict[str, CoreSearch] = field(default_factory=dict)
+
+    def cores(self, pod: PodInfo) -> int:
+        """The core count the pod should have now."""
+        if pod.best_cores:
+            return min(max(1, pod.best_cores), self.node_cpus)
+        s = self.searches.get(pod.uid)
+        if s is None:
+            n0 = start_cores(
+                pod.category,
+                self.owner_history.get(pod.owner, ()),
+                pipeline="pipeline" in pod.hints,
+                large_weights="large-weights" in pod.hints,
+                complex_iterations="complex-iterations" in pod.hints,
+                max_cores=self.node_cpus,
+            )
+            s = self.searches[pod.uid] = CoreSearch(n0, 1, self.node_cpus, self.tolerance)
+        return s.best if s.done else s.current
+
+    def observe(self, pod: PodInfo, utilisation: float) -> int | None:
+        """Feed the mean GPU utilisation measured at the current count; returns the next count, or
+        None when the search is done (then ``cores(pod)`` is the best fit)."""
+        if pod.best_cores:
+            return None
+        self.cores(pod)
+        return self.searches[pod.uid].next_cores(utilisation)
+
+    def done(self, pod: PodInfo) -> bool:
+        s = self.searches.get(pod.uid)
+        return bool(pod.best_cores) or (s is not None and s.done)
+
+    def forget(self, live_uids: Iterable[str]) -> None:
+        live = set(live_uids)
+        for uid in [u for u in self.searches if u not in live]:
+            del self.searches[uid]
+
+
+def assign_cpus(counts: Mapping[str, int], node_cpus: Sequence[int]) -> dict[str, tuple[int, ...]]:
+    """Give each pod (sorted by key) ``counts[key]`` CPUs from the low end, wrapping when the node is
+    oversubscribed; never empty."""
+    cpus = sorted(node_cpus)
+    if not cpus:
+        raise InvalidInput("node cpus", "", "no online CPUs")
+    out: dict[str, tuple[int, ...]] = {}
+    at = 0
+    for key in sorted(counts):
+        n = min(max(1, counts[key]), len(cpus))
+        out[key] = tuple(sorted(cpus[(at + i) % len(cpus)] for i in range(n)))
+        at = (at + n) % len(cpus)
+    return out
+
+
+# --------------------------------------------------------------------------- contention eliminator (§V-E)
+
+
+@dataclass
+class ContentionEliminator:
+    """Throttle CPU jobs while node memory bandwidth is at or above ``threshold`` x peak.
+
+    With MBA: one shared resctrl group for CPU jobs at ``mba_percent``; without: halve their cores.
+    Engaged at ``threshold``, released below ``threshold * release_fraction`` (no flapping).
+    """
+
+    has_mba: bool
+    threshold: float = CONTENTION_THRESHOLD
+    release_fraction: float = RELEASE_FRACTION
+    mba_percent: int = MBA_PERCENT
+    engaged: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold <= 1:
+            raise InvalidInput("threshold", self.threshold, "must be in (0, 1]")
+        if not 0 < self.release_fraction <= 1:
+            raise InvalidInput("release_fraction", self.release_fraction, "must be in (0, 1]")
+
+    def update(self, used: float | None, peak: float | None) -> bool:
+        """Feed node bandwidth (bytes/s) and its peak; returns whether throttling is engaged."""
+        if used is None or not peak or peak <= 0:
+            return self.engaged  # no measurement: keep the current decision
+        ratio = used / peak
+        if not self.engaged and ratio >= self.threshold:
+            self.engaged = True
+        elif self.engaged and ratio < self.threshold * self.release_fraction:
+            self.engaged = False
+        return self.engaged
+
+    def mba_target(self, pids: Iterable[int], group: str = "qosmos-cpu-jobs") -> MbaTarget | None:
+        if not (self.has_mba and self.engaged):
+            return None
+        return MbaTarget(group, self.mba_percent, tuple(sorted(set(pids))))
+
+    def cpu_job_cores(self, full: int) -> int:
+        """A CPU job's core count now: halved (rounded up, at least 1) when engaged without MBA."""
+        if self.engaged and not self.has_mba:
+            return max(1, math.ceil(full / 2))
+        return full
+
+
+def full_cores(pod: PodInfo, node_cpus: int) -> int:
+    """A CPU job's unthrottled core count: its annotation, else its CPU limit (rounded up), else the node."""
+    if pod.full_cores:
+        return min(pod.full_cores, node_cpus)
+    if pod.limit_cores:
+        return min(max(1, math.ceil(pod.limit_cores)), node_cpus)
+    return node_cpus
+
+
+def cpu_job_targets(
+    pods: Sequence[PodInfo], node_cpus: Sequence[int], eliminator: ContentionEliminator
+) -> list[CpuTarget]:
+    """CPU jobs' cpusets: the high end of the node (training pods pack from the low end)."""
+    cpus = sorted(node_cpus)
+    out = []
+    for p in sorted(pods, key=lambda p: p.key):
+        full = full_cores(p, len(cpus))
+        n = eliminator.cpu_job_cores(full)
+        halved = n < full
+        quota = None if p.limit_cores is None and not halved else float(n if halved else (p.limit_cores or n))
+        out.append(CpuTarget(p.uid, p.key, tuple(cpus[-n:]), quota, "halved (§V-E, no MBA)" if halved else "full"))
+    return out
+
+
+# --------------------------------------------------------------------------- network (§V-E)
+
+
+def htb_target(pods: Sequence[PodInfo], dev: str, link_mbit: int, gpu_share: float = GPU_NET_SHARE) -> HtbTarget | None:
+    """tc HTB only while a multi-node GPU job runs on the node (§V-E); CPU jobs share the rest."""
+    if not dev or link_mbit <= 0:
+        return None
+    gpu = tuple(sorted(p.ip for p in pods if p.role in ("training", "inference") and p.ip))
+    if not any(p.multi_node and p.role != "cpu" for p in pods):
+        return None
+    cpu = tuple(sorted(p.ip for p in pods if p.role == "cpu" and p.ip))
+    return HtbTarget(dev, link_mbit, gpu, cpu, gpu_share)
