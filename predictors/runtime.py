@@ -25,7 +25,7 @@ import numpy as np
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Job
 from qosmos.predictors.base import CompletionQueue, GBDTModel
-from qosmos.predictors.data import OPENB_QOS
+from qosmos.predictors.readers import OPENB_QOS_LABELS
 
 FRACTIONS = (1 / 8, 1 / 4, 1 / 2)
 HISTORY_FEATURES = ("last1", "last2", "mean10", "median10")
@@ -88,6 +88,9 @@ def history_features(runtimes: np.ndarray) -> np.ndarray:
     return np.column_stack([last1, last2v, mean10, median10])
 
 
+_QOS_CODE = {label: i for i, label in enumerate(OPENB_QOS_LABELS)}  # openb qos label as a feature
+
+
 def job_features(jobs: Sequence[Job]) -> np.ndarray:
     rows = []
     for j in jobs:
@@ -98,7 +101,7 @@ def job_features(jobs: Sequence[Job]) -> np.ndarray:
                 j.memory_mib,
                 j.gpus,
                 j.gpu_milli,
-                OPENB_QOS.get(j.category, -1),
+                _QOS_CODE.get(j.category, -1),
                 (t // 3600) % 24,
                 (t // 86400 + 3) % 7,
             )

@@ -13,33 +13,39 @@ Formats: ``openb`` (Alibaba cluster-trace-gpu-v2023), ``helios`` (Helios cluster
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Job, JobEnd, JobKind, Node, QoSClass
+from qosmos.predictors.readers import (
+    OPENB_NODE_COLUMNS,
+    OPENB_QOS,
+    CsvRows,
+    Progress,
+    TraceFormatError,
+    check_file,
+    format_hint,
+    parse_time,
+    read_cells,
+    read_header,
+    read_openb_pods,
+    shared_data_dir,
+    sniff_format,
+    trusted_job,
+)
+
+__all__ = ["OPENB_QOS", "TraceFormatError"]  # re-exported: the shared layer's names
 
 DATA_DIR = Path(__file__).parent / "data"
 FORMATS = ("openb", "helios", "philly", "native", "genie", "helios-synth")
 BUILTINS = {"openb-sample": "openb", "genie": "genie", "helios-synth": "helios-synth"}
 NODES_PER_SWITCH = 16  # default physical topology when a trace has none (AnalySIM §3.1)
-
-
-class TraceFormatError(InvalidInput):
-    """A malformed trace: ``file:line: field F: reason (got value)``."""
-
-    def __init__(self, file: str, line: int, field_name: str, value: object, reason: str) -> None:
-        super().__init__(field_name, value, reason)
-        self.file = file
-        self.line = line
-        self.args = (f"{file}:{line}: field {field_name}: {reason} (got {value!r})",)
 
 
 @dataclass(slots=True)
@@ -76,76 +82,6 @@ class Trace:
 # ---- helpers ---------------------------------------------------------------------------------
 
 
-class _Rows:
-    """CSV rows with their 1-based file line numbers and field-checked converters."""
-
-    def __init__(self, path: Path, required: tuple[str, ...]) -> None:
-        self.path = path
-        self.name = path.name
-        if not path.is_file():
-            raise InvalidInput("trace", str(path), "file not found")
-        self._fh = path.open(newline="", encoding="utf-8")
-        self.reader = csv.DictReader(self._fh)
-        header = self.reader.fieldnames or []
-        header = [h.strip() for h in header]
-        self.reader.fieldnames = header
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise TraceFormatError(self.name, 1, missing[0], header, "missing column")
-
-    def __iter__(self) -> Iterator[tuple[int, dict[str, str]]]:
-        try:
-            for row in self.reader:
-                yield self.reader.line_num, row
-        finally:
-            self._fh.close()
-
-    def err(self, line: int, fld: str, value: object, reason: str) -> TraceFormatError:
-        return TraceFormatError(self.name, line, fld, value, reason)
-
-    def num(self, line: int, row: dict[str, str], fld: str, *, optional: bool = False, minimum: float = 0.0) -> float:
-        raw = (row.get(fld) or "").strip()
-        if raw == "" or raw.lower() in ("none", "nan", "null"):
-            if optional:
-                return math.nan
-            raise self.err(line, fld, raw, "missing value")
-        try:
-            v = float(raw)
-        except ValueError:
-            raise self.err(line, fld, raw, "not a number") from None
-        if not math.isfinite(v) or v < minimum:
-            raise self.err(line, fld, raw, f"must be a finite number >= {minimum:g}")
-        return v
-
-    def int_(self, line: int, row: dict[str, str], fld: str, *, default: int | None = None) -> int:
-        raw = (row.get(fld) or "").strip()
-        if raw == "" and default is not None:
-            return default
-        v = self.num(line, row, fld)
-        if v != int(v):
-            raise self.err(line, fld, raw, "must be an integer")
-        return int(v)
-
-
-def _time(rows: _Rows, line: int, row: dict[str, str], fld: str, optional: bool = False) -> float | None:
-    """'YYYY-MM-DD HH:MM:SS' (or epoch seconds) as epoch seconds; None when optional and empty."""
-    raw = (row.get(fld) or "").strip()
-    if raw == "" or raw.lower() in ("none", "nan", "null"):
-        if optional:
-            return None
-        raise rows.err(line, fld, raw, "missing time")
-    try:
-        return float(raw)
-    except ValueError:
-        pass
-    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S.%f"):
-        try:
-            return datetime.strptime(raw, fmt).timestamp()
-        except ValueError:
-            continue
-    raise rows.err(line, fld, raw, "expected 'YYYY-MM-DD HH:MM:SS'")
-
-
 def with_switches(nodes: list[Node], nodes_per_switch: int = NODES_PER_SWITCH) -> list[Node]:
     """Give nodes without a switch one: consecutive groups of ``nodes_per_switch`` per VC."""
     count: dict[str, int] = {}
@@ -173,38 +109,54 @@ def vc_nodes_from_gpus(gpus_by_vc: dict[str, int], gpus_per_node: int = 8) -> li
 
 
 def peak_concurrent_gpus(trace: Trace) -> dict[str, int]:
-    """Per VC, the most GPUs its recorded jobs held at once (Helios' Philly assumption (1))."""
-    events: dict[str, list[tuple[float, int]]] = {}
+    """Per VC, the most GPUs its recorded jobs held at once (Helios' Philly assumption (1)).
+
+    At equal times releases count before starts (a job ending as another starts shares nothing).
+    """
+    vc_code: dict[str, int] = {}
+    codes, starts, ends, gpus = [], [], [], []
     for j, s, e in zip(trace.jobs, trace.recorded_start, trace.recorded_end, strict=True):
+        code = vc_code.setdefault(j.vc, len(vc_code))
         if s is None or e is None:
             continue
-        ev = events.setdefault(j.vc, [])
-        ev.append((s, j.gpus))
-        ev.append((max(e, s), -j.gpus))
+        codes.append(code)
+        starts.append(s)
+        ends.append(max(e, s))
+        gpus.append(j.gpus)
     peak: dict[str, int] = {}
-    for vc, ev in events.items():
-        ev.sort(key=lambda x: (x[0], x[1]))
-        cur = best = 0
-        for _, d in ev:
-            cur += d
-            best = max(best, cur)
-        peak[vc] = best
+    if codes:
+        c, g = np.array(codes), np.array(gpus, np.int64)
+        t = np.concatenate([np.array(starts, float), np.array(ends, float)])
+        d = np.concatenate([g, -g])
+        cc = np.concatenate([c, c])
+        order = np.lexsort((d, t, cc))  # by VC, then time, releases first
+        cc, d = cc[order], d[order]
+        run = np.cumsum(d)
+        bounds = np.flatnonzero(np.diff(cc)) + 1
+        base = np.concatenate([[0], run[bounds - 1]])  # cumulative total before each VC's block
+        for code, lo, hi, b0 in zip(cc[np.r_[0, bounds]], np.r_[0, bounds], np.r_[bounds, len(cc)], base, strict=True):
+            peak[_name_of(vc_code, int(code))] = int((run[lo:hi] - b0).max())
     for j in trace.jobs:
         peak[j.vc] = max(peak.get(j.vc, 0), j.gpus, 1)
     return peak
 
 
+def _name_of(codes: dict[str, int], code: int) -> str:
+    return next(k for k, v in codes.items() if v == code)
+
+
 # ---- openb (Alibaba cluster-trace-gpu-v2023) -----------------------------------------------
 
-OPENB_QOS = {"LS": QoSClass.PRIOR, "Guaranteed": QoSClass.URGENT, "Burstable": QoSClass.NORMAL, "BE": QoSClass.NORMAL}
+OPENB_NODE_LIST = "openb_node_list_gpu_node.csv"
 
 
 def load_openb_nodes(path: Path) -> list[Node]:
-    rows = _Rows(path, ("sn", "cpu_milli", "memory_mib", "gpu"))
+    """openb node list: sn,cpu_milli,memory_mib,gpu[,model]."""
+    rows = CsvRows(path, OPENB_NODE_COLUMNS, what="node_list")
     nodes: list[Node] = []
     seen: set[str] = set()
     for line, r in rows:
-        name = (r.get("sn") or "").strip()
+        name = rows.text(r, "sn")
         if not name or name in seen:
             raise rows.err(line, "sn", name, "node names must be non-empty and unique")
         seen.add(name)
@@ -212,91 +164,49 @@ def load_openb_nodes(path: Path) -> list[Node]:
             Node(
                 name,
                 rows.int_(line, r, "gpu"),
-                gpu_model=(r.get("model") or "").strip(),
+                gpu_model=rows.text(r, "model"),
                 cpu_milli=rows.int_(line, r, "cpu_milli"),
                 memory_mib=rows.int_(line, r, "memory_mib"),
             )
         )
     if not nodes:
-        raise InvalidInput("trace", str(path), "no nodes")
+        raise InvalidInput("node_list", str(path), "no nodes")
     return nodes
 
 
-def load_openb(pods: Path, nodes_file: Path | None = None) -> Trace:
+def openb_node_list(pods: Path) -> Path | None:
+    """The node list that goes with an openb pod list: beside it, or ``<pods>_nodes.csv``."""
+    for cand in (pods.parent / OPENB_NODE_LIST, pods.with_name(pods.stem + "_nodes.csv")):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def load_openb(pods: Path, nodes_file: Path | None = None, progress: Progress | None = None) -> Trace:
     """Pods: run time = deletion − scheduled; recorded queue = scheduled − creation.
 
     Pods never scheduled (pod_phase Pending, empty scheduled_time) were deleted while
     waiting: they are withdrawn at their deletion time. ``gpu_spec`` lists the allowed GPU
-    models (``|``-separated); ``gpu_milli`` < 1000 is a GPU-sharing pod on one GPU.
+    models (``|``-separated); ``gpu_milli`` < 1000 is a GPU-sharing pod on one GPU. Rows are
+    read and checked by the shared reader (``predictors.readers.read_openb_pods``).
     """
     if pods.is_dir():
-        pods, nodes_file = pods / "openb_pod_list_default.csv", nodes_file or pods / "openb_node_list_gpu_node.csv"
+        pods, nodes_file = pods / "openb_pod_list_default.csv", nodes_file or pods / OPENB_NODE_LIST
+    pod_list = read_openb_pods(pods, progress)  # the pods first: a wrong file is named as such
+    nodes_file = nodes_file or openb_node_list(pods)
     if nodes_file is None:
-        for cand in (pods.parent / "openb_node_list_gpu_node.csv", pods.with_name(pods.stem + "_nodes.csv")):
-            if cand.is_file():
-                nodes_file = cand
-                break
-    if nodes_file is None:
-        raise InvalidInput("node_list", str(pods.parent), "openb needs a node list (openb_node_list_gpu_node.csv)")
+        raise InvalidInput(
+            "node_list",
+            str(pods.parent / OPENB_NODE_LIST),
+            f"the openb pods in {pods.name} need their node list: none beside them; pass --node-list FILE",
+        )
     nodes = load_openb_nodes(nodes_file)
-    rows = _Rows(pods, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time"))
-    jobs: list[Job] = []
-    rs: list[float | None] = []
-    re_: list[float | None] = []
-    wd: list[float | None] = []
-    for line, r in rows:
-        name = (r.get("name") or "").strip()
-        if not name:
-            raise rows.err(line, "name", name, "missing pod name")
-        gpus = rows.int_(line, r, "num_gpu")
-        milli = rows.int_(line, r, "gpu_milli", default=1000)
-        created = rows.num(line, r, "creation_time")
-        deleted = rows.num(line, r, "deletion_time")
-        sched = rows.num(line, r, "scheduled_time", optional=True)
-        if deleted < created:
-            raise rows.err(line, "deletion_time", r.get("deletion_time"), "before creation_time")
-        if not math.isnan(sched) and not created <= sched <= deleted:
-            raise rows.err(line, "scheduled_time", r.get("scheduled_time"), "outside [creation_time, deletion_time]")
-        if gpus == 0:
-            kind, milli = JobKind.CPU, 1000
-        else:
-            kind = JobKind.TRAINING
-            if milli <= 0 or milli > 1000:
-                raise rows.err(line, "gpu_milli", milli, "must be in (0, 1000] for a GPU pod")
-            if milli < 1000 and gpus != 1:
-                raise rows.err(line, "gpu_milli", milli, "GPU sharing needs num_gpu == 1")
-        spec = tuple(s.strip() for s in (r.get("gpu_spec") or "").split("|") if s.strip())
-        qos_label = (r.get("qos") or "").strip()
-        try:
-            job = Job(
-                name,
-                created,
-                gpus=gpus,
-                kind=kind,
-                cpu_milli=rows.int_(line, r, "cpu_milli"),
-                memory_mib=rows.int_(line, r, "memory_mib"),
-                gpu_milli=milli,
-                gpu_models=spec,
-                qos=OPENB_QOS.get(qos_label, QoSClass.NORMAL),
-                category=qos_label,
-                duration=0.0 if math.isnan(sched) else deleted - sched,
-                end_state=JobEnd.FAILED if (r.get("pod_phase") or "").strip() == "Failed" else JobEnd.COMPLETED,
-            )
-        except InvalidInput as exc:
-            raise rows.err(line, exc.field, exc.value, exc.reason) from None
-        jobs.append(job)
-        if math.isnan(sched):
-            rs.append(None)
-            re_.append(None)
-            wd.append(deleted)
-            job.end_state = JobEnd.CANCELLED
-        else:
-            rs.append(sched)
-            re_.append(deleted)
-            wd.append(None)
-    if not jobs:
-        raise InvalidInput("trace", str(pods), "no pods")
-    return Trace(pods.name, jobs, with_switches(nodes), rs, re_, [], wd, [f"openb pods {pods}, nodes {nodes_file}"])
+    rs = pod_list.scheduled
+    re_: list[float | None] = [None if s is None else d for s, d in zip(rs, pod_list.deleted, strict=True)]
+    wd: list[float | None] = [d if s is None else None for s, d in zip(rs, pod_list.deleted, strict=True)]
+    return Trace(
+        pods.name, pod_list.jobs, with_switches(nodes), rs, re_, [], wd, [f"openb pods {pods}, nodes {nodes_file}"]
+    )
 
 
 # ---- Helios (cluster_log.csv + cluster_gpu_number.csv) -------------------------------------
@@ -310,32 +220,35 @@ def load_helios_gpu_numbers(path: Path) -> dict[str, int]:
     Also accepts the long shape ``vc,gpu_num`` (one row per VC). Non-numeric cells in the
     first column are taken as dates and skipped.
     """
-    with path.open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
+    rows = read_cells(path, "gpu_numbers")
     if len(rows) < 2:
-        raise TraceFormatError(path.name, 1, "header", rows[:1], "need a header and at least one row")
+        raise TraceFormatError(path.name, 1, "header", rows[0] if rows else [], "need a header and at least one row")
     header = [h.strip() for h in rows[0]]
     out: dict[str, int] = {}
     lower = [h.lower() for h in header]
+
+    def count(i: int, fld: str, cell: str) -> int:
+        v = cell.strip()
+        if not _is_number(v) or float(v) < 0 or float(v) != int(float(v)):
+            raise TraceFormatError(path.name, i, fld, v, "expected a whole GPU count >= 0")
+        return int(float(v))
+
     if len(header) == 2 and lower[0] in ("vc", "name", "id") and lower[1] in ("gpu_num", "gpus", "gpu"):
         for i, r in enumerate(rows[1:], start=2):
-            try:
-                out[r[0].strip()] = int(float(r[1]))
-            except (ValueError, IndexError):
-                raise TraceFormatError(path.name, i, header[1], r, "expected an integer GPU count") from None
+            if len(r) != 2:
+                raise TraceFormatError(path.name, i, "row", f"{len(r)} fields", "expected vc,gpu_num")
+            out[r[0].strip()] = count(i, header[1], r[1])
         return out
     first_is_date = lower[0] in ("date", "time", "day", "") or not _is_number(rows[1][0])
     vcs = header[1:] if first_is_date else header
     for i, r in enumerate(rows[1:], start=2):
         cells = r[1:] if first_is_date else r
         if len(cells) != len(vcs):
-            raise TraceFormatError(path.name, i, "row", r, f"expected {len(vcs)} VC columns")
+            raise TraceFormatError(path.name, i, "row", f"{len(cells)} VC columns", f"expected {len(vcs)} VC columns")
         for vc, cell in zip(vcs, cells, strict=True):
             if cell.strip() == "":
                 continue
-            if not _is_number(cell):
-                raise TraceFormatError(path.name, i, vc, cell, "expected a GPU count")
-            out[vc] = max(out.get(vc, 0), int(float(cell)))
+            out[vc] = max(out.get(vc, 0), count(i, vc, cell))
     return out
 
 
@@ -347,84 +260,111 @@ def _is_number(s: str) -> bool:
         return False
 
 
-def load_helios(path: Path, include_cpu: bool = False, gpus_per_node: int = 8) -> Trace:
+HELIOS_REQUIRED = ("job_id", "vc", "gpu_num", "submit_time", "state")
+
+
+def load_helios(
+    path: Path, include_cpu: bool = False, gpus_per_node: int = 8, progress: Progress | None = None
+) -> Trace:
     """Helios cluster_log.csv (§2.2 schema). GPU jobs only by default (Helios §4.2.3).
 
     Run time = end − start as recorded (cancelled/failed jobs run what they ran); jobs with
     no start were cancelled while queued and are withdrawn at their end time.
     VCs get nodes of 8 GPUs from cluster_gpu_number.csv next to the log, or, without it,
-    from each VC's peak concurrent recorded demand.
+    from each VC's peak concurrent recorded demand. Read in blocks of rows, each checked
+    column by column (dates parsed by numpy in one call per block).
     """
     log = path / "cluster_log.csv" if path.is_dir() else path
-    rows = _Rows(log, ("job_id", "vc", "gpu_num", "submit_time", "state"))
-    jobs: list[Job] = []
-    rs: list[float | None] = []
-    re_: list[float | None] = []
-    wd: list[float | None] = []
-    nn: list[tuple[str, ...]] = []
-    for line, r in rows:
-        gpus = rows.int_(line, r, "gpu_num")
-        if gpus == 0 and not include_cpu:
-            continue
-        submit = _time(rows, line, r, "submit_time")
-        start = _time(rows, line, r, "start_time", optional=True)
-        end = _time(rows, line, r, "end_time", optional=True)
-        assert submit is not None
-        state = (r.get("state") or "").strip().upper()
-        if not state:
-            raise rows.err(line, "state", state, "missing state")
-        if start is not None and start < submit:
-            raise rows.err(line, "start_time", r.get("start_time"), "before submit_time")
-        if start is not None and end is not None and end < start:
-            raise rows.err(line, "end_time", r.get("end_time"), "before start_time")
-        if start is not None and end is None:
-            dur = rows.num(line, r, "duration")
-            end = start + dur
-        jid = (r.get("job_id") or "").strip()
-        if not jid:
-            raise rows.err(line, "job_id", jid, "missing")
-        try:
-            job = Job(
-                jid,
-                submit,
-                gpus=gpus,
-                kind=JobKind.CPU if gpus == 0 else JobKind.TRAINING,
-                user=(r.get("user") or "").strip(),
-                vc=(r.get("vc") or "").strip() or "default",
-                cpu_milli=int(rows.num(line, r, "cpu_num", optional=True) * 1000)
-                if (r.get("cpu_num") or "").strip()
-                else 0,
-                nodes=0,
-                duration=(end - start) if start is not None and end is not None else 0.0,
-                end_state=HELIOS_STATES.get(state, JobEnd.FAILED),
-            )
-        except InvalidInput as exc:
-            raise rows.err(line, exc.field, exc.value, exc.reason) from None
-        jobs.append(job)
-        rs.append(start)
-        re_.append(end)
-        wd.append(end if start is None else None)
-        nn.append(())
-    if not jobs:
-        raise InvalidInput("trace", str(log), "no GPU jobs")
-    t0 = min(j.submit_time for j in jobs)
-    for i, j in enumerate(jobs):  # rebase to the first submission
-        j.submit_time -= t0
-        rs[i] = None if rs[i] is None else rs[i] - t0  # type: ignore[operator]
-        re_[i] = None if re_[i] is None else re_[i] - t0  # type: ignore[operator]
-        wd[i] = None if wd[i] is None else wd[i] - t0  # type: ignore[operator]
-    trace = Trace(log.name, jobs, [], rs, re_, nn, wd)
+    rows = CsvRows(log, HELIOS_REQUIRED, progress=progress, hint=format_hint)
+    ids: list[str] = []
+    users: list[str] = []
+    vcs: list[str] = []
+    states: list[JobEnd] = []
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("gpus", "cpu", "submit", "start", "end")}
+    for ch in rows.chunks():
+        gpus = ch.ints("gpu_num")
+        if not include_cpu:
+            keep = gpus > 0
+            if not keep.all():
+                ch, gpus = ch.take(keep), gpus[keep]
+            if not len(ch):
+                continue
+        submit = ch.times("submit_time")
+        start = ch.times("start_time", optional=True)
+        end = ch.times("end_time", optional=True)
+        with np.errstate(invalid="ignore"):
+            early = np.flatnonzero(start < submit)
+            if early.size:
+                raise ch.err(int(early[0]), "start_time", "before submit_time")
+            back = np.flatnonzero(end < start)
+            if back.size:
+                raise ch.err(int(back[0]), "end_time", "before start_time")
+        open_end = np.flatnonzero(~np.isnan(start) & np.isnan(end))
+        if open_end.size:  # started, no end recorded: end = start + duration
+            dur = ch.floats("duration", optional=True)
+            missing = open_end[np.isnan(dur[open_end])]
+            if missing.size:
+                raise ch.err(int(missing[0]), "duration", "missing value (the row has a start_time but no end_time)")
+            end[open_end] = start[open_end] + dur[open_end]
+        state = ch.text("state")
+        jid = ch.text("job_id")
+        for fld, col in (("state", state), ("job_id", jid)):
+            if "" in col:
+                raise ch.err(col.index(""), fld, "missing")
+        cpu = ch.floats("cpu_num", optional=True)
+        ids += jid
+        users += ch.text("user")
+        vcs += [v or "default" for v in ch.text("vc")]
+        states += [HELIOS_STATES.get(x.upper(), JobEnd.FAILED) for x in state]
+        for k, a in (("gpus", gpus), ("cpu", cpu), ("submit", submit), ("start", start), ("end", end)):
+            cols[k].append(a)
+    if not ids:
+        raise InvalidInput("trace", str(log), "no GPU jobs" if not include_cpu else "no jobs")
+    gpus, cpu, submit, start, end = (np.concatenate(cols[k]) for k in ("gpus", "cpu", "submit", "start", "end"))
+    t0 = float(submit.min())  # rebase to the first submission
+    submit, start, end = submit - t0, start - t0, end - t0
+    run = np.where(np.isnan(start) | np.isnan(end), 0.0, end - start)
+    cpu_milli = np.where(np.isnan(cpu), 0.0, cpu * 1000).astype(np.int64)
+    jobs = [
+        trusted_job(
+            i,
+            t,
+            gpus=g,
+            kind=JobKind.TRAINING if g else JobKind.CPU,
+            user=u,
+            vc=v,
+            cpu_milli=c,
+            duration=d,
+            end_state=st,
+        )
+        for i, t, g, u, v, c, d, st in zip(
+            ids, submit.tolist(), gpus.tolist(), users, vcs, cpu_milli.tolist(), run.tolist(), states, strict=True
+        )
+    ]
+    rs = _optional(start)
+    re_ = _optional(end)
+    wd: list[float | None] = [e if s is None else None for s, e in zip(rs, re_, strict=True)]
+    trace = Trace(log.name, jobs, [], rs, re_, [()] * len(jobs), wd)
     gpu_file = log.parent / "cluster_gpu_number.csv"
+    peak: dict[str, int] | None = None
     if gpu_file.is_file():
         counts = load_helios_gpu_numbers(gpu_file)
         trace.notes.append(f"VC sizes from {gpu_file.name}")
     else:
-        counts = peak_concurrent_gpus(trace)
+        counts = peak = peak_concurrent_gpus(trace)
         trace.notes.append("VC sizes from each VC's peak concurrent recorded demand (no cluster_gpu_number.csv)")
-    for vc in {j.vc for j in jobs} - set(counts):
-        counts[vc] = peak_concurrent_gpus(trace).get(vc, 8)
+    missing_vcs = {j.vc for j in jobs} - set(counts)
+    if missing_vcs:
+        peak = peak or peak_concurrent_gpus(trace)
+        for vc in missing_vcs:
+            counts[vc] = peak.get(vc, 8)
     trace.nodes = with_switches(vc_nodes_from_gpus(counts, gpus_per_node))
     return unconstrained(trace)
+
+
+def _optional(a: np.ndarray) -> list[float | None]:
+    """NaN -> None, as the Trace's recorded_* lists hold them."""
+    return [None if x != x else x for x in a.tolist()]
 
 
 # ---- Philly (cluster_job_log JSON) ---------------------------------------------------------
@@ -432,18 +372,25 @@ def load_helios(path: Path, include_cpu: bool = False, gpus_per_node: int = 8) -
 PHILLY_STATES = {"pass": JobEnd.COMPLETED, "killed": JobEnd.CANCELLED, "failed": JobEnd.FAILED}
 
 
-def load_philly(path: Path, gpus_per_node: int = 8) -> Trace:
+def load_philly(path: Path, gpus_per_node: int = 8, progress: Progress | None = None) -> Trace:
     """Philly cluster_job_log: run time from the first attempt's start to the last attempt's end
     (retries included, as Philly recorded them, Helios §2.3.2); GPUs from the first attempt.
     VCs are sized by their peak concurrent demand (Helios §4.2.3 assumption (1)).
     """
     name = path.name
+    check_file(path)
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidInput("trace", str(path), "file not found") from None
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InvalidInput("trace", str(path), f"not UTF-8 text (line {line})") from None
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(name, exc.lineno, "json", exc.msg, "not valid JSON") from None
+    if progress is not None:
+        progress(len(raw), len(raw))
     if not isinstance(data, list):
         raise TraceFormatError(name, 1, "root", type(data).__name__, "expected a JSON list of jobs")
     jobs: list[Job] = []
@@ -457,23 +404,25 @@ def load_philly(path: Path, gpus_per_node: int = 8) -> Trace:
             if optional:
                 return None
             raise TraceFormatError(name, i, fld, v, "missing time")
-        try:
-            return datetime.strptime(str(v), "%Y-%m-%d %H:%M:%S").timestamp()
-        except ValueError:
-            raise TraceFormatError(name, i, fld, v, "expected 'YYYY-MM-DD HH:MM:SS'") from None
+        t = parse_time(str(v).strip())
+        if t is None:
+            raise TraceFormatError(name, i, fld, v, "expected 'YYYY-MM-DD HH:MM:SS'")
+        return t
 
     for i, rec in enumerate(data, start=1):  # "line" = job record number
         if not isinstance(rec, dict):
-            raise TraceFormatError(name, i, "job", rec, "expected an object")
+            raise TraceFormatError(name, i, "job", type(rec).__name__, "expected an object")
         jid = str(rec.get("jobid") or "")
         if not jid:
             raise TraceFormatError(name, i, "jobid", rec.get("jobid"), "missing")
         submit = ts(rec.get("submitted_time"), i, "submitted_time", optional=False)
         attempts = rec.get("attempts") or []
         if not isinstance(attempts, list):
-            raise TraceFormatError(name, i, "attempts", attempts, "expected a list")
+            raise TraceFormatError(name, i, "attempts", type(attempts).__name__, "expected a list")
         starts, ends, gpus, hosts = [], [], 0, []
         for k, a in enumerate(attempts):
+            if not isinstance(a, dict):
+                raise TraceFormatError(name, i, f"attempts[{k}]", type(a).__name__, "expected an object")
             s, e = (
                 ts(a.get("start_time"), i, f"attempts[{k}].start_time"),
                 ts(a.get("end_time"), i, f"attempts[{k}].end_time"),
@@ -486,9 +435,9 @@ def load_philly(path: Path, gpus_per_node: int = 8) -> Trace:
                 ends.append(e)
             if k == 0:
                 for d in a.get("detail") or []:
-                    g = d.get("gpus") or []
+                    g = d.get("gpus") or [] if isinstance(d, dict) else None
                     if not isinstance(g, list):
-                        raise TraceFormatError(name, i, "detail.gpus", g, "expected a list")
+                        raise TraceFormatError(name, i, "detail.gpus", type(g).__name__, "expected a list")
                     gpus += len(g)
                     hosts.append(str(d.get("ip", "")))
         start = min(starts) if starts else None
@@ -556,13 +505,18 @@ NATIVE_COLUMNS = [
 
 def load_native_nodes(path: Path) -> list[Node]:
     """nodes CSV: name,gpus[,vc,switch,gpu_model,cpu_milli,memory_mib]."""
-    rows = _Rows(path, ("name", "gpus"))
-    out = []
+    rows = CsvRows(path, ("name", "gpus"), what="node_list")
+    out: list[Node] = []
+    seen: set[str] = set()
     for line, r in rows:
+        name = rows.text(r, "name")
+        if name in seen:
+            raise rows.err(line, "name", name, "duplicate node name")
+        seen.add(name)
         try:
             out.append(
                 Node(
-                    (r.get("name") or "").strip(),
+                    name,
                     rows.int_(line, r, "gpus"),
                     gpu_model=(r.get("gpu_model") or "").strip(),
                     cpu_milli=rows.int_(line, r, "cpu_milli", default=0),
@@ -575,17 +529,19 @@ def load_native_nodes(path: Path) -> list[Node]:
             if isinstance(exc, TraceFormatError):
                 raise
             raise rows.err(line, exc.field, exc.value, exc.reason) from None
+    if not out:
+        raise InvalidInput("node_list", str(path), "no nodes")
     return out
 
 
-def load_native(path: Path, nodes: list[Node] | None = None) -> Trace:
+def load_native(path: Path, nodes: list[Node] | None = None, progress: Progress | None = None) -> Trace:
     """The native job CSV (documented in simulator/README.md).
 
     Required: id, submit (s), gpus; plus duration (s) unless the row is a GENIE task
     (model, batch, iters). Optional: every other Job field, and recorded start/end.
     Nodes come from ``<trace>.nodes.csv`` or ``nodes.csv`` beside it, else from the caller.
     """
-    rows = _Rows(path, NATIVE_REQUIRED)
+    rows = CsvRows(path, NATIVE_REQUIRED, progress=progress, hint=format_hint)
     jobs: list[Job] = []
     rs: list[float | None] = []
     re_: list[float | None] = []
@@ -628,22 +584,24 @@ def load_native(path: Path, nodes: list[Node] | None = None) -> Trace:
         s = rows.num(line, r, "start", optional=True) if opt["start"] else math.nan
         e = rows.num(line, r, "end", optional=True) if opt["end"] else math.nan
         if not math.isnan(s) and s < job.submit_time:
-            raise rows.err(line, "start", s, "before submit")
+            raise rows.err(line, "start", opt["start"], "before submit")
+        if not math.isnan(e) and not math.isnan(s) and e < s:
+            raise rows.err(line, "end", opt["end"], "before start")
         jobs.append(job)
         rs.append(None if math.isnan(s) else s)
         re_.append(None if math.isnan(e) else e)
     if not jobs:
         raise InvalidInput("trace", str(path), "no jobs")
+    notes = []
     if nodes is None:
         for cand in (path.with_suffix(".nodes.csv"), path.parent / "nodes.csv"):
             if cand.is_file():
                 nodes = load_native_nodes(cand)
+                notes.append(f"nodes from {cand}")
                 break
-    return (
-        unconstrained(Trace(path.name, jobs, with_switches(nodes or []), rs, re_))
-        if nodes
-        else Trace(path.name, jobs, [], rs, re_)
-    )
+    if not nodes:  # the caller (load_trace) decides: --nodes, or a stated default
+        return Trace(path.name, jobs, [], rs, re_)
+    return unconstrained(Trace(path.name, jobs, with_switches(nodes), rs, re_, notes=notes))
 
 
 # ---- GENIE Table 3 generator -------------------------------------------------------------
@@ -673,8 +631,10 @@ def generate_genie(
     probability 0.4/0.3/0.2/0.1, capped at the platform size and at the batch.
     ``iters_scale`` multiplies the iteration ranges (a heavier load at the same density).
     """
-    if density <= 0 or hours <= 0:
+    if not (math.isfinite(density) and density > 0):
         raise InvalidInput("density", density, "must be > 0 jobs per hour")
+    if not (math.isfinite(hours) and hours > 0):
+        raise InvalidInput("hours", hours, "must be > 0 (the arrival window in hours)")
     rng = random.Random(seed)
     jobs: list[Job] = []
     t = 0.0
@@ -713,25 +673,41 @@ def generate_genie(
 
 # ---- Helios-shaped generator -----------------------------------------------------------------
 
-HELIOS_SUMMARY = Path("/work/shared/data/helios/helios_cluster_summary.csv")
+HELIOS_SUMMARY = Path("helios") / "helios_cluster_summary.csv"  # under the shared data folder
 # Helios all-cluster GPU-job figures (helios_cluster_summary.csv, row "total"), used when the file is absent.
 HELIOS_MEDIAN_S, HELIOS_MEAN_S = 206.0, 6651.681
 
 
-def helios_duration_stats(path: Path = HELIOS_SUMMARY) -> tuple[float, float]:
-    """(median, mean) GPU-job run time of the Helios clusters, row ``total``."""
-    try:
-        with path.open(newline="") as fh:
-            for r in csv.DictReader(fh):
-                if r.get("id") == "total":
-                    return float(r["med_run_time_gpu"]), float(r["avg_run_time_gpu"])
-    except OSError:
-        pass
+def helios_duration_stats(path: Path | None = None) -> tuple[float, float]:
+    """(median, mean) GPU-job run time of the Helios clusters, row ``total``.
+
+    From ``path``, else from the shared data folder ($QOSMOS_SHARED or ../shared, see
+    ``predictors.readers.shared_data_dir``), else the figures above (the same file's values).
+    """
+    if path is None:
+        base = shared_data_dir()
+        if base is None:
+            return HELIOS_MEDIAN_S, HELIOS_MEAN_S
+        path = base / HELIOS_SUMMARY
+    if not path.is_file():
+        return HELIOS_MEDIAN_S, HELIOS_MEAN_S
+    rows = CsvRows(path, ("id", "med_run_time_gpu", "avg_run_time_gpu"), what="helios_summary")
+    for line, r in rows:
+        if rows.text(r, "id") == "total":
+            rows.close()
+            median = rows.num(line, r, "med_run_time_gpu", minimum=1e-9)
+            mean = rows.num(line, r, "avg_run_time_gpu", minimum=median)
+            return median, mean
     return HELIOS_MEDIAN_S, HELIOS_MEAN_S
 
 
 def generate_helios_synth(
-    n_jobs: int = 10000, seed: int = 0, gpus: int = 1000, vcs: int = 10, load: float = 0.6
+    n_jobs: int = 10000,
+    seed: int = 0,
+    gpus: int = 1000,
+    vcs: int = 10,
+    load: float = 0.6,
+    progress: Progress | None = None,
 ) -> Trace:
     """A Helios-shaped trace: ``gpus`` GPUs in ``vcs`` VCs of 8-GPU nodes.
 
@@ -762,10 +738,17 @@ def generate_helios_synth(
     t = t - 0.5 * 86400 / (2 * math.pi) * np.cos(2 * math.pi * t / 86400) + 0.5 * 86400 / (2 * math.pi)
     t = np.maximum.accumulate(t)
     users = rng.integers(0, 200, n_jobs)
+    vc_names = [f"vc{v}" for v in range(vcs)]  # shared strings, not one per job
+    user_names = [f"u{u}" for u in range(200)]
+    # every value is valid by construction: trusted_job skips Job's re-validation (tested equal)
     jobs = [
-        Job(f"h{i}", float(t[i]), gpus=int(g[i]), vc=f"vc{vc[i]}", user=f"u{users[i]}", duration=float(dur[i]))
-        for i in range(n_jobs)
+        trusted_job(f"h{i}", ti, gpus=gi, vc=vc_names[vi], user=user_names[ui], duration=di)
+        for i, (ti, gi, vi, ui, di) in enumerate(
+            zip(t.tolist(), g.tolist(), vc.tolist(), users.tolist(), dur.tolist(), strict=True)
+        )
     ]
+    if progress is not None:
+        progress(n_jobs, n_jobs)
     nodes = vc_nodes_from_gpus({f"vc{i}": nodes_per_vc[i] * 8 for i in range(vcs)}, 8)
     return Trace(
         f"helios-synth-{n_jobs}-s{seed}",
@@ -778,19 +761,46 @@ def generate_helios_synth(
 # ---- the one entry point -------------------------------------------------------------------
 
 
+GENERATED = ("genie", "helios-synth")
+DEFAULT_NODES, DEFAULT_GPUS_PER_NODE = 4, 8  # a stated default cluster (notes say when it is used)
+GENIE_NODES, GENIE_GPUS_PER_NODE = 4, 4  # GENIE §7.1's platform default
+
+
 def infer_format(spec: str) -> str | None:
+    """The format of a trace: builtins by name, folders by their files, CSV files by their columns.
+
+    A file's header is read (and checked as text: a binary file is an InvalidInput naming it).
+    None when nothing fits.
+    """
     if spec.startswith("builtin:"):
         return BUILTINS.get(spec.split(":", 1)[1])
     p = Path(spec)
-    if p.suffix == ".json":
+    if p.is_dir():
+        if (p / "cluster_log.csv").is_file():
+            return "helios"
+        if (p / "openb_pod_list_default.csv").is_file():
+            return "openb"
+        return None
+    if p.suffix == ".json" or p.name == "cluster_job_log":
         return "philly"
-    if p.is_dir() and (p / "cluster_log.csv").is_file():
-        return "helios"
-    if p.name == "cluster_log.csv":
-        return "helios"
-    if p.is_dir() or p.name.startswith("openb_pod"):
-        return "openb"
-    return "native" if p.suffix == ".csv" else None
+    if not p.is_file():
+        return None
+    fmt = sniff_format(read_header(p))
+    if fmt in ("openb", "helios", "native"):
+        return fmt
+    return None
+
+
+def _builtin_format(spec: str, fmt: str | None) -> tuple[str, str]:
+    """(builtin name, its format) for ``builtin:NAME``, refusing an unknown name or another format."""
+    name = spec.split(":", 1)[1]
+    choices = ", ".join("builtin:" + b for b in BUILTINS)
+    if name not in BUILTINS:
+        raise InvalidInput("trace", spec, f"unknown builtin; expected one of {choices}")
+    own = BUILTINS[name]
+    if fmt is not None and fmt != own:
+        raise InvalidInput("format", fmt, f"{spec} is a {own} trace; drop --format or use --format {own}")
+    return name, own
 
 
 def load_trace(
@@ -807,45 +817,95 @@ def load_trace(
     node_list: str | None = None,
     include_cpu: bool = False,
     nodes_per_switch: int = NODES_PER_SWITCH,
+    progress: Progress | None = None,
 ) -> Trace:
-    """Load (or generate) a trace. ``--nodes/--gpus-per-node`` replace the trace's cluster
-    with one homogeneous partition (all jobs moved to VC ``default``)."""
-    fmt = fmt or infer_format(spec)
-    if fmt not in FORMATS:
-        raise InvalidInput("format", fmt, f"expected one of {', '.join(FORMATS)} (could not infer it from {spec!r})")
-    builtin = spec.split(":", 1)[1] if spec.startswith("builtin:") else None
-    if builtin is not None and builtin not in BUILTINS:
+    """Load (or generate) a trace, every row validated. ``--nodes/--gpus-per-node`` replace the
+    trace's cluster with one homogeneous partition (all jobs moved to VC ``default``).
+
+    ``progress(done, total)`` (bytes of the file, or jobs generated) is called at most a few
+    hundred times while loading, for a progress bar. A trace without a cluster (a native CSV
+    with no node list) gets a stated default, recorded in ``trace.notes``.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise InvalidInput("format", fmt, f"expected one of {', '.join(FORMATS)}")
+    for opt, v in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
+        if v is not None and v < 1:
+            raise InvalidInput(opt, v, "must be >= 1")
+    builtin: str | None = None
+    if spec.startswith("builtin:"):
+        builtin, fmt = _builtin_format(spec, fmt)
+    else:
+        path = Path(spec)
+        if not path.exists():
+            raise InvalidInput("trace", spec, "file not found")
+        if fmt in GENERATED:
+            raise InvalidInput("format", fmt, f"{fmt} traces are generated: use --trace builtin:{fmt}, not a file")
+        fmt = fmt or infer_format(spec)
+        if fmt is None:
+            raise InvalidInput(
+                "format",
+                None,
+                f"cannot tell the format of {spec} from its name or columns; pass --format "
+                f"({', '.join(f for f in FORMATS if f not in GENERATED)})",
+            )
+    node_file = Path(node_list) if node_list else None
+    if node_file is not None and fmt not in ("openb", "native"):
+        raise InvalidInput("node_list", node_list, f"only openb and native traces take a node list, not {fmt}")
+    if gpus_per_node is not None and nodes is None and fmt in ("openb", "helios-synth"):
         raise InvalidInput(
-            "trace", spec, f"unknown builtin; expected one of {', '.join('builtin:' + b for b in BUILTINS)}"
+            "gpus_per_node", gpus_per_node, f"the {fmt} trace fixes its nodes; add --nodes N to replace its cluster"
         )
     loaders: dict[str, Callable[[], Trace]] = {
         "openb": lambda: load_openb(
             DATA_DIR / "openb_sample_pods.csv" if builtin else Path(spec),
-            Path(node_list) if node_list else (DATA_DIR / "openb_sample_nodes.csv" if builtin else None),
+            node_file or (DATA_DIR / "openb_sample_nodes.csv" if builtin else None),
+            progress,
         ),
-        "helios": lambda: load_helios(Path(spec), include_cpu, gpus_per_node or 8),
-        "philly": lambda: load_philly(Path(spec), gpus_per_node or 8),
-        "native": lambda: load_native(Path(spec), load_native_nodes(Path(node_list)) if node_list else None),
-        "genie": lambda: Trace(
-            f"genie-d{density:g}-s{seed}",
-            generate_genie(density, hours, seed, max_gpus=(nodes or 4) * (gpus_per_node or 4), iters_scale=iters_scale),
-            homogeneous_nodes(nodes or 4, gpus_per_node or 4),
-            notes=["GENIE Table 3 generator (simulator/traces.py generate_genie)"],
-        ),
-        "helios-synth": lambda: generate_helios_synth(jobs, seed),
+        "helios": lambda: load_helios(Path(spec), include_cpu, gpus_per_node or 8, progress),
+        "philly": lambda: load_philly(Path(spec), gpus_per_node or 8, progress),
+        "native": lambda: load_native(Path(spec), load_native_nodes(node_file) if node_file else None, progress),
+        "genie": lambda: _genie_trace(density, hours, seed, nodes, gpus_per_node, iters_scale, progress),
+        "helios-synth": lambda: generate_helios_synth(jobs, seed, progress=progress),
     }
     trace = loaders[fmt]()
-    if fmt != "genie" and nodes is not None:
-        trace.nodes = homogeneous_nodes(nodes or 4, gpus_per_node or 8)
-        for j in trace.jobs:
-            j.vc = "default"
-    if not trace.nodes:
-        trace.nodes = homogeneous_nodes(nodes or 4, gpus_per_node or 8)
+    if fmt != "genie" and (nodes is not None or not trace.nodes):
+        n = nodes if nodes is not None else DEFAULT_NODES
+        g = gpus_per_node if gpus_per_node is not None else DEFAULT_GPUS_PER_NODE
+        if nodes is not None:
+            trace.notes.append(f"cluster replaced by --nodes: {n} nodes x {g} GPUs, one partition")
+        else:
+            trace.notes.append(
+                f"no node list for {trace.name}: default cluster of {n} nodes x {g} GPUs "
+                "(pass --node-list FILE or --nodes N --gpus-per-node G)"
+            )
+        trace.nodes = homogeneous_nodes(n, g)
         for j in trace.jobs:
             j.vc = "default"
     with_switches(trace.nodes, nodes_per_switch)
     unconstrained(trace)
     return trace
+
+
+def _genie_trace(
+    density: float,
+    hours: float,
+    seed: int,
+    nodes: int | None,
+    gpus_per_node: int | None,
+    iters_scale: float,
+    progress: Progress | None,
+) -> Trace:
+    n = nodes if nodes is not None else GENIE_NODES
+    g = gpus_per_node if gpus_per_node is not None else GENIE_GPUS_PER_NODE
+    jobs = generate_genie(density, hours, seed, max_gpus=n * g, iters_scale=iters_scale)
+    if progress is not None:
+        progress(len(jobs), len(jobs))
+    return Trace(
+        f"genie-d{density:g}-s{seed}",
+        jobs,
+        homogeneous_nodes(n, g),
+        notes=[f"GENIE Table 3 generator (simulator/traces.py generate_genie), {n} nodes x {g} GPUs"],
+    )
 
 
 def unconstrained(trace: Trace) -> Trace:
