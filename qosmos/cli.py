@@ -7,6 +7,8 @@ assembles them, so the CLI contract lives next to the code it drives.
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
 
 import typer
 
@@ -18,8 +20,26 @@ app = typer.Typer(
 )
 
 
+def package_version() -> str:
+    try:
+        return version("qosmos")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"qosmos {package_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print the qosmos version and exit"),
+    ] = False,
+) -> None:
     """QoS-aware, prediction-driven scheduling for multi-tenant GPU clusters."""
 
 

@@ -1,21 +1,87 @@
-"""``qosmos simulate``: replay a trace under a policy and write summary, jobs, Chrome trace and plots."""
+"""``qosmos simulate`` and ``qosmos sweep``: replay a trace under a policy and write summary,
+jobs, Chrome trace and plots; or run a grid of such replays."""
 
 from __future__ import annotations
 
+import enum
+import inspect
 import json
+import math
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.simulator.engine import SimConfig, simulate
+from qosmos.predictors import DURATION_PREDICTORS
+from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, SimResult, simulate
 from qosmos.simulator.metrics import summarize
-from qosmos.simulator.outputs import plot_compare, write_all, write_summary
-from qosmos.simulator.traces import FORMATS, load_trace, scale_nodes
+from qosmos.simulator.outputs import artefacts, plot_compare, write_all, write_summary
+from qosmos.simulator.traces import BUILTINS, FORMATS, Trace, infer_format, load_trace, scale_nodes
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from qosmos.clitools import clean_errors
+
+DEFAULT_GPUS_PER_NODE = 8  # --nodes without --gpus-per-node (genie: 4, its platform default)
+GENIE_DEFAULT_GPUS_PER_NODE = 4
+NODE_SIZE_FORMATS = ("helios", "philly", "genie")  # formats that size their own nodes from --gpus-per-node
+
+
+class Phases:
+    """Rich progress bars, one per phase (loading, simulating, writing, plotting).
+
+    Shown only on a terminal (stderr) and never with ``quiet``; otherwise every method is a no-op.
+    """
+
+    def __init__(self, quiet: bool, console: Console | None = None) -> None:
+        if console is None and not quiet and sys.stderr.isatty():
+            console = Console(stderr=True)
+        self.enabled = console is not None and not quiet
+        self.bar: Progress | None = None
+        if self.enabled:
+            self.bar = Progress(
+                TextColumn("{task.description:<28}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            )
+
+    def __enter__(self) -> Phases:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    @contextmanager
+    def phase(self, description: str, total: float | None) -> Iterator[Callable[[float, float | None], None]]:
+        """Yields ``update(done, total)``; the phase is marked complete on exit."""
+        if self.bar is None:
+            yield lambda done, total=None: None
+            return
+        bar = self.bar
+        task: TaskID = bar.add_task(description, total=total)
+        state = {"total": total}
+
+        def update(done: float, new_total: float | None = None) -> None:
+            if new_total is not None:
+                state["total"] = new_total
+            bar.update(task, completed=done, total=state["total"])
+
+        try:
+            yield update
+        finally:
+            end = state["total"] or 1
+            bar.update(task, completed=end, total=end)
 
 
 def _partition(values: list[str]) -> dict[str, str]:
@@ -26,6 +92,87 @@ def _partition(values: list[str]) -> dict[str, str]:
         vc, pol = v.split("=", 1)
         out[vc.strip()] = pol.strip()
     return out
+
+
+def comma_list(option: str, value: str) -> list[str]:
+    """``a,b,c`` → [a, b, c]; an empty list is an error, not a silent no-op."""
+    items = [p.strip() for p in value.split(",") if p.strip()]
+    if not items:
+        raise InvalidInput(option, value, "names nothing; give one or more comma-separated values")
+    return items
+
+
+def cluster_notes(fmt: str | None, nodes: int | None, gpus_per_node: int | None) -> list[str]:
+    """Check --nodes/--gpus-per-node against the trace format; return the defaults applied, as notes."""
+    if nodes is not None and nodes < 1:
+        raise InvalidInput("nodes", nodes, "must be at least 1")
+    if gpus_per_node is not None and gpus_per_node < 1:
+        raise InvalidInput("gpus_per_node", gpus_per_node, "must be at least 1")
+    notes: list[str] = []
+    if nodes is not None and gpus_per_node is None:
+        g = GENIE_DEFAULT_GPUS_PER_NODE if fmt == "genie" else DEFAULT_GPUS_PER_NODE
+        notes.append(f"--nodes {nodes} without --gpus-per-node: {g} GPUs per node (the default)")
+    if gpus_per_node is not None and nodes is None and fmt not in NODE_SIZE_FORMATS:
+        raise InvalidInput(
+            "gpus_per_node",
+            gpus_per_node,
+            f"the {fmt} trace brings its own nodes; give --nodes N too to replace them "
+            f"(--gpus-per-node alone only sizes {', '.join(NODE_SIZE_FORMATS)} clusters)",
+        )
+    if fmt == "genie" and nodes is None:
+        notes.append(f"genie platform: 4 nodes x {gpus_per_node or GENIE_DEFAULT_GPUS_PER_NODE} GPUs (the default)")
+    return notes
+
+
+def check_sizes(*, scale: float | None, density: float, hours: float) -> None:
+    if scale is not None and not (0 < scale <= 1):
+        raise InvalidInput("scale", scale, "must be in (0, 1]")
+    if not density > 0:
+        raise InvalidInput("density", density, "jobs per hour must be > 0")
+    if not hours > 0:
+        raise InvalidInput("hours", hours, "the arrival window must be > 0 hours")
+
+
+def check_partitions(trace: Trace, partition_policy: dict[str, str]) -> None:
+    """Every VC named by --partition-policy must exist in the trace's cluster or jobs."""
+    vcs = {n.vc for n in trace.nodes} | {j.vc for j in trace.jobs}
+    unknown = sorted(set(partition_policy) - vcs)
+    if unknown:
+        raise InvalidInput(
+            "partition_policy", ",".join(unknown), f"no such VC in {trace.name}; its VCs: {', '.join(sorted(vcs))}"
+        )
+
+
+def load(
+    trace: str, fmt: str | None, phases: Phases | None = None, *, scale: float | None = None, **kw: Any
+) -> tuple[Trace, float]:
+    """Load (fully validated) with a progress phase when the loader reports progress; returns (trace, seconds)."""
+    t0 = time.perf_counter()
+    phases = phases or Phases(quiet=True)
+    with phases.phase("loading trace", None) as update:
+        if "progress" in inspect.signature(load_trace).parameters:
+            kw["progress"] = lambda done, total: update(done, total)
+        tr = load_trace(trace, fmt, **kw)
+        if scale is not None:
+            scale_nodes(tr, scale)
+    return tr, time.perf_counter() - t0
+
+
+def run_one(tr: Trace, cfg: SimConfig, phases: Phases) -> SimResult:
+    with phases.phase(f"simulating {cfg.policy}", len(tr.jobs)) as update:
+        return simulate(tr, cfg, progress=update if phases.enabled else None)
+
+
+def write_outputs(out: Path, res: SimResult, summary: dict[str, object], plots: bool, phases: Phases) -> None:
+    names = artefacts(plots)
+    with phases.phase(f"writing {out.name or out}", len(names)) as update:
+        done = [0]
+
+        def step(_name: str) -> None:
+            done[0] += 1
+            update(done[0], None)
+
+        write_all(out, res, summary, plots=plots, on_step=step)
 
 
 def run_simulation(
@@ -51,15 +198,22 @@ def run_simulation(
     tick: float = 0.0,
     node_list: str | None = None,
     include_cpu: bool = False,
+    backfill_estimates: str = "predicted",
+    truth_noise: float = 0.0,
+    predictor: str = "qssf",
+    predictor_fallback: bool = False,
     plots: bool = True,
     quiet: bool = True,
+    console: Console | None = None,
 ) -> dict[str, dict[str, object]]:
     """Load once (fully validated) per policy, simulate, write artefacts; returns summaries."""
     if fmt is not None and fmt not in FORMATS:
         raise InvalidInput("format", fmt, f"expected one of {', '.join(FORMATS)}")
-    summaries: dict[str, dict[str, object]] = {}
-    results = {}
-    compare = len(policies) > 1
+    if not policies:
+        raise InvalidInput("compare", "", "names no policy")
+    check_sizes(scale=scale, density=density, hours=hours)
+    notes = cluster_notes(fmt or infer_format(trace), nodes, gpus_per_node)
+    cfgs = []
     for pol in policies:
         cfg = SimConfig(
             policy=pol,
@@ -72,120 +226,217 @@ def run_simulation(
             partition_policy=partition_policy or {},
             seed=seed,
             tick=tick,
+            backfill_estimates=backfill_estimates,
+            truth_noise=truth_noise,
+            predictor=predictor,
+            predictor_fallback=predictor_fallback,
         )
-        cfg.validate()
-        t0 = time.perf_counter()
-        tr = load_trace(
-            trace,
-            fmt,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            seed=seed,
-            density=density,
-            hours=hours,
-            jobs=jobs,
-            node_list=node_list,
-            include_cpu=include_cpu,
-        )
-        if scale is not None:
-            scale_nodes(tr, scale)
-        load_s = time.perf_counter() - t0
-        res = _run_with_progress(tr, cfg, quiet)
-        summary = summarize(res)
-        summary["load_s"] = load_s
-        target = out / pol if compare else out
-        write_all(target, res, summary, plots=plots)
-        summaries[pol] = summary
-        results[pol] = res
-        if not quiet:
-            typer.echo(
-                f"{pol:12s} jobs={summary['jobs']} avg_jct={_fmt(summary['avg_jct_s'])}s "
-                f"avg_queue={_fmt(summary['avg_queue_s'])}s queued={summary['queued_jobs']} "
-                f"qos={_fmt(summary['qos_guarantee'])} makespan={_fmt(summary['makespan_s'])}s "
-                f"util={_fmt(summary['gpu_utilization'])} wall={res.wall_s:.2f}s"
+        cfg.validate()  # every policy checked before anything runs
+        cfgs.append(cfg)
+    if not quiet:
+        for n in notes:
+            typer.echo(f"note: {n}")
+    summaries: dict[str, dict[str, object]] = {}
+    results: dict[str, SimResult] = {}
+    compare = len(policies) > 1
+    with Phases(quiet, console) as phases:
+        for cfg in cfgs:
+            pol = cfg.policy
+            tr, load_s = load(
+                trace,
+                fmt,
+                phases,
+                scale=scale,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                seed=seed,
+                density=density,
+                hours=hours,
+                jobs=jobs,
+                node_list=node_list,
+                include_cpu=include_cpu,
             )
-    if compare:
-        out.mkdir(parents=True, exist_ok=True)
-        write_summary(out / "compare.json", {"policies": summaries})
-        if plots:
-            plot_compare(out / "compare.png", results, summaries)
-        # the first policy's artefacts also at the top level, so DIR/summary.json always exists
-        first = policies[0]
-        write_all(out, results[first], summaries[first], plots=False)
+            check_partitions(tr, cfg.partition_policy)
+            res = run_one(tr, cfg, phases)
+            summary = summarize(res)
+            summary["load_s"] = load_s
+            summary["notes"] = [*notes, *summary.get("notes", [])]  # type: ignore[misc]
+            target = out / pol if compare else out
+            write_outputs(target, res, summary, plots, phases)
+            summaries[pol] = summary
+            results[pol] = res
+            if not quiet:
+                typer.echo(
+                    f"{pol:12s} jobs={summary['jobs']} avg_jct={_fmt(summary['avg_jct_s'])}s "
+                    f"avg_queue={_fmt(summary['avg_queue_s'])}s queued={summary['queued_jobs']} "
+                    f"qos={_fmt(summary['qos_guarantee'])} makespan={_fmt(summary['makespan_s'])}s "
+                    f"util={_fmt(summary['gpu_utilization'])} wall={res.wall_s:.2f}s"
+                )
+        if compare:
+            out.mkdir(parents=True, exist_ok=True)
+            write_summary(out / "compare.json", {"policies": summaries})
+            if plots:
+                with phases.phase("plotting compare.png", 1):
+                    plot_compare(out / "compare.png", results, summaries)
+            # the first policy's artefacts also at the top level, so DIR/summary.json always exists
+            first = policies[0]
+            write_outputs(out, results[first], summaries[first], False, phases)
     return summaries
 
 
 def _fmt(v: object) -> str:
-    return f"{v:.4g}" if isinstance(v, int | float) else "n/a"
+    return f"{v:.4g}" if isinstance(v, int | float) and math.isfinite(v) else "n/a"
 
 
-def _run_with_progress(tr, cfg: SimConfig, quiet: bool):  # type: ignore[no-untyped-def]
-    if quiet or not sys.stdout.isatty() or len(tr.jobs) < 20000:
-        return simulate(tr, cfg)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+def choices(name: str, values: tuple[str, ...] | list[str]) -> type[enum.Enum]:
+    """A choice type for typer, built from the engine's own list (the CLI keeps no second list)."""
+    return enum.Enum(name, {v: v for v in values}, type=str)  # type: ignore[return-value]
 
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(f"simulating {cfg.policy}", total=len(tr.jobs))
 
-        def cb(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+Format = choices("Format", FORMATS)
+Policy = choices("Policy", POLICIES)
+Placement = choices("Placement", PLACEMENTS)
+Backfill = choices("Backfill", BACKFILL_MODES)
+Estimates = choices("Estimates", BACKFILL_ESTIMATES)
+Predictor = choices("Predictor", DURATION_PREDICTORS)
 
-        return simulate(tr, cfg, progress=cb)
+
+def _value(v: object) -> Any:
+    return v.value if isinstance(v, enum.Enum) else v
+
+
+TRACE_HELP = (
+    "the trace: a file or folder, or one of "
+    + ", ".join(f"builtin:{b}" for b in BUILTINS)
+    + " (openb pod CSV or folder, Helios cluster_log.csv, Philly JSON, native CSV)"
+)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
     @clean_errors(OSError, json.JSONDecodeError)
     def simulate_cmd(
-        trace: Annotated[str, typer.Option(help="PATH or builtin:openb-sample | builtin:genie | builtin:helios-synth")],
-        out: Annotated[Path, typer.Option(help="output directory")],
+        trace: Annotated[str, typer.Option(help=TRACE_HELP)],
+        out: Annotated[Path, typer.Option(help="output folder (created; files in it are replaced)")],
         format: Annotated[
-            str | None, typer.Option("--format", help=f"one of {', '.join(FORMATS)}; inferred for builtins")
+            Format | None,  # type: ignore[valid-type]
+            typer.Option(
+                "--format",
+                help="trace format; inferred from builtins, folders and file names when left out",
+            ),
         ] = None,
         policy: Annotated[
-            str,
-            typer.Option(help="fifo sjf srtf qssf swaf minmin wfair tetris-perf tetris-cer capacity las mlfq recorded"),
-        ] = "fifo",
-        placement: Annotated[str, typer.Option(help="consolidate first-fit best-fit free-gpu cer")] = "consolidate",
-        compare: Annotated[str | None, typer.Option(help="P1,P2,... run several policies on one trace")] = None,
-        nodes: Annotated[int | None, typer.Option(help="replace the cluster by N nodes (genie: platform N)")] = None,
-        gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node")] = None,
-        backfill: Annotated[str, typer.Option(help="none easy relaxed adaptive")] = "none",
-        relax_factor: Annotated[float, typer.Option(help="base relax factor for relaxed/adaptive")] = 0.1,
-        seed: Annotated[int, typer.Option()] = 0,
-        density: Annotated[float, typer.Option(help="genie: jobs per hour")] = 10.0,
-        hours: Annotated[float, typer.Option(help="genie: arrival window (h)")] = 24.0,
-        jobs: Annotated[int, typer.Option(help="helios-synth: number of jobs")] = 10000,
-        scale: Annotated[float | None, typer.Option(help="keep every round(1/F)-th node per VC")] = None,
-        preemption_overhead: Annotated[float, typer.Option(help="seconds per resume (AnalySIM: 8)")] = 8.0,
-        migration: Annotated[bool, typer.Option(help="migrate on completion to free whole nodes")] = False,
+            Policy,  # type: ignore[valid-type]
+            typer.Option(help="the order in which waiting jobs start"),
+        ] = "fifo",  # type: ignore[assignment]
+        placement: Annotated[
+            Placement,  # type: ignore[valid-type]
+            typer.Option(help="which nodes and GPUs a starting job gets"),
+        ] = "consolidate",  # type: ignore[assignment]
+        compare: Annotated[
+            str | None,
+            typer.Option(
+                help="several policies, comma-separated (e.g. fifo,sjf,qssf): each runs on the same trace, "
+                "results in OUT/<policy>/ and OUT/compare.png; replaces --policy"
+            ),
+        ] = None,
+        nodes: Annotated[
+            int | None,
+            typer.Option(
+                min=1,
+                help="replace the trace's cluster by N identical nodes in one partition "
+                "(genie: the platform's node count, default 4)",
+            ),
+        ] = None,
+        gpus_per_node: Annotated[
+            int | None,
+            typer.Option(
+                min=1,
+                help="GPUs per node: with --nodes (default 8; genie 4), or alone for helios/philly/genie "
+                "traces that size their own nodes",
+            ),
+        ] = None,
+        backfill: Annotated[
+            Backfill,  # type: ignore[valid-type]
+            typer.Option(
+                help="let later jobs start while the first waiting job is blocked: none, easy (never delay it), "
+                "relaxed/adaptive (delay it by at most a factor of its wait)",
+            ),
+        ] = "none",  # type: ignore[assignment]
+        relax_factor: Annotated[
+            float, typer.Option(min=0.0, help="relaxed/adaptive backfilling: how much the blocked job may be delayed")
+        ] = 0.1,
+        backfill_estimates: Annotated[
+            Estimates,  # type: ignore[valid-type]
+            typer.Option(
+                help="run times backfilling plans with: predicted by the duration predictor, requested by users, "
+                "or the true ones (oracle)",
+            ),
+        ] = "predicted",  # type: ignore[assignment]
+        predictor: Annotated[
+            Predictor,  # type: ignore[valid-type]
+            typer.Option(help="duration predictor for qssf and predicted backfill estimates"),
+        ] = "qssf",  # type: ignore[assignment]
+        predictor_fallback: Annotated[
+            bool,
+            typer.Option(
+                help="if the predictor fails, fall back to a noisy stand-in (said in summary.json notes) "
+                "instead of stopping"
+            ),
+        ] = False,
+        truth_noise: Annotated[
+            float,
+            typer.Option(
+                min=0.0,
+                help="spread (sigma of a log-normal factor, seeded per job) of real GPU throughput around the "
+                "model's prediction; 0 = the model is exact",
+            ),
+        ] = 0.0,
+        seed: Annotated[int, typer.Option(help="random seed for generated traces and noise")] = 0,
+        density: Annotated[float, typer.Option(help="genie traces: jobs arriving per hour")] = 10.0,
+        hours: Annotated[float, typer.Option(help="genie traces: length of the arrival window (hours)")] = 24.0,
+        jobs: Annotated[int, typer.Option(min=1, help="helios-synth traces: number of jobs to generate")] = 10000,
+        scale: Annotated[
+            float | None,
+            typer.Option(
+                help="shrink the cluster to this fraction (keeps every round(1/F)-th node of each partition) "
+                "so that queues form",
+            ),
+        ] = None,
+        preemption_overhead: Annotated[
+            float, typer.Option(min=0.0, help="seconds a preempted job loses when it resumes (AnalySIM: 8)")
+        ] = 8.0,
+        migration: Annotated[
+            bool, typer.Option(help="when a job ends, move jobs off partly used nodes if that frees a whole node")
+        ] = False,
         cross_switch_penalty: Annotated[
-            float, typer.Option(help="run-time ratio for multi-node jobs across switches")
+            float, typer.Option(min=1.0, help="run-time factor for multi-node jobs whose nodes span network switches")
         ] = 1.1,
-        partition_policy: Annotated[list[str] | None, typer.Option(help="VC=POLICY (repeatable)")] = None,
-        tick: Annotated[float, typer.Option(help="periodic scheduling pass every S seconds (0: off)")] = 0.0,
-        node_list: Annotated[str | None, typer.Option(help="node CSV (openb/native)")] = None,
-        include_cpu: Annotated[bool, typer.Option(help="helios: keep CPU jobs")] = False,
+        partition_policy: Annotated[
+            list[str] | None,
+            typer.Option(help="VC=POLICY: a different policy for one partition (VC) of the trace; repeatable"),
+        ] = None,
+        tick: Annotated[
+            float, typer.Option(min=0.0, help="also run a scheduling pass every this many seconds (0 = only on events)")
+        ] = 0.0,
+        node_list: Annotated[
+            str | None, typer.Option(help="node CSV for openb or native traces (default: the one beside the trace)")
+        ] = None,
+        include_cpu: Annotated[bool, typer.Option(help="helios traces: keep CPU-only jobs too")] = False,
         plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
-        quiet: Annotated[bool, typer.Option(help="no progress bar or table")] = False,
+        quiet: Annotated[bool, typer.Option(help="print nothing but errors: no progress bars, notes or table")] = False,
     ) -> None:
-        """Replay a trace through the scheduling core and write summary.json, jobs.csv, trace.json and plots."""
-        policies = [p.strip() for p in compare.split(",") if p.strip()] if compare else [policy]
+        """Replay a trace through the scheduling core; write summary.json, jobs.csv, trace.json and plots."""
+        policies = comma_list("compare", compare) if compare is not None else [_value(policy)]
         summaries = run_simulation(
             trace,
-            format,
+            _value(format),
             policies,
-            placement,
+            _value(placement),
             out,
             nodes=nodes,
             gpus_per_node=gpus_per_node,
-            backfill=backfill,
+            backfill=_value(backfill),
             relax=relax_factor,
             seed=seed,
             density=density,
@@ -199,8 +450,16 @@ def register(app: typer.Typer) -> None:
             tick=tick,
             node_list=node_list,
             include_cpu=include_cpu,
+            backfill_estimates=_value(backfill_estimates),
+            truth_noise=truth_noise,
+            predictor=_value(predictor),
+            predictor_fallback=predictor_fallback,
             plots=plots,
             quiet=quiet,
         )
         if not quiet:
             typer.echo(f"wrote {out} ({', '.join(summaries)})")
+
+    from qosmos.simulator.sweep import register as register_sweep
+
+    register_sweep(app)

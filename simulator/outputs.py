@@ -3,72 +3,90 @@
 The Chrome trace has one process per node and one thread ("lane") per set of
 non-overlapping jobs on that node, a complete event (ph "X", µs) per job per node, and
 metadata events naming processes and threads: it opens in Perfetto / chrome://tracing.
+
+JSON is written with orjson and plots with matplotlib's object API (no pyplot state);
+past a size the GPU timeline draws a binned per-node occupancy image instead of one
+rectangle per job, so plotting stays well under a second on large runs.
 """
 
 from __future__ import annotations
 
 import csv
-import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import orjson
 from qosmos.simulator.engine import DONE, REJECTED, WITHDRAWN, SimResult
 
 STATE_NAMES = {DONE: "done", WITHDRAWN: "withdrawn", REJECTED: "rejected"}
 MAX_TRACE_SLICES = 300_000
+DETAIL_MAX_ROWS = 256  # GPU rows drawn one by one up to this many GPUs ...
+DETAIL_MAX_SEGMENTS = 20_000  # ... and this many job segments; else the binned view
+CDF_POINTS = 2000
+DPI = 100
+
+
+def _json_bytes(obj: object, indent: bool = False) -> bytes:
+    opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    return orjson.dumps(obj, option=opts | orjson.OPT_INDENT_2 if indent else opts)
 
 
 def write_summary(path: Path, summary: Mapping[str, object]) -> None:
-    path.write_text(json.dumps(summary, indent=2, sort_keys=False))
+    path.write_bytes(_json_bytes(dict(summary), indent=True))
+
+
+JOB_COLUMNS = (
+    "id",
+    "vc",
+    "user",
+    "gpus",
+    "gpu_milli",
+    "model",
+    "qos",
+    "submit",
+    "start",
+    "end",
+    "queue_s",
+    "jct_s",
+    "run_s",
+    "nodes",
+    "shape",
+    "preemptions",
+    "overhead_s",
+    "cross_switch",
+    "backfilled",
+    "state",
+    "end_state",
+)
 
 
 def write_jobs_csv(path: Path, res: SimResult) -> None:
-    cols = [
-        "id",
-        "vc",
-        "user",
-        "gpus",
-        "gpu_milli",
-        "model",
-        "qos",
-        "submit",
-        "start",
-        "end",
-        "queue_s",
-        "jct_s",
-        "run_s",
-        "nodes",
-        "shape",
-        "preemptions",
-        "overhead_s",
-        "cross_switch",
-        "backfilled",
-        "state",
-        "end_state",
-    ]
+    """One row per job. ``gpu_milli`` is 0 for CPU-only jobs (they hold no GPU)."""
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(cols)
+        w.writerow(JOB_COLUMNS)
+        rows = []
         for i, j in enumerate(res.trace.jobs):
             s, e = res.start[i], res.end[i]
-            started = s == s
-            ended = e == e
+            sub = j.submit_time
             shape = res.shape[i]
-            w.writerow(
-                [
+            started, ended = s == s, e == e
+            rows.append(
+                (
                     j.id,
                     j.vc,
                     j.user,
                     j.gpus,
-                    j.gpu_milli,
+                    j.gpu_milli if j.gpus > 0 else 0,
                     j.model,
                     j.qos.name.lower(),
-                    f"{j.submit_time:.3f}",
+                    f"{sub:.3f}",
                     f"{s:.3f}" if started else "",
                     f"{e:.3f}" if ended else "",
-                    f"{s - j.submit_time:.3f}" if started else "",
-                    f"{e - j.submit_time:.3f}" if ended else "",
+                    f"{s - sub:.3f}" if started else "",
+                    f"{e - sub:.3f}" if ended else "",
                     f"{res.run_time[i]:.3f}",
                     res.nodes_used[i],
                     f"{shape[0]}x{shape[1]}" if shape else "",
@@ -78,23 +96,38 @@ def write_jobs_csv(path: Path, res: SimResult) -> None:
                     int(res.backfilled[i]),
                     STATE_NAMES.get(res.state[i], "unfinished"),
                     j.end_state.value,
-                ]
+                )
             )
+            if len(rows) >= 50_000:
+                w.writerows(rows)
+                rows.clear()
+        w.writerows(rows)
+
+
+def _segments(res: SimResult) -> np.ndarray:
+    """Segments as an (n, 5) float array: job, node, start, end, gpus."""
+    if not res.segments:
+        return np.zeros((0, 5))
+    return np.array(res.segments, dtype=float)
 
 
 def chrome_trace(res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> dict[str, object]:
     """Chrome trace event format: {"traceEvents": [...]}; ts/dur in microseconds."""
-    segs = sorted(res.segments, key=lambda s: (s[1], s[2], s[0]))
-    truncated = len(segs) > max_slices
-    if truncated:
-        first = sorted(res.segments, key=lambda s: s[2])[:max_slices]
-        segs = sorted(first, key=lambda s: (s[1], s[2], s[0]))
+    seg = _segments(res)
+    truncated = len(seg) > max_slices
+    if truncated:  # the first max_slices slices by start time
+        seg = seg[np.argsort(seg[:, 2], kind="stable")[:max_slices]]
+    seg = seg[np.lexsort((seg[:, 0], seg[:, 2], seg[:, 1]))]  # by node, start, job
     jobs = res.trace.jobs
+    ts = np.round(seg[:, 2] * 1e6).astype(np.int64).tolist()
+    dur = np.maximum(np.round((seg[:, 3] - seg[:, 2]) * 1e6), 1).astype(np.int64).tolist()
     events: list[dict[str, object]] = []
     lanes_by_node: dict[int, list[float]] = {}
-    for job, node, start, end, gpus in segs:
+    append = events.append
+    for (job_f, node_f, start, end, gpus), t_us, d_us in zip(seg.tolist(), ts, dur, strict=True):
+        node, job = int(node_f), int(job_f)
         lanes = lanes_by_node.setdefault(node, [])
-        for k, last in enumerate(lanes):
+        for k, last in enumerate(lanes):  # first lane free at start
             if last <= start:
                 lanes[k] = end
                 lane = k
@@ -103,16 +136,16 @@ def chrome_trace(res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> dict[str
             lanes.append(end)
             lane = len(lanes) - 1
         j = jobs[job]
-        events.append(
+        append(
             {
                 "name": j.id,
                 "cat": j.vc,
                 "ph": "X",
-                "ts": round(start * 1e6),
-                "dur": max(round((end - start) * 1e6), 1),
+                "ts": t_us,
+                "dur": d_us,
                 "pid": node + 1,
                 "tid": lane + 1,
-                "args": {"gpus_on_node": gpus, "job_gpus": j.gpus, "vc": j.vc, "submit_s": j.submit_time},
+                "args": {"gpus_on_node": int(gpus), "job_gpus": j.gpus, "vc": j.vc, "submit_s": j.submit_time},
             }
         )
     meta: list[dict[str, object]] = []
@@ -138,185 +171,327 @@ def chrome_trace(res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> dict[str
 
 
 def write_chrome_trace(path: Path, res: SimResult) -> None:
-    with path.open("w") as fh:
-        json.dump(chrome_trace(res), fh, separators=(",", ":"))
+    path.write_bytes(_json_bytes(chrome_trace(res)))
 
 
 # ---- plots ---------------------------------------------------------------------------------
 
 
-def _plt():  # type: ignore[no-untyped-def]
-    import matplotlib
+def _figure(w: float, h: float) -> Any:
+    """A matplotlib Figure on the Agg canvas, without pyplot's global state."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(figsize=(w, h), dpi=DPI)
 
 
-def _cdf(ax, values: np.ndarray, label: str) -> None:  # type: ignore[no-untyped-def]
-    if values.size == 0:
-        return
-    x = np.sort(values)
-    y = np.arange(1, x.size + 1) / x.size
-    if x.size > 5000:
-        pick = np.linspace(0, x.size - 1, 5000).astype(int)
-        x, y = x[pick], y[pick]
-    ax.plot(np.maximum(x, 1e-3), y, label=label)
+def _save(fig: Any, path: Path) -> None:
+    fig.savefig(path, dpi=DPI)
+
+
+def _title(res: SimResult) -> str:
+    c = res.config
+    bf = f", backfill {c.backfill}" if c.backfill != "none" else ""
+    return f"{res.trace.name} — {c.policy} / {c.placement}{bf}"
 
 
 def _jct(res: SimResult) -> np.ndarray:
-    jobs = res.trace.jobs
-    return np.array([res.end[i] - jobs[i].submit_time for i, s in enumerate(res.state) if s == DONE], float)
+    """JCT (end − submit) of finished jobs."""
+    state = np.asarray(res.state)
+    done = np.flatnonzero(state == DONE)
+    end = np.asarray(res.end, float)[done]
+    submit = np.fromiter((res.trace.jobs[i].submit_time for i in done), float, done.size)
+    return end - submit
+
+
+def _cdf(ax: Any, values: np.ndarray, label: str) -> tuple[int, float]:
+    """CDF over all ``values``, drawn on a log x axis over the positive ones.
+
+    Zero-length entries cannot sit on a log axis: the curve starts at their fraction.
+    Returns (number of zero entries, their fraction).
+    """
+    n = values.size
+    if n == 0:
+        return 0, 0.0
+    x = np.sort(values)
+    zeros = int(np.searchsorted(x, 0.0, side="right"))
+    frac0 = zeros / n
+    x = x[zeros:]
+    if x.size == 0:
+        return zeros, frac0
+    y = frac0 + np.arange(1, x.size + 1) / n
+    if x.size > CDF_POINTS:
+        pick = np.unique(np.linspace(0, x.size - 1, CDF_POINTS).astype(int))
+        x, y = x[pick], y[pick]
+    ax.step(np.concatenate([[x[0]], x]), np.concatenate([[frac0], y]), where="post", label=label)
+    return zeros, frac0
 
 
 def plot_jct_cdf(path: Path, res: SimResult) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    _cdf(ax, _jct(res), res.config.policy)
-    ax.set_xscale("log")
-    ax.set_xlabel("JCT (s)")
-    ax.set_ylabel("CDF")
-    ax.set_title(f"JCT CDF — {res.trace.name}")
+    """JCT CDF of finished jobs; zero-length jobs (no wait, zero run time) stated and marked."""
+    fig = _figure(7, 4.5)
+    ax = fig.subplots()
+    jct = _jct(res)
+    zeros, frac0 = _cdf(ax, jct, f"{res.config.policy} ({jct.size:,} finished jobs)")
+    if zeros:
+        ax.axhline(frac0, color="grey", ls=":", lw=1, label=f"{zeros:,} jobs with JCT = 0 s ({frac0:.1%})")
+    if jct.size == 0:
+        ax.text(0.5, 0.5, "no finished jobs", ha="center", transform=ax.transAxes)
+    elif zeros < jct.size:
+        ax.set_xscale("log")
+    ax.set_xlabel("job completion time, submit to end (s, log scale)")
+    ax.set_ylabel("fraction of finished jobs")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"JCT CDF — {_title(res)}", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if jct.size:
+        ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_timeseries(path: Path, res: SimResult) -> None:
     """Queue length, running jobs, GPU utilisation and used GPUs / used nodes over time (AnalySIM Fig. 4)."""
-    plt = _plt()
     d = res.samples
-    t = np.array(d["t"], float) / 3600.0
-    fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    t = np.asarray(d["t"], float) / 3600.0
+    fig = _figure(9, 7)
+    axes = fig.subplots(3, 1, sharex=True)
     axes[0].step(t, d["waiting"], where="post", label="waiting")
     axes[0].step(t, d["running"], where="post", label="running")
     axes[0].set_ylabel("jobs")
-    axes[0].legend()
-    axes[1].step(t, np.array(d["used_gpus"], float) / max(res.total_gpus, 1), where="post")
-    axes[1].set_ylabel("GPU utilisation")
+    axes[0].legend(fontsize=8, loc="upper right")
+    axes[0].set_title("jobs waiting and running")
+    used = np.asarray(d["used_gpus"], float)
+    axes[1].step(t, used / max(res.total_gpus, 1), where="post")
+    axes[1].set_ylabel("busy GPU fraction")
     axes[1].set_ylim(0, 1.05)
-    nodes = np.array(d["used_nodes"], float)
-    ratio = np.divide(np.array(d["used_gpus"], float), nodes, out=np.zeros_like(nodes), where=nodes > 0)
+    axes[1].set_title(f"GPU utilisation ({res.total_gpus:,} GPUs)")
+    nodes = np.asarray(d["used_nodes"], float)
+    ratio = np.divide(used, nodes, out=np.zeros_like(nodes), where=nodes > 0)
     axes[2].step(t, ratio, where="post")
-    axes[2].set_ylabel("used GPUs / used nodes")
-    axes[2].set_xlabel("time (h)")
+    axes[2].set_ylabel("GPUs per used node")
+    axes[2].set_title("packing: busy GPUs / nodes in use (higher = less fragmented)")
+    axes[2].set_xlabel("simulated time (h)")
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{res.trace.name} — {res.config.policy}/{res.config.placement}")
+    fig.suptitle(_title(res), fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path)
 
 
-def plot_gpu_timeline(path: Path, res: SimResult, max_rows: int = 256, bins: int = 400) -> None:
-    """GPU-level timeline (AnalySIM Fig. 3 over time): one row per GPU, a colour per job.
+def binned_busy(seg: np.ndarray, n_nodes: int, edges: np.ndarray) -> np.ndarray:
+    """GPU-seconds busy per node and time bin, exactly (no per-segment Python loop).
 
-    Larger clusters are aggregated: one row per node, colour = fraction of its GPUs busy
-    in each of ``bins`` time bins.
+    Per node the busy-GPU level is a step function (+gpus at a start, −gpus at an end);
+    its integral is piecewise linear, so its value at the bin edges is a linear interpolation
+    of the integral at the events.
     """
-    plt = _plt()
-    segs = res.segments
-    fig, ax = plt.subplots(figsize=(10, 6))
-    total_rows = sum(res.node_gpus)
-    if not segs:
-        ax.text(0.5, 0.5, "no jobs ran", ha="center")
-    elif total_rows <= max_rows and len(segs) <= 20000:
-        offset = np.concatenate([[0], np.cumsum(res.node_gpus)])
-        cmap = plt.get_cmap("tab20")
-        used_rows: dict[int, list[float]] = {}
-        for job, node, start, end, gpus in segs:
-            base = int(offset[node])
-            placed = 0
-            for r in range(base, base + res.node_gpus[node]):  # first GPU rows free at start
-                if used_rows.get(r, -1.0) <= start and placed < max(gpus, 1):
-                    ax.broken_barh([(start / 3600, max(end - start, 1e-6) / 3600)], (r, 0.9), color=cmap(job % 20))
-                    used_rows[r] = end
-                    placed += 1
-        ax.set_ylabel("GPU (node-major)")
-        ax.set_ylim(0, total_rows)
+    grid = np.zeros((n_nodes, edges.size - 1))
+    if seg.size == 0:
+        return grid
+    node = np.concatenate([seg[:, 1], seg[:, 1]]).astype(np.int64)
+    t = np.concatenate([seg[:, 2], seg[:, 3]])
+    dg = np.concatenate([seg[:, 4], -seg[:, 4]])
+    order = np.lexsort((t, node))
+    node, t, dg = node[order], t[order], dg[order]
+    level = np.cumsum(dg)  # every node's changes sum to zero, so this is the per-node level
+    integral = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])
+    bounds = np.searchsorted(node, np.arange(n_nodes + 1))
+    for n in range(n_nodes):
+        a, b = bounds[n], bounds[n + 1]
+        if a == b:
+            continue
+        f = np.interp(edges, t[a:b], integral[a:b] - integral[a])
+        grid[n] = np.diff(f)
+    return grid
+
+
+def _vc_spans(node_vc: list[str]) -> list[tuple[str, int, int]]:
+    spans: list[tuple[str, int, int]] = []
+    for k, vc in enumerate(node_vc):
+        if spans and spans[-1][0] == vc:
+            spans[-1] = (vc, spans[-1][1], k + 1)
+        else:
+            spans.append((vc, k, k + 1))
+    return spans
+
+
+def plot_gpu_timeline(
+    path: Path,
+    res: SimResult,
+    max_rows: int = DETAIL_MAX_ROWS,
+    max_segments: int = DETAIL_MAX_SEGMENTS,
+    bins: int = 400,
+) -> str:
+    """GPU-level timeline (AnalySIM Fig. 3 over time). Returns the view drawn: "gpus" or "nodes".
+
+    Small runs: one row per GPU, one rectangle (coloured by job) per job segment, node
+    boundaries as lines. Larger ones: one row per node, colour = fraction of its GPUs busy
+    in each of ``bins`` time bins, partition (VC) boundaries as lines.
+    """
+    from matplotlib.collections import PolyCollection
+
+    seg = _segments(res)
+    seg = seg[seg[:, 4] > 0]  # CPU-only jobs hold no GPU
+    fig = _figure(11, 6.5)
+    ax = fig.subplots()
+    n_nodes = len(res.node_gpus)
+    gpus = np.asarray(res.node_gpus, int)
+    offset = np.concatenate([[0], np.cumsum(gpus)])
+    total_rows = int(offset[-1])
+    view = "gpus" if total_rows <= max_rows and len(seg) <= max_segments else "nodes"
+    if len(seg) == 0:
+        ax.text(0.5, 0.5, "no job held a GPU", ha="center", transform=ax.transAxes)
+    elif view == "gpus":
+        import matplotlib
+
+        cmap = matplotlib.colormaps["tab20"]
+        free_at = np.full(total_rows, -np.inf)
+        verts, colors = [], []
+        for job, node, start, end, g in seg[np.argsort(seg[:, 2], kind="stable")].tolist():
+            base = int(offset[int(node)])
+            rows = [r for r in range(base, base + int(gpus[int(node)])) if free_at[r] <= start][: int(g)]
+            x0, x1 = start / 3600, max(end, start + 1e-6) / 3600
+            for r in rows:
+                free_at[r] = end
+                verts.append(((x0, r), (x1, r), (x1, r + 0.9), (x0, r + 0.9)))
+                colors.append(cmap(int(job) % 20))
+        ax.add_collection(PolyCollection(verts, facecolors=colors, edgecolors="none"))
+        ax.set_xlim(seg[:, 2].min() / 3600, seg[:, 3].max() / 3600)
+        ax.set_ylim(total_rows, 0)
+        ax.hlines(offset[1:-1], 0, 1, transform=ax.get_yaxis_transform(), colors="k", lw=0.6)
+        if n_nodes <= 40:
+            ax.set_yticks((offset[:-1] + offset[1:]) / 2, [res.node_names[k] for k in range(n_nodes)], fontsize=7)
+        ax.set_ylabel(f"GPU, grouped by node ({n_nodes} nodes, {total_rows} GPUs; lines = node boundaries)")
+        ax.set_title(f"GPU timeline, one colour per job — {_title(res)}", fontsize=10)
     else:
-        t_end = max(s[3] for s in segs)
-        t0 = min(s[2] for s in segs)
-        edges = np.linspace(t0, t_end, bins + 1)
-        grid = np.zeros((len(res.node_gpus), bins))
-        width = edges[1] - edges[0]
-        for _, node, start, end, gpus in segs:
-            a = int((start - t0) // width)
-            b = min(int((end - t0) // width), bins - 1)
-            if a == b:
-                grid[node, a] += gpus * (end - start)
-            else:
-                grid[node, a] += gpus * (edges[a + 1] - start)
-                grid[node, b] += gpus * (end - edges[b])
-                if b > a + 1:
-                    grid[node, a + 1 : b] += gpus * width
-        cap = np.maximum(np.array(res.node_gpus, float), 1)[:, None] * width
+        t0, t1 = float(seg[:, 2].min()), float(seg[:, 3].max())
+        t1 = max(t1, t0 + 1e-6)
+        edges = np.linspace(t0, t1, bins + 1)
+        busy = binned_busy(seg, n_nodes, edges)
+        frac = busy / (np.maximum(gpus, 1)[:, None] * (edges[1] - edges[0]))
         im = ax.imshow(
-            grid / cap,
+            frac,
             aspect="auto",
             interpolation="nearest",
             cmap="viridis",
             vmin=0,
             vmax=1,
-            extent=(t0 / 3600, t_end / 3600, len(res.node_gpus), 0),
+            extent=(t0 / 3600, t1 / 3600, n_nodes, 0),
         )
-        fig.colorbar(im, ax=ax, label="busy GPU fraction")
-        ax.set_ylabel("node")
-    ax.set_xlabel("time (h)")
-    ax.set_title("GPU timeline")
+        fig.colorbar(im, ax=ax, label="fraction of the node's GPUs busy")
+        spans = _vc_spans(res.node_vc)
+        ax.hlines([b for _, _, b in spans[:-1]], 0, 1, transform=ax.get_yaxis_transform(), colors="w", lw=0.8)
+        if len(spans) <= 40:
+            ax.set_yticks([(a + b) / 2 for _, a, b in spans], [vc for vc, _, _ in spans], fontsize=7)
+        ax.set_ylabel(f"node ({n_nodes} nodes, {total_rows} GPUs; lines = partition boundaries)")
+        ax.set_title(f"GPU occupancy per node, {bins} time bins — {_title(res)}", fontsize=10)
+    ax.set_xlabel("simulated time (h)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path)
+    return view
+
+
+COMPARE_METRICS = (
+    ("avg_jct_s", "average JCT", "time"),
+    ("avg_queue_s", "average queuing delay", "time"),
+    ("makespan_s", "makespan", "time"),
+    ("gpu_utilization", "GPU utilisation", "%"),
+)
+
+
+def _time_unit(vals: np.ndarray) -> tuple[float, str]:
+    top = float(np.nanmax(vals)) if vals.size and np.isfinite(vals).any() else 0.0
+    if top >= 2 * 86400:
+        return 86400.0, "days"
+    if top >= 2 * 3600:
+        return 3600.0, "h"
+    if top >= 120:
+        return 60.0, "min"
+    return 1.0, "s"
 
 
 def plot_compare(path: Path, results: Mapping[str, SimResult], summaries: Mapping[str, Mapping[str, object]]) -> None:
-    plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name, res in results.items():
-        _cdf(ax1, _jct(res), name)
-    ax1.set_xscale("log")
-    ax1.set_xlabel("JCT (s)")
-    ax1.set_ylabel("CDF")
-    ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8)
+    """One panel per metric: JCT CDFs, then a bar chart each for average JCT, queuing delay,
+    makespan, GPU utilisation and QoS guarantee (or bounded slowdown without GENIE jobs)."""
     names = list(summaries)
-    keys = [
-        k for k in ("avg_jct_s", "avg_queue_s", "makespan_s") if all(summaries[n].get(k) is not None for n in names)
-    ]
+    metrics = list(COMPARE_METRICS)
+    if any(summaries[n].get("qos_guarantee") is not None for n in names):
+        metrics.append(("qos_guarantee", "QoS guarantee (jobs meeting their deadline)", "pct"))
+    else:
+        metrics.append(("avg_bounded_slowdown", "average bounded slowdown", "x"))
+    fig = _figure(15, 8.5)
+    axes = fig.subplots(2, 3).ravel()
+    ax = axes[0]
+    for name, res in results.items():
+        _cdf(ax, _jct(res), name)
+    ax.set_xscale("log")
+    ax.set_xlabel("JCT (s, log scale)")
+    ax.set_ylabel("fraction of finished jobs")
+    ax.set_title("JCT CDF")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    colors = [f"C{k % 10}" for k in range(len(names))]
     x = np.arange(len(names))
-    w = 0.8 / max(len(keys), 1)
-    for k_i, k in enumerate(keys):
-        vals = np.array([float(summaries[n][k]) for n in names]) / 3600  # type: ignore[arg-type]
-        ax2.bar(x + k_i * w, vals, w, label=k.replace("_s", " (h)"))
-    ax2.set_xticks(x + w * (len(keys) - 1) / 2, names, rotation=30, ha="right")
-    ax2.legend(fontsize=8)
-    ax2.grid(alpha=0.3, axis="y")
-    q = [summaries[n].get("qos_guarantee") for n in names]
-    if all(v is not None for v in q):
-        ax3 = ax2.twinx()
-        ax3.plot(x + w * (len(keys) - 1) / 2, q, "ko-", label="QoS guarantee %")
-        ax3.set_ylabel("QoS guarantee %")
-        ax3.set_ylim(0, 105)
+    for ax, (key, label, kind) in zip(axes[1:], metrics, strict=True):
+        raw = [summaries[n].get(key) for n in names]
+        vals = np.array([float(v) if isinstance(v, int | float) else np.nan for v in raw])
+        if kind == "time":
+            scale, unit = _time_unit(vals)
+        elif kind == "%":
+            scale, unit = 0.01, "%"
+        elif kind == "pct":
+            scale, unit = 1.0, "%"
+        else:
+            scale, unit = 1.0, "×"
+        shown = vals / scale
+        bars = ax.bar(x, np.nan_to_num(shown), color=colors)
+        ax.bar_label(bars, labels=["n/a" if np.isnan(v) else f"{v:.3g}" for v in shown], fontsize=8)
+        ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(label)
+        ax.set_ylabel(f"{label.split(' (')[0]} ({unit})")
+        if unit == "%":
+            ax.set_ylim(0, 110)
+        ax.grid(alpha=0.3, axis="y")
+    first = next(iter(results.values()), None)
+    if first is not None:
+        c = first.config
+        fig.suptitle(f"Policies compared on {first.trace.name} — placement {c.placement}, backfill {c.backfill}")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path)
 
 
-def write_all(out: Path, res: SimResult, summary: Mapping[str, object], plots: bool = True) -> list[Path]:
+PLOTS: tuple[tuple[str, Callable[[Path, SimResult], object]], ...] = (
+    ("jct_cdf.png", plot_jct_cdf),
+    ("timeseries.png", plot_timeseries),
+    ("gpu_timeline.png", plot_gpu_timeline),
+)
+
+
+def artefacts(plots: bool = True) -> list[str]:
+    """File names write_all produces, in order."""
+    return ["summary.json", "jobs.csv", "trace.json"] + ([name for name, _ in PLOTS] if plots else [])
+
+
+def write_all(
+    out: Path,
+    res: SimResult,
+    summary: Mapping[str, object],
+    plots: bool = True,
+    on_step: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Write every artefact into ``out``; ``on_step(name)`` is called after each file."""
     out.mkdir(parents=True, exist_ok=True)
-    files = [out / "summary.json", out / "jobs.csv", out / "trace.json"]
-    write_summary(files[0], summary)
-    write_jobs_csv(files[1], res)
-    write_chrome_trace(files[2], res)
+    writers: list[tuple[str, Callable[[Path], object]]] = [
+        ("summary.json", lambda p: write_summary(p, summary)),
+        ("jobs.csv", lambda p: write_jobs_csv(p, res)),
+        ("trace.json", lambda p: write_chrome_trace(p, res)),
+    ]
     if plots:
-        for name, fn in (
-            ("jct_cdf.png", plot_jct_cdf),
-            ("timeseries.png", plot_timeseries),
-            ("gpu_timeline.png", plot_gpu_timeline),
-        ):
-            fn(out / name, res)
-            files.append(out / name)
+        writers += [(name, lambda p, fn=fn: fn(p, res)) for name, fn in PLOTS]
+    files = []
+    for name, write in writers:
+        write(out / name)
+        files.append(out / name)
+        if on_step is not None:
+            on_step(name)
     return files

@@ -1,0 +1,416 @@
+"""``qosmos sweep``: a grid of simulations (traces × policies × placements × seeds).
+
+Cells run in local processes (``concurrent.futures``) or, with ``--ray ADDRESS``, as Ray
+tasks on an existing cluster (``pip install qosmos[ray]``; Ray is imported only then).
+A cell returns its summary; the driver writes ``DIR/<cell>/summary.json``, so a cell whose
+summary.json exists is finished and skipped when the sweep is run again (resumable).
+At the end every finished cell is one row of ``DIR/sweep.csv``, drawn in ``DIR/sweep.png``.
+With Ray, every worker must be able to read the trace (builtins always can).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import csv
+import itertools
+import multiprocessing
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import orjson
+import typer
+from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, simulate
+from qosmos.simulator.metrics import summarize
+from qosmos.simulator.traces import FORMATS, infer_format
+
+from qosmos.clitools import clean_errors
+
+SUMMARY = "summary.json"
+COLUMNS = (
+    "trace",
+    "policy",
+    "placement",
+    "seed",
+    "jobs",
+    "avg_jct_s",
+    "median_jct_s",
+    "p95_jct_s",
+    "p99_jct_s",
+    "avg_queue_s",
+    "queued_jobs",
+    "makespan_s",
+    "gpu_utilization",
+    "fragmentation",
+    "qos_guarantee",
+    "avg_bounded_slowdown",
+    "backfilled_jobs",
+    "preemptions",
+    "rejected_jobs",
+    "unfinished_jobs",
+    "wall_s",
+    "cell",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid."""
+
+    trace: str
+    policy: str
+    placement: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        """Folder name of the cell: readable and unique per grid point."""
+        slug = re.sub(r"[^A-Za-z0-9.+-]+", "_", self.trace).strip("_")[-60:]
+        return f"{slug}__{self.policy}__{self.placement}__s{self.seed}"
+
+
+def grid(traces: Sequence[str], policies: Sequence[str], placements: Sequence[str], seeds: Sequence[int]) -> list[Cell]:
+    return [Cell(*c) for c in itertools.product(traces, policies, placements, seeds)]
+
+
+def cell_config(cell: Cell, options: Mapping[str, Any]) -> SimConfig:
+    cfg = SimConfig(
+        policy=cell.policy,
+        placement=cell.placement,
+        seed=cell.seed,
+        backfill=options.get("backfill", "none"),
+        relax_factor=options.get("relax_factor", 0.1),
+        backfill_estimates=options.get("backfill_estimates", "predicted"),
+        truth_noise=options.get("truth_noise", 0.0),
+        record_segments=False,  # a sweep keeps summaries only
+    )
+    cfg.validate()
+    return cfg
+
+
+def run_cell(cell: Cell, options: Mapping[str, Any]) -> dict[str, object]:
+    """Load, simulate and summarise one cell (in a worker process or a Ray task)."""
+    from qosmos.simulator.traces import load_trace, scale_nodes
+
+    cfg = cell_config(cell, options)
+    tr = load_trace(
+        cell.trace,
+        options.get("format"),
+        nodes=options.get("nodes"),
+        gpus_per_node=options.get("gpus_per_node"),
+        seed=cell.seed,
+        jobs=options.get("synth_jobs", 10000),
+        density=options.get("density", 10.0),
+        hours=options.get("hours", 24.0),
+    )
+    if options.get("scale") is not None:
+        scale_nodes(tr, options["scale"])
+    summary = summarize(simulate(tr, cfg))
+    summary["cell"] = asdict(cell)
+    return summary
+
+
+def finished(out: Path, cell: Cell) -> bool:
+    return (out / cell.name / SUMMARY).is_file()
+
+
+def save_cell(out: Path, cell: Cell, summary: Mapping[str, object]) -> None:
+    """Write the cell's summary.json atomically: it is the marker that the cell is finished."""
+    d = out / cell.name
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / (SUMMARY + ".tmp")
+    tmp.write_bytes(orjson.dumps(dict(summary), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.replace(d / SUMMARY)
+
+
+Progress = Callable[[Cell, BaseException | None], None]
+
+
+def run_local(
+    cells: Sequence[Cell], options: Mapping[str, Any], out: Path, workers: int, done: Progress
+) -> dict[Cell, BaseException]:
+    """Run cells in ``workers`` fresh processes; returns the cells that failed."""
+    failed: dict[Cell, BaseException] = {}
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding progress-bar threads
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {pool.submit(run_cell, c, dict(options)): c for c in cells}
+        for fut in cf.as_completed(futures):
+            cell = futures[fut]
+            exc = fut.exception()
+            if exc is None:
+                save_cell(out, cell, fut.result())
+            else:
+                failed[cell] = exc
+            done(cell, exc)
+    return failed
+
+
+def run_ray(
+    cells: Sequence[Cell], options: Mapping[str, Any], out: Path, address: str, done: Progress
+) -> dict[Cell, BaseException]:
+    """Run cells as tasks on the Ray cluster at ``address``; returns the cells that failed."""
+    try:
+        import ray
+    except ImportError:
+        raise InvalidInput("ray", address, "Ray is not installed; pip install 'qosmos[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise InvalidInput("ray", address, f"cannot connect to a Ray cluster there: {exc}") from None
+    failed: dict[Cell, BaseException] = {}
+    try:
+        task = ray.remote(run_cell)
+        refs = {task.remote(c, dict(options)): c for c in cells}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                cell = refs[ref]
+                try:
+                    save_cell(out, cell, ray.get(ref))
+                    done(cell, None)
+                except Exception as exc:  # a task's failure is reported per cell, the sweep goes on
+                    cause = getattr(exc, "cause", None)
+                    failed[cell] = cause if isinstance(cause, BaseException) else exc
+                    done(cell, failed[cell])
+    finally:
+        if started_here:
+            ray.shutdown()
+    return failed
+
+
+def collect(out: Path, cells: Sequence[Cell]) -> list[dict[str, object]]:
+    """sweep.csv rows of the finished cells, in grid order."""
+    rows = []
+    for c in cells:
+        p = out / c.name / SUMMARY
+        if not p.is_file():
+            continue
+        s = orjson.loads(p.read_bytes())
+        row: dict[str, object] = {**asdict(c), "cell": c.name}
+        row.update({k: s.get(k) for k in COLUMNS if k not in row})
+        rows.append(row)
+    return rows
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: "" if r.get(k) is None else r.get(k) for k in COLUMNS})
+
+
+PLOT_METRICS = (
+    ("avg_jct_s", "average JCT (h)", 3600.0),
+    ("avg_queue_s", "average queuing delay (h)", 3600.0),
+    ("makespan_s", "makespan (h)", 3600.0),
+    ("gpu_utilization", "GPU utilisation (%)", 0.01),
+)
+
+
+def plot_sweep(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
+    """One row of panels per trace, one panel per metric; bars per policy, one colour per
+    placement; bar = mean over seeds, whisker = min..max over seeds."""
+    from matplotlib.figure import Figure
+
+    traces = list(dict.fromkeys(str(r["trace"]) for r in rows))
+    policies = list(dict.fromkeys(str(r["policy"]) for r in rows))
+    placements = list(dict.fromkeys(str(r["placement"]) for r in rows))
+    n_seeds = len({r["seed"] for r in rows})
+    fig = Figure(figsize=(4.2 * len(PLOT_METRICS), 3.6 * len(traces) + 0.8), dpi=100)
+    axes = np.atleast_2d(fig.subplots(len(traces), len(PLOT_METRICS), squeeze=False))
+    x = np.arange(len(policies))
+    width = 0.8 / max(len(placements), 1)
+    for ti, trace in enumerate(traces):
+        for mi, (key, label, scale) in enumerate(PLOT_METRICS):
+            ax = axes[ti, mi]
+            for pi, pl in enumerate(placements):
+                mean, lo, hi = [], [], []
+                for pol in policies:
+                    v = [
+                        float(r[key]) / scale  # type: ignore[arg-type]
+                        for r in rows
+                        if r["trace"] == trace and r["policy"] == pol and r["placement"] == pl and r[key] is not None
+                    ]
+                    mean.append(float(np.mean(v)) if v else np.nan)
+                    lo.append(mean[-1] - min(v) if v else 0.0)
+                    hi.append(max(v) - mean[-1] if v else 0.0)
+                ax.bar(
+                    x + (pi - (len(placements) - 1) / 2) * width,
+                    np.nan_to_num(mean),
+                    width,
+                    yerr=[lo, hi] if n_seeds > 1 else None,
+                    capsize=2,
+                    label=pl,
+                    color=f"C{pi % 10}",
+                )
+            ax.set_xticks(x, policies, rotation=30, ha="right", fontsize=8)
+            ax.set_ylabel(label)
+            ax.set_title(f"{label.split(' (')[0]} — {Path(trace).name or trace}", fontsize=9)
+            ax.grid(alpha=0.3, axis="y")
+            if ti == 0 and mi == 0:
+                ax.legend(title="placement", fontsize=7, title_fontsize=7)
+    seeds = f"mean of {n_seeds} seeds, whiskers min..max" if n_seeds > 1 else "one seed"
+    fig.suptitle(f"Sweep: {len(rows)} runs ({seeds})")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def _ints(option: str, value: str) -> list[int]:
+    from qosmos.simulator.cli import comma_list
+
+    out = []
+    for v in comma_list(option, value):
+        try:
+            out.append(int(v))
+        except ValueError:
+            raise InvalidInput(option, v, "expected an integer") from None
+    return out
+
+
+def _checked(option: str, value: str, allowed: Sequence[str]) -> list[str]:
+    from qosmos.simulator.cli import comma_list
+
+    items = comma_list(option, value)
+    for v in items:
+        if v not in allowed:
+            raise InvalidInput(option, v, f"expected one of {', '.join(allowed)}")
+    return list(dict.fromkeys(items))
+
+
+def run_sweep(
+    cells: Sequence[Cell],
+    options: Mapping[str, Any],
+    out: Path,
+    *,
+    workers: int = 1,
+    ray_address: str | None = None,
+    plot: bool = True,
+    quiet: bool = True,
+    console: Any = None,
+) -> tuple[list[dict[str, object]], dict[Cell, BaseException], int]:
+    """Run the unfinished cells, then write sweep.csv (and sweep.png); returns (rows, failures, cells run)."""
+    from qosmos.simulator.cli import Phases
+
+    for c in cells:  # every configuration is checked before anything runs
+        cell_config(c, options)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [c for c in cells if not finished(out, c)]
+    if not quiet:
+        typer.echo(f"{len(cells)} cells: {len(cells) - len(todo)} already finished, {len(todo)} to run")
+    failed: dict[Cell, BaseException] = {}
+    with Phases(quiet, console) as phases, phases.phase("sweep", len(todo)) as update:
+        count = [0]
+
+        def done(cell: Cell, exc: BaseException | None) -> None:
+            count[0] += 1
+            update(count[0], None)
+            if exc is not None and not quiet:
+                typer.echo(f"cell {cell.name} failed: {exc}", err=True)
+
+        if todo:
+            if ray_address:
+                failed = run_ray(todo, options, out, ray_address, done)
+            else:
+                failed = run_local(todo, options, out, workers, done)
+    rows = collect(out, cells)
+    write_csv(out / "sweep.csv", rows)
+    if plot and rows:
+        plot_sweep(out / "sweep.png", rows)
+    return rows, failed, len(todo)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep")
+    @clean_errors(OSError)
+    def sweep_cmd(
+        trace: Annotated[
+            str, typer.Option(help="traces, comma-separated (paths or builtin:NAME; see qosmos simulate --help)")
+        ],
+        out: Annotated[Path, typer.Option(help="output folder: one sub-folder per cell, sweep.csv and sweep.png")],
+        policy: Annotated[str, typer.Option(help=f"policies, comma-separated, of: {', '.join(POLICIES)}")] = "fifo",
+        placement: Annotated[
+            str, typer.Option(help=f"placements, comma-separated, of: {', '.join(PLACEMENTS)}")
+        ] = "consolidate",
+        seed: Annotated[str, typer.Option(help="seeds, comma-separated integers (e.g. 0,1,2)")] = "0",
+        jobs: Annotated[
+            int, typer.Option("--jobs", "-j", min=1, help="local worker processes running cells in parallel")
+        ] = 1,
+        ray: Annotated[
+            str | None,
+            typer.Option(
+                help="run cells on the existing Ray cluster at this address (e.g. 127.0.0.1:6379 or auto) "
+                "instead of local processes; needs pip install 'qosmos[ray]'"
+            ),
+        ] = None,
+        format: Annotated[
+            str | None, typer.Option("--format", help=f"trace format for every trace, one of: {', '.join(FORMATS)}")
+        ] = None,
+        synth_jobs: Annotated[int, typer.Option(min=1, help="helios-synth traces: number of jobs to generate")] = 10000,
+        density: Annotated[float, typer.Option(help="genie traces: jobs arriving per hour")] = 10.0,
+        hours: Annotated[float, typer.Option(help="genie traces: length of the arrival window (hours)")] = 24.0,
+        nodes: Annotated[
+            int | None, typer.Option(min=1, help="replace each trace's cluster by N identical nodes")
+        ] = None,
+        gpus_per_node: Annotated[
+            int | None, typer.Option(min=1, help="GPUs per node with --nodes (default 8; genie 4)")
+        ] = None,
+        scale: Annotated[
+            float | None,
+            typer.Option(help="shrink each cluster to this fraction of its nodes"),
+        ] = None,
+        backfill: Annotated[
+            str, typer.Option(help=f"backfilling for every cell, one of: {', '.join(BACKFILL_MODES)}")
+        ] = "none",
+        relax_factor: Annotated[float, typer.Option(min=0.0, help="relaxed/adaptive backfilling factor")] = 0.1,
+        backfill_estimates: Annotated[
+            str, typer.Option(help=f"run times backfilling plans with, one of: {', '.join(BACKFILL_ESTIMATES)}")
+        ] = "predicted",
+        truth_noise: Annotated[
+            float, typer.Option(min=0.0, help="spread of real GPU throughput around the model (0 = exact)")
+        ] = 0.0,
+        plot: Annotated[bool, typer.Option(help="write sweep.png")] = True,
+        quiet: Annotated[bool, typer.Option(help="print nothing but errors")] = False,
+    ) -> None:
+        """Run a grid of simulations (every trace × policy × placement × seed); resumable: finished cells are kept."""
+        from qosmos.simulator.cli import cluster_notes, comma_list
+
+        traces = list(dict.fromkeys(comma_list("trace", trace)))
+        if format is not None and format not in FORMATS:
+            raise InvalidInput("format", format, f"expected one of {', '.join(FORMATS)}")
+        for t in traces:
+            cluster_notes(format or infer_format(t), nodes, gpus_per_node)
+        cells = grid(
+            traces,
+            _checked("policy", policy, POLICIES),
+            _checked("placement", placement, PLACEMENTS),
+            list(dict.fromkeys(_ints("seed", seed))),
+        )
+        options = {
+            "format": format,
+            "synth_jobs": synth_jobs,
+            "density": density,
+            "hours": hours,
+            "nodes": nodes,
+            "gpus_per_node": gpus_per_node,
+            "scale": scale,
+            "backfill": backfill,
+            "relax_factor": relax_factor,
+            "backfill_estimates": backfill_estimates,
+            "truth_noise": truth_noise,
+        }
+        rows, failed, ran = run_sweep(cells, options, out, workers=jobs, ray_address=ray, plot=plot, quiet=quiet)
+        if not quiet:
+            typer.echo(f"wrote {out / 'sweep.csv'} ({len(rows)} of {len(cells)} cells finished, {ran} run now)")
+        if failed:
+            first = next(iter(failed.values()))
+            typer.echo(f"error: {len(failed)} cell(s) failed, e.g. {first}; run again to retry them", err=True)
+            raise typer.Exit(2 if isinstance(first, InvalidInput) else 1)
