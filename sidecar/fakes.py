@@ -1,0 +1,70 @@
+"""Directory trees laid out like a kubelet's cgroups and a resctrl mount, for tests.
+
+Used with :class:`~qosmos.sidecar.fs.FakeKernelFS` (which refuses what the kernel refuses) by the
+unit tests, and by the node tests for resctrl (the test VM has no RDT).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CID = "{:064x}"  # container IDs: 64 hex digits
+
+
+def container_id(i: int) -> str:
+    return CID.format(i)
+
+
+def make_v1_tree(root: Path, pods: dict[str, tuple[str, int]], cpus: str = "0-3") -> Path:
+    """``root/{cpuset,cpu,cpuacct}/kubepods[/<qos>]/pod<uid>/<cid>`` with cpus, quotas and tasks.
+
+    ``pods``: uid -> (qos class, number of containers); task IDs are 1000 * pod index + container.
+    """
+    for ctrl in ("cpuset", "cpu", "cpuacct"):
+        (root / ctrl).mkdir(parents=True, exist_ok=True)
+    (root / "cpuset" / "cpuset.cpus").write_text(cpus + "\n")
+    (root / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+
+    def node(ctrl: str, d: Path, tasks: list[int] | None = None) -> None:
+        d.mkdir(parents=True, exist_ok=True)
+        if ctrl == "cpuset":
+            (d / "cpuset.cpus").write_text(cpus + "\n")
+            (d / "tasks").write_text("".join(f"{t}\n" for t in tasks or []))
+        elif ctrl == "cpu":
+            (d / "cpu.cfs_quota_us").write_text("-1\n")
+            (d / "cpu.cfs_period_us").write_text("100000\n")
+            (d / "cpu.stat").write_text("nr_periods 10\nnr_throttled 3\nthrottled_time 5000000\n")
+        else:
+            (d / "cpuacct.usage").write_text("2000000000\n")
+
+    for ctrl in ("cpuset", "cpu", "cpuacct"):
+        kp = root / ctrl / "kubepods"
+        node(ctrl, kp)
+        for q in ("burstable", "besteffort"):
+            node(ctrl, kp / q)
+        for i, (uid, (qos, n)) in enumerate(sorted(pods.items())):
+            pd = kp / f"pod{uid}" if qos == "guaranteed" else kp / qos / f"pod{uid}"
+            node(ctrl, pd)
+            for c in range(n):
+                node(ctrl, pd / container_id(1000 * (i + 1) + c), [1000 * (i + 1) + c])
+    return root
+
+
+def make_resctrl_tree(root: Path, domains: tuple[str, ...] = ("0", "1"), mbm: bool = True) -> Path:
+    """A resctrl mount with MBA (and MBM when ``mbm``) as the kernel lays it out."""
+    (root / "info" / "MB").mkdir(parents=True)
+    (root / "info" / "L3").mkdir(parents=True)
+    (root / "info" / "MB" / "min_bandwidth").write_text("10\n")
+    (root / "info" / "MB" / "bandwidth_gran").write_text("10\n")
+    (root / "schemata").write_text(
+        "L3:" + ";".join(f"{d}=fff" for d in domains) + "\nMB:" + ";".join(f"{d}=100" for d in domains) + "\n"
+    )
+    (root / "tasks").write_text("1\n2\n3\n")
+    if mbm:
+        (root / "info" / "L3_MON").mkdir(parents=True)
+        (root / "info" / "L3_MON" / "mon_features").write_text("llc_occupancy\nmbm_total_bytes\nmbm_local_bytes\n")
+        for d in domains:
+            m = root / "mon_data" / f"mon_L3_{int(d):02d}"
+            m.mkdir(parents=True)
+            (m / "mbm_total_bytes").write_text("0\n")
+    return root
