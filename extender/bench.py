@@ -231,7 +231,8 @@ def bench_extender(nodes: int = 1523, requests: int = 2000, warmup: int = 200, a
     p99, floor_p99 = float(np.percentile(lat, 99)) * ms, float(np.percentile(floor, 99)) * ms
     return {
         "nodes": nodes,
-        "requests": int(lat.size),
+        "requests": int(filt.size),  # pods, as --requests counts them
+        "http_requests": int(lat.size),  # one /filter and one /prioritize per pod
         "p50_ms": round(float(np.percentile(lat, 50)) * ms, 3),
         "p99_ms": round(p99, 3),
         "floor_p50_ms": round(float(np.percentile(floor, 50)) * ms, 3),
@@ -269,7 +270,8 @@ def _bench_scheduler_config(name: str, extender_url: str | None, percentage: int
 def start_extender_process(
     kubeconfig: Path, log_path: Path, http_port: int, grpc_port: int = 0, extra_args: Sequence[str] = ()
 ) -> subprocess.Popen:
-    """``qosmos extender serve`` as a child process."""
+    """``qosmos extender serve`` as a child process: plaintext on loopback (``--insecure``) unless
+    ``extra_args`` carries the ``--tls-*`` files."""
     log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the child
     return subprocess.Popen(
         [
@@ -286,6 +288,7 @@ def start_extender_process(
             str(http_port),
             "--grpc-port",
             str(grpc_port),
+            *(() if any(a.startswith("--tls-") for a in extra_args) else ("--insecure",)),
             *extra_args,
         ],
         stdout=log,

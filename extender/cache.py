@@ -209,6 +209,7 @@ class _Held:
     info: PodInfo
     alloc: Allocation | None
     expires: float = float("inf")
+    owner: str = ""  # the caller that assumed it (assumed entries)
 
 
 class ClusterCache:
@@ -310,10 +311,11 @@ class ClusterCache:
                 self._release(held)
                 self.generation += 1
 
-    def assume(self, pod: PodInfo, node_name: str, ttl: float | None = None) -> bool:
+    def assume(self, pod: PodInfo, node_name: str, ttl: float | None = None, owner: str = "") -> bool:
         """Hold ``pod``'s resources on ``node_name`` until the watch shows it bound (or ``ttl`` passes).
 
         False when the node cannot hold it in the cached view (nothing is recorded then).
+        ``owner`` names the caller, for :meth:`assumed_gpus`.
         """
         with self.lock:
             if pod.uid in self._bound:
@@ -321,12 +323,17 @@ class ClusterCache:
             self._drop_assumed(pod.uid)
             self.state()
             info = dataclasses.replace(pod, node_name=node_name)
-            held = _Held(info, None, self.clock() + (self.assume_ttl if ttl is None else ttl))
+            held = _Held(info, None, self.clock() + (self.assume_ttl if ttl is None else ttl), owner)
             if not self._hold(held, strict=True):
                 return False
             self._assumed[pod.uid] = held
             self.generation += 1
             return True
+
+    def assumed_gpus(self, owner: str, besides: str = "") -> int:
+        """GPUs held in the assumed ledger by ``owner``'s entries (other than pod ``besides``)."""
+        with self.lock:
+            return sum(h.info.gpus for u, h in self._assumed.items() if h.owner == owner and u != besides)
 
     def forget(self, uid: str) -> None:
         """Drop an assumed entry (e.g. the pod is being scheduled again)."""

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from qosmos.extender.config import LOG_LEVELS
 from qosmos.extender.core import genie
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.placement import PLACERS
+from qosmos.extender.core.scoring import DEFAULT_PLACER, DEFAULT_SHORTLIST
 from qosmos.extender.core.types import Platform
+from qosmos.extender.explain import MAX_GPUS_PER_NODE, MAX_NODES, describe, load_profiles, resolve_profile
 from qosmos.extender.explain import explain as explain_task
-from qosmos.extender.explain import resolve_profile
 from rich.console import Console
 from rich.table import Table
 
@@ -31,50 +35,96 @@ def _coeffs(text: str | None) -> tuple[float, float, float] | None:
 
 @clean_errors()
 def explain(
-    batch: Annotated[int, typer.Option(help="global batch size b")],
-    iters: Annotated[int, typer.Option(help="iterations")],
-    model: Annotated[str | None, typer.Option(help="model type from the model database")] = None,
-    coeffs: Annotated[str | None, typer.Option(help="k0,k1,k2 of sPR(b') (Eq. 7) instead of --model")] = None,
-    gamma: Annotated[float | None, typer.Option(help="Comm γ (Eq. 8)")] = None,
-    lam: Annotated[float | None, typer.Option(help="Comm λ (Eq. 8)")] = None,
-    nu: Annotated[float | None, typer.Option(help="start-up overhead ν in s (Eq. 4)")] = None,
-    kind: Annotated[str, typer.Option(help="training | inference")] = "training",
-    qos: Annotated[str, typer.Option(help="urgent | prior | normal")] = "normal",
-    nodes: Annotated[int, typer.Option(help="platform nodes N")] = 4,
-    gpus_per_node: Annotated[int, typer.Option(help="platform GPUs per node G")] = 4,
-    theta: Annotated[float, typer.Option(help="cost weight θ (Eq. 10)")] = genie.DEFAULT_THETA,
-    submit: Annotated[float, typer.Option(help="submission time, s")] = 0.0,
-    now: Annotated[float | None, typer.Option(help="current time, s (default: submit)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    batch: Annotated[int, typer.Option(help="global batch size: samples per iteration over all GPUs")],
+    iters: Annotated[int, typer.Option(help="training iterations (or inference batches) the task runs")],
+    model: Annotated[
+        str | None, typer.Option(help="model type, looked up in the model database (see --db); or use --coeffs")
+    ] = None,
+    coeffs: Annotated[
+        str | None,
+        typer.Option(
+            help="k0,k1,k2 of the single-GPU rate k0 + k1·b' + k2·b'² samples/s at local batch b' "
+            "(GENIE Eq. 7), used exactly as given, instead of --model"
+        ),
+    ] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            help="model database file from `qosmos profile fit` "
+            "(default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json when present; built-in profiles otherwise)"
+        ),
+    ] = None,
+    gamma: Annotated[
+        float | None,
+        typer.Option(help="communication cost γ: GPUs of rate lost per cross-node peer (default: the profile's)"),
+    ] = None,
+    lam: Annotated[
+        float | None,
+        typer.Option(help="cost of an intra-node peer relative to a cross-node one, λ (default: the profile's)"),
+    ] = None,
+    nu: Annotated[float | None, typer.Option(help="start-up time in seconds, ν (default: the profile's)")] = None,
+    kind: Annotated[str, typer.Option(help="calculation type: training | inference")] = "training",
+    qos: Annotated[
+        str,
+        typer.Option(help="QoS class: urgent (no wait) | prior (done within 1x) | normal (within 2x single-GPU time)"),
+    ] = "normal",
+    nodes: Annotated[int, typer.Option(help=f"nodes in the platform, 1 to {MAX_NODES:,}")] = 4,
+    gpus_per_node: Annotated[int, typer.Option(help=f"GPUs per node, 1 to {MAX_GPUS_PER_NODE}")] = 4,
+    theta: Annotated[
+        float, typer.Option(help="weight of the nodes used against the GPUs used in a placement's cost, θ >= 0")
+    ] = genie.DEFAULT_THETA,
+    submit: Annotated[float, typer.Option(help="submission time in seconds")] = 0.0,
+    now: Annotated[float | None, typer.Option(help="current time in seconds (default: --submit)")] = None,
+    rows: Annotated[
+        int, typer.Option(help="placements shown in the table: the best by CER (0: all); --json always has all")
+    ] = 32,
+    as_json: Annotated[bool, typer.Option("--json", help="print the whole table and decision as JSON")] = False,
 ) -> None:
-    """Every placement of a task with PR, Lat, Cost, CER and feasibility; the chosen one and its waiting allowance."""
-    profile, provenance = resolve_profile(model, _coeffs(coeffs), gamma, lam, nu)
+    """Every placement ⟨nodes, GPUs per node⟩ of a task with its rate, latency, cost, cost-efficiency (CER)
+    and whether it meets the QoS deadline; the placement GENIE chooses and how long the task may wait."""
+    if rows < 0:
+        raise InvalidInput("rows", rows, "must be >= 0 (0: all)")
+    profiles = load_profiles(db) if model is not None else None
+    profile, provenance = resolve_profile(model, _coeffs(coeffs), gamma, lam, nu, profiles)
     task = genie.Task(model or "custom", batch, iters, kind, qos, submit)
-    result = explain_task(task, profile, Platform(nodes, gpus_per_node), submit if now is None else now, theta)
+    platform = Platform(nodes, gpus_per_node)
+    result = explain_task(task, profile, platform, submit if now is None else now, theta, provenance)
     if as_json:
         typer.echo(json.dumps(result, indent=2, allow_nan=False))
         return
     console = Console()
+    chosen = (result["chosen"]["d_node"], result["chosen"]["d_gpn"])
+    shown = result["placements"]
+    if rows and len(shown) > rows:
+        shown = sorted(shown, key=lambda r: (-(r["cer"] or 0.0), r["d_node"] * r["d_gpn"], r["d_node"]))[:rows]
+        if not any((r["d_node"], r["d_gpn"]) == chosen for r in shown):
+            shown.append(next(r for r in result["placements"] if (r["d_node"], r["d_gpn"]) == chosen))
     table = Table(
         title=f"{task.model} b={batch} iters={iters} {task.kind.value} {task.qos.name.lower()} on {nodes}x{gpus_per_node}"
     )
-    for col in ("d_node", "d_gpn", "PR (samples/s)", "Lat (s)", "Cost", "CER", "feasible"):
+    for col in ("d_node", "d_gpn", "PR (samples/s)", "Lat (s)", "Cost", "CER", "feasible", "extrapolated"):
         table.add_column(col, justify="right")
-    chosen = (result["chosen"]["d_node"], result["chosen"]["d_gpn"])
-    for row in result["placements"]:
+    for row in shown:
         mark = (row["d_node"], row["d_gpn"]) == chosen
         table.add_row(
             str(row["d_node"]),
             str(row["d_gpn"]),
             f"{row['pr']:.1f}",
-            f"{row['lat']:.1f}",
+            _fmt(row["lat"], 1),
             f"{row['cost']:.4f}",
             f"{row['cer']:.1f}",
             "yes" if row["feasible"] else "no",
+            "yes" if row["extrapolated"] else "",
             style="bold green" if mark else None,
         )
     console.print(table)
-    console.print(f"profile: {provenance}")
+    if len(shown) < len(result["placements"]):
+        console.print(
+            f"showing {len(shown)} of {len(result['placements']):,} placements, the best by CER (--rows 0 shows all)"
+        )
+    console.print(f"profile: {describe(provenance)}")
+    for note in result["notes"]:
+        console.print(f"note: {note}")
     console.print(
         f"chosen <{chosen[0]},{chosen[1]}>  ECT {_fmt(result['ect'], 1)} s  deadline {_fmt(result['deadline'], 1)} s  "
         f"waiting allowance {_fmt(result['waiting_allowance'], 1)} s"
@@ -86,47 +136,118 @@ def _fmt(x: float | None, digits: int) -> str:
 
 
 extender_app = typer.Typer(
-    help="The scheduler extender (HTTP for kube-scheduler, gRPC for qosmos).", no_args_is_help=True
+    help="The scheduler extender: HTTP for kube-scheduler, gRPC for qosmos tools.", no_args_is_help=True
 )
-bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks of the extender and of scheduling through it.", no_args_is_help=True)
 
 
 @extender_app.command("serve")
 def serve(
-    config: Annotated[str | None, typer.Option(help="YAML config file (keys as the flags, with _)")] = None,
-    kubeconfig: Annotated[
-        str | None, typer.Option(help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file of settings, keys as the options below with _ (e.g. http_port)")
     ] = None,
-    http_host: Annotated[str | None, typer.Option(help="HTTP listen address [0.0.0.0]")] = None,
-    http_port: Annotated[int | None, typer.Option(help="HTTP port for kube-scheduler [8888]")] = None,
-    grpc_port: Annotated[int | None, typer.Option(help="gRPC port [9090]; 0 any free port, -1 disables")] = None,
-    placer: Annotated[str | None, typer.Option(help="core placer deciding the planned nodes [cer]")] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(help="kubeconfig of the cluster to watch (default: in-cluster, then $KUBECONFIG, ~/.kube/config)"),
+    ] = None,
+    node_list: Annotated[
+        Path | None,
+        typer.Option(
+            help="serve a fixed node set from an openb node list CSV (e.g. openb_node_list_gpu_node.csv) "
+            "instead of watching a cluster: for demos and protocol tests; no binding"
+        ),
+    ] = None,
+    http_host: Annotated[
+        str | None, typer.Option(help="address the HTTP extender listens on (default: 127.0.0.1)")
+    ] = None,
+    http_port: Annotated[
+        int | None, typer.Option(help="HTTP port kube-scheduler calls, 0 to 65535 (0: any free) (default: 8888)")
+    ] = None,
+    grpc_host: Annotated[str | None, typer.Option(help="address the gRPC API listens on (default: 127.0.0.1)")] = None,
+    grpc_port: Annotated[
+        int | None, typer.Option(help="gRPC port, 0 to 65535 (0: any free; -1: no gRPC) (default: 9090)")
+    ] = None,
+    tls_cert_file: Annotated[
+        str | None, typer.Option(help="PEM certificate the extender presents (HTTPS and gRPC)")
+    ] = None,
+    tls_key_file: Annotated[str | None, typer.Option(help="PEM private key of --tls-cert-file")] = None,
+    tls_client_ca_file: Annotated[
+        str | None,
+        typer.Option(
+            help="PEM CA bundle: only clients with a certificate it signed may call (kube-scheduler's certFile)"
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool | None,
+        typer.Option(
+            "--insecure",
+            help="plaintext, no client authentication, loopback addresses only: for local use "
+            "(a scheduler in the same pod, demos, tests); without it the TLS files are required",
+        ),
+    ] = None,
+    placer: Annotated[
+        str | None,
+        typer.Option(help=f"how pods are placed: {' | '.join(PLACERS)} (default: {DEFAULT_PLACER})"),
+    ] = None,
     shortlist: Annotated[
         int | None,
-        typer.Option(help="/filter passes on the top tier of at most this many feasible nodes [8]; 0 keeps all"),
+        typer.Option(
+            help="/filter passes on only the best-ranked feasible nodes, at most this many (0: all) "
+            f"(default: {DEFAULT_SHORTLIST})"
+        ),
     ] = None,
     assume_ttl_s: Annotated[
-        float | None, typer.Option(help="seconds an assumed (not yet seen bound) pod holds GPUs [30]")
+        float | None,
+        typer.Option(
+            help="seconds a pod's GPUs stay held between the scheduler's choice and the binding, (0, 3600] "
+            "(default: 30)"
+        ),
     ] = None,
-    log_level: Annotated[str | None, typer.Option(help="log level [INFO]")] = None,
+    max_assumed_gpus: Annotated[
+        int | None,
+        typer.Option(help="GPUs one caller may hold that way at a time (0: no cap) (default: 1024)"),
+    ] = None,
+    request_timeout_s: Annotated[
+        float | None, typer.Option(help="longest a gRPC call may compute, seconds, (0, 600] (default: 5)")
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(help="model database file (default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json)"),
+    ] = None,
+    log_level: Annotated[str | None, typer.Option(help=f"log level: {' | '.join(LOG_LEVELS)} (default: INFO)")] = None,
 ) -> None:
-    """Serve /filter, /prioritize, /bind, /healthz, /readyz, /metrics and the gRPC API. Env: QOSMOS_EXTENDER_*."""
+    """Serve /filter, /prioritize, /bind, /healthz, /readyz, /metrics and the gRPC API until SIGTERM.
+
+    Settings: options > environment QOSMOS_EXTENDER_<SETTING> (e.g. QOSMOS_EXTENDER_HTTP_PORT) > --config file.
+    """
     from qosmos.extender.config import ExtenderConfig
     from qosmos.extender.runner import serve as run
 
-    # bad config is bad input (exit 2); errors while serving keep their traceback
-    cfg = clean_errors()(ExtenderConfig.load)(
-        config,
-        kubeconfig=kubeconfig,
-        http_host=http_host,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        placer=placer,
-        shortlist=shortlist,
-        assume_ttl_s=assume_ttl_s,
-        log_level=log_level,
-    )
-    run(cfg)
+    @clean_errors()
+    def start() -> None:
+        cfg = ExtenderConfig.load(
+            config,
+            kubeconfig=kubeconfig,
+            node_list=None if node_list is None else str(node_list),
+            http_host=http_host,
+            http_port=http_port,
+            grpc_host=grpc_host,
+            grpc_port=grpc_port,
+            tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file,
+            tls_client_ca_file=tls_client_ca_file,
+            insecure=insecure,
+            placer=placer,
+            shortlist=shortlist,
+            assume_ttl_s=assume_ttl_s,
+            max_assumed_gpus=max_assumed_gpus,
+            request_timeout_s=request_timeout_s,
+            db=db,
+            log_level=log_level,
+        )
+        run(cfg)
+
+    start()
 
 
 @bench_app.command("extender")

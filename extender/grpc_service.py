@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
+import time
+from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
@@ -21,14 +24,14 @@ from grpc_reflection.v1alpha import reflection
 from qosmos.extender.cache import PodInfo, pod_info
 from qosmos.extender.core import genie
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import OrderContext, get_policy
 from qosmos.extender.core.types import Job, Platform
+from qosmos.extender.explain import MAX_BATCH, MAX_ITERS, Profiles, check_limits, describe, resolve_profile
 from qosmos.extender.explain import explain as explain_task
-from qosmos.extender.explain import resolve_profile
 from qosmos.extender.proto import qosmos_pb2 as pb
 from qosmos.extender.proto import qosmos_pb2_grpc as pb_grpc
 from qosmos.extender.service import ExtenderService
+from qosmos.extender.tls import TLSFiles, is_loopback
 
 log = logging.getLogger("qosmos.extender.grpc")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Extender"].full_name
@@ -39,18 +42,20 @@ def _opt(msg: Any, field: str) -> Any:
     return getattr(msg, field) if msg.HasField(field) else None
 
 
-def explain_dict(req: pb.ExplainRequest, db: ModelDB | None = None) -> tuple[dict[str, Any], str]:
-    """The ``qosmos explain --json`` dict for a request, and the profile's provenance."""
+def explain_dict(
+    req: pb.ExplainRequest, profiles: Profiles | None = None, cancel: Callable[[], None] | None = None
+) -> dict[str, Any]:
+    """The ``qosmos explain --json`` dict for a request."""
     coeffs = tuple(req.coeffs) if len(req.coeffs) else None
     if coeffs is not None and len(coeffs) != 3:
         raise InvalidInput("coeffs", list(coeffs), "expected k0,k1,k2")
     profile, provenance = resolve_profile(
         _opt(req, "model"),
-        coeffs,
+        coeffs,  # type: ignore[arg-type]
         _opt(req, "gamma"),
         _opt(req, "lam"),
         _opt(req, "nu"),
-        db,  # type: ignore[arg-type]
+        profiles,
     )
     model = _opt(req, "model")
     task = genie.Task(
@@ -59,23 +64,35 @@ def explain_dict(req: pb.ExplainRequest, db: ModelDB | None = None) -> tuple[dic
     platform = Platform(req.nodes or 4, req.gpus_per_node or 4)
     theta = req.theta if req.HasField("theta") else genie.DEFAULT_THETA
     now = req.now if req.HasField("now") else req.submit
-    return explain_task(task, profile, platform, now, theta), provenance
+    return explain_task(task, profile, platform, now, theta, provenance, cancel)
 
 
 def _placement(row: dict[str, Any]) -> pb.Placement:
-    p = pb.Placement(d_node=row["d_node"], d_gpn=row["d_gpn"], feasible=bool(row.get("feasible", False)))
+    p = pb.Placement(
+        d_node=row["d_node"],
+        d_gpn=row["d_gpn"],
+        feasible=bool(row.get("feasible", False)),
+        extrapolated=bool(row.get("extrapolated", False)),
+    )
     for k in ("pr", "lat", "cost", "cer"):
         if row.get(k) is not None:
             setattr(p, k, row[k])
     return p
 
 
-def explain_response(result: dict[str, Any], provenance: str) -> pb.ExplainResponse:
+_PROVENANCE_TEXT = ("origin", "match", "requested", "matched", "source", "file")
+
+
+def explain_response(result: dict[str, Any]) -> pb.ExplainResponse:
+    prov = result["profile"]
     resp = pb.ExplainResponse(
         placements=[_placement(r) for r in result["placements"]],
         chosen=pb.Placement(d_node=result["chosen"]["d_node"], d_gpn=result["chosen"]["d_gpn"]),
-        profile=provenance,
+        profile=describe(prov),
         json=json.dumps(result, indent=2, allow_nan=False),
+        notes=result["notes"],
+        max_placement_gpus=result["max_placement_gpus"],
+        provenance=pb.ProfileProvenance(**{k: prov[k] or "" for k in _PROVENANCE_TEXT}, overrides=prov["overrides"]),
     )
     for k in ("ect", "deadline", "waiting_allowance"):
         if result[k] is not None:
@@ -85,6 +102,7 @@ def explain_response(result: dict[str, Any], provenance: str) -> pb.ExplainRespo
 
 def response_to_dict(resp: pb.ExplainResponse) -> dict[str, Any]:
     """An ExplainResponse back to the ``qosmos explain --json`` shape (built from the typed fields)."""
+    prov = resp.provenance
     return {
         "placements": [
             {
@@ -92,11 +110,18 @@ def response_to_dict(resp: pb.ExplainResponse) -> dict[str, Any]:
                 "d_gpn": p.d_gpn,
                 **{k: _opt(p, k) for k in ("pr", "lat", "cost", "cer")},
                 "feasible": p.feasible,
+                "extrapolated": p.extrapolated,
             }
             for p in resp.placements
         ],
         "chosen": {"d_node": resp.chosen.d_node, "d_gpn": resp.chosen.d_gpn},
         **{k: _opt(resp, k) for k in ("ect", "deadline", "waiting_allowance")},
+        "max_placement_gpus": resp.max_placement_gpus,
+        "notes": list(resp.notes),
+        "profile": {
+            **{k: getattr(prov, k) or None for k in _PROVENANCE_TEXT},
+            "overrides": list(prov.overrides),
+        },
     }
 
 
@@ -140,89 +165,186 @@ def pod_from_spec(spec: pb.PodSpec) -> PodInfo:
     )
 
 
+class _Abort(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+MAX_RANK_JOBS = 10_000
+MAX_RANK_ROWS = 200_000  # GENIE placement rows one Rank may evaluate (jobs x shapes)
+DEFAULT_REQUEST_TIMEOUT_S = 5.0
+
+
 class ExtenderServicer(pb_grpc.ExtenderServicer):
-    """The Extender service over an ExtenderService (for Score) and the core (Rank, Explain)."""
+    """The Extender service over an ExtenderService (for Score) and the core (Rank, Explain).
 
-    def __init__(self, service: ExtenderService | None, modeldb: ModelDB | None = None) -> None:
+    Every call runs under a server-side deadline (the client's, capped at
+    ``request_timeout_s``) and stops early when the server is shutting down.
+    """
+
+    def __init__(
+        self,
+        service: ExtenderService | None,
+        profiles: Profiles | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        stopping: threading.Event | None = None,
+    ) -> None:
         self.service = service
-        self.modeldb = modeldb or ModelDB.builtin()
+        self.profiles = profiles or Profiles.builtin()
+        self.request_timeout_s = request_timeout_s
+        self.stopping = stopping or threading.Event()
+        self.in_flight = 0
+        self._lock = threading.Lock()
 
-    def _invalid(self, context: grpc.ServicerContext, exc: Exception) -> None:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    def _cancel_for(self, context: grpc.ServicerContext) -> Callable[[], None]:
+        remaining = context.time_remaining()
+        budget = self.request_timeout_s if remaining is None else min(remaining, self.request_timeout_s)
+        limit = time.monotonic() + budget
+
+        def check() -> None:
+            if self.stopping.is_set():
+                raise _Abort(grpc.StatusCode.UNAVAILABLE, "the extender is shutting down")
+            if time.monotonic() > limit:
+                raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"request took longer than {budget:.3g} s")
+
+        return check
+
+    def _run(self, context: grpc.ServicerContext, fn: Callable[[Callable[[], None]], Any]) -> Any:
+        """Call ``fn(cancel)``; bad input becomes INVALID_ARGUMENT, a deadline DEADLINE_EXCEEDED."""
+        cancel = self._cancel_for(context)
+        with self._lock:
+            self.in_flight += 1
+        try:
+            cancel()
+            out = fn(cancel)
+            cancel()
+            return out
+        except (InvalidInput, orjson.JSONDecodeError) as exc:
+            log.info("grpc invalid argument", extra={"method": fn.__name__, "error": str(exc)})
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except _Abort as exc:
+            log.warning("grpc call aborted", extra={"method": fn.__name__, "error": str(exc)})
+            context.abort(exc.code, str(exc))
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+        raise AssertionError("unreachable: context.abort raises")
 
     def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
-        if self.service is None:
+        service = self.service
+        if service is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no cluster cache in this server")
-        try:
+        assert service is not None
+
+        def score(cancel: Callable[[], None]) -> pb.ScoreResponse:
             pod = pod_info(orjson.loads(request.pod_json)) if request.pod_json else pod_from_spec(request.pod)
-            names, scores, planned, reasons = self.service.score_names(pod, list(request.node_names))
-        except (InvalidInput, orjson.JSONDecodeError) as exc:
-            self._invalid(context, exc)
-            raise
-        return pb.ScoreResponse(
-            scores=[
-                pb.NodeScore(node=n, score=s, reason=reasons.get(n, "")) for n, s in zip(names, scores, strict=True)
-            ],
-            planned_nodes=planned,
-        )
+            names, scores, planned, reasons = service.score_names(pod, list(request.node_names))
+            return pb.ScoreResponse(
+                scores=[
+                    pb.NodeScore(node=n, score=s, reason=reasons.get(n, "")) for n, s in zip(names, scores, strict=True)
+                ],
+                planned_nodes=planned,
+            )
+
+        return self._run(context, score)
 
     def Rank(self, request: pb.RankRequest, context: grpc.ServicerContext) -> pb.RankResponse:
-        try:
+        def rank(cancel: Callable[[], None]) -> pb.RankResponse:
             name = request.policy or DEFAULT_POLICY
             policy = get_policy(name)
-            jobs = [job_from_spec(j) for j in request.jobs]
+            if len(request.jobs) > MAX_RANK_JOBS:
+                raise InvalidInput("jobs", len(request.jobs), f"at most {MAX_RANK_JOBS:,} jobs per call")
             platform = Platform(request.nodes or 4, request.gpus_per_node or 4)
+            jobs = [job_from_spec(j) for j in request.jobs]
+            rows = 0
+            for j in jobs:
+                if j.batch > MAX_BATCH or j.iters > MAX_ITERS:
+                    raise InvalidInput(f"jobs[{j.id}].batch/iters", (j.batch, j.iters), "past the explain limits")
+                if j.gpus > 0 and j.batch > 0:
+                    rows += genie.count_shapes(platform, j.batch)
+            if rows > MAX_RANK_ROWS:
+                raise InvalidInput("jobs", len(jobs), f"{rows:,} GENIE placements to evaluate; split the queue")
+            check_limits(genie.Task("rank", 1, 1), platform, request.now)
             ctx = OrderContext(
                 now=request.now,
                 platform=platform,
-                modeldb=self.modeldb,
+                modeldb=self.profiles.db,
                 theta=request.theta if request.HasField("theta") else genie.DEFAULT_THETA,
                 total_gpus=int(request.total_gpus or platform.gpus),
                 total_cpu_milli=int(request.total_cpu_milli),
             )
             decisions = policy.order(jobs, ctx)
-        except InvalidInput as exc:
-            self._invalid(context, exc)
-            raise
-        out = []
-        for pos, d in enumerate(decisions):
-            r = pb.RankedJob(id=d.job.id, position=pos, blocked=d.blocked or "", queue=d.queue)
-            if d.shape is not None:
-                r.d_node, r.d_gpn = d.shape.d_node, d.shape.d_gpn
-            if d.waiting_allowance is not None:
-                r.waiting_allowance = d.waiting_allowance if not math.isnan(d.waiting_allowance) else math.inf
-            out.append(r)
-        return pb.RankResponse(jobs=out, policy=name)
+            out = []
+            for pos, d in enumerate(decisions):
+                r = pb.RankedJob(id=d.job.id, position=pos, blocked=d.blocked or "", queue=d.queue)
+                if d.shape is not None:
+                    r.d_node, r.d_gpn = d.shape.d_node, d.shape.d_gpn
+                if d.waiting_allowance is not None:
+                    r.waiting_allowance = d.waiting_allowance if not math.isnan(d.waiting_allowance) else math.inf
+                out.append(r)
+            return pb.RankResponse(jobs=out, policy=name)
+
+        return self._run(context, rank)
 
     def Explain(self, request: pb.ExplainRequest, context: grpc.ServicerContext) -> pb.ExplainResponse:
-        try:
-            result, provenance = explain_dict(request, self.modeldb)
-        except InvalidInput as exc:
-            self._invalid(context, exc)
-            raise
-        return explain_response(result, provenance)
+        def explain(cancel: Callable[[], None]) -> pb.ExplainResponse:
+            return explain_response(explain_dict(request, self.profiles, cancel))
+
+        return self._run(context, explain)
+
+    # Admit / ExplainQueue (the core's admission cycle) will be added here by the same pattern.
 
 
 class GRPCServer:
-    """A grpc.Server with the Extender service, health checking and reflection."""
+    """A grpc.Server with the Extender service, health checking and reflection.
 
-    def __init__(self, service: ExtenderService | None, host: str = "[::]", port: int = 0, workers: int = 8) -> None:
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qosmos-grpc"))
-        pb_grpc.add_ExtenderServicer_to_server(ExtenderServicer(service), self.server)
+    With ``tls`` it listens with TLS and requires a client certificate signed by its CA;
+    without, it serves plaintext (loopback only unless ``allow_remote_plaintext``).
+    """
+
+    def __init__(
+        self,
+        service: ExtenderService | None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        workers: int = 8,
+        tls: TLSFiles | None = None,
+        profiles: Profiles | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        allow_remote_plaintext: bool = False,
+    ) -> None:
+        if tls is None and not allow_remote_plaintext and not is_loopback(host):
+            raise InvalidInput("grpc_host", host, "plaintext gRPC is for loopback only; give TLS files")
+        self.stopping = threading.Event()
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qosmos-grpc"),
+            maximum_concurrent_rpcs=workers * 4,
+        )
+        self.servicer = ExtenderServicer(service, profiles, request_timeout_s, self.stopping)
+        pb_grpc.add_ExtenderServicer_to_server(self.servicer, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
             self.server,
         )
-        self.port = self.server.add_insecure_port(f"{host}:{port}")
+        address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+        try:
+            if tls is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, tls.grpc_credentials())
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
-            raise RuntimeError(f"cannot bind gRPC to {host}:{port}")
+            raise InvalidInput("grpc_port", address, "cannot listen there (in use, or not an address of this host)")
+        self.tls = tls is not None
 
     def start(self) -> GRPCServer:
         self.server.start()
         self.set_serving(True)
-        log.info("extender gRPC listening", extra={"port": self.port})
+        log.info("extender gRPC listening", extra={"port": self.port, "tls": self.tls})
         return self
 
     def set_serving(self, serving: bool) -> None:
@@ -231,5 +353,7 @@ class GRPCServer:
         self.health.set(SERVICE_NAME, status)
 
     def stop(self, grace: float = 10.0) -> None:
+        """Stop accepting; in-flight calls get ``grace`` seconds, and long ones are cut at their next check."""
         self.set_serving(False)
+        self.stopping.set()
         self.server.stop(grace).wait(grace + 1)

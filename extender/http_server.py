@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.service import ExtenderService
+from qosmos.extender.tls import peer_common_name
 
 log = logging.getLogger("qosmos.extender.http")
 
@@ -28,6 +30,7 @@ MAX_BODY = 8 * 1024 * 1024
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
 VERBS = ("filter", "prioritize", "bind")
+GETS = ("healthz", "readyz", "metrics")
 
 
 def _error(status: int, message: str) -> tuple[int, bytes, str]:
@@ -47,9 +50,30 @@ class ExtenderHTTP:
         self.ready = ready or (lambda: service.cache.ready)
         self.max_body = max_body
         self._frags: dict[str, bytes] = {}
+        self._rejected_window = (0.0, 0, 0)  # (window start, logged, suppressed)
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        """Answer one request: (status, payload, content type)."""
+    def _log_rejected(self, verb: str, status: int, message: str, caller: str) -> None:
+        """Log a refused request: at most 20 lines per 10 s, then a count of the ones left out."""
+        now = time.monotonic()
+        start, logged, suppressed = self._rejected_window
+        if now - start > 10.0:
+            if suppressed:
+                log.warning("%d more refused requests not logged", suppressed)
+            start, logged, suppressed = now, 0, 0
+        if logged < 20:
+            log.warning(
+                "refused %s request: %s",
+                verb,
+                message,
+                extra={"verb": verb, "status": status, "caller": caller},
+            )
+            logged += 1
+        else:
+            suppressed += 1
+        self._rejected_window = (start, logged, suppressed)
+
+    def handle(self, method: str, path: str, body: bytes, caller: str = "") -> tuple[int, bytes, str]:
+        """Answer one request: (status, payload, content type). ``caller`` identifies the client."""
         verb = path.rstrip("/").rsplit("/", 1)[-1]
         if method == "GET":
             if verb == "healthz":
@@ -59,13 +83,18 @@ class ExtenderHTTP:
             if verb == "metrics":
                 self.service.metrics.observe_cache(self.service.cache.stats())
                 return 200, generate_latest(self.service.metrics.registry), CONTENT_TYPE_LATEST
-            return _error(404, f"no such endpoint {path!r}")
         if method != "POST":
-            return _error(405, f"method {method} not allowed")
+            if verb in VERBS:
+                return _error(405, f"/{verb} takes POST with a JSON body, not {method}")
+            if verb in GETS:
+                return _error(405, f"/{verb} takes GET, not {method}")
+            return _error(404, f"no such endpoint {path!r}")
         if verb not in VERBS:
             return _error(404, f"no such verb {verb!r}; expected one of {', '.join(VERBS)}")
         if len(body) > self.max_body:
-            return _error(400, f"request body of {len(body)} bytes exceeds the limit of {self.max_body}")
+            message = f"request body of {len(body)} bytes exceeds the limit of {self.max_body}"
+            self._log_rejected(verb, 400, message, caller)
+            return _error(400, message)
         start = time.perf_counter()
         try:
             try:
@@ -73,14 +102,16 @@ class ExtenderHTTP:
             except orjson.JSONDecodeError as exc:
                 raise InvalidInput("body", body[:64], f"not valid JSON: {exc}") from None
             if verb == "prioritize":
-                payload = self._host_priorities(*self.service.prioritize_scores(args))
+                payload = self._host_priorities(*self.service.prioritize_scores(args, caller))
             else:
-                payload = orjson.dumps(getattr(self.service, verb)(args))
+                payload = orjson.dumps(getattr(self.service, verb)(args, caller))
             status = 200
         except InvalidInput as exc:
             self.service.metrics.decisions.labels(verb, "invalid").inc()
+            self._log_rejected(verb, 400, str(exc), caller)
             status, payload, _ = _error(400, str(exc))
         except RecursionError:
+            self._log_rejected(verb, 400, "request nested too deeply", caller)
             status, payload, _ = _error(400, "request nested too deeply")
         except Exception as exc:  # a bug: answer with the error (the scheduler may ignore us) and log it
             log.exception("extender %s failed", verb)
@@ -116,10 +147,13 @@ def _failure(verb: str, message: str) -> Any:
 class HTTPServer:
     """Serves an ExtenderHTTP with aiohttp's low-level server; graceful stop finishes in-flight requests."""
 
-    def __init__(self, http: ExtenderHTTP, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, http: ExtenderHTTP, host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.http = http
         self.host = host
         self.port = port
+        self.ssl_context = ssl_context
         self._server: web.Server | None = None
         self._aserver: asyncio.base_events.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -127,14 +161,30 @@ class HTTPServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}"
+
+    @staticmethod
+    def caller(request: web.BaseRequest) -> str:
+        """The client: its certificate's CN with TLS, else its address."""
+        transport = request.transport
+        if transport is None:
+            return ""
+        sslobj = transport.get_extra_info("ssl_object")
+        name = peer_common_name(sslobj.getpeercert()) if sslobj is not None else None
+        if name:
+            return f"cn:{name}"
+        peer = transport.get_extra_info("peername")
+        return f"ip:{peer[0]}" if peer else ""
 
     async def _handler(self, request: web.BaseRequest) -> web.StreamResponse:
+        caller = self.caller(request)
         if request.method == "POST":
             if request.content_length is not None and request.content_length > self.http.max_body:
-                status, payload, ctype = _error(
-                    400, f"request body of {request.content_length} bytes exceeds the limit of {self.http.max_body}"
-                )
+                message = f"request body of {request.content_length} bytes exceeds the limit of {self.http.max_body}"
+                self.http._log_rejected(request.path, 400, message, caller)
+                status, payload, ctype = _error(400, message)
                 return web.Response(
                     status=status, body=payload, content_type=ctype.split(";")[0], headers={"Connection": "close"}
                 )
@@ -159,18 +209,26 @@ class HTTPServer:
             body = b"".join(chunks)
         else:
             body = b""
-        status, payload, ctype = self.http.handle(request.method, request.path, body)
-        return web.Response(status=status, body=payload, headers={"Content-Type": ctype})
+        status, payload, ctype = self.http.handle(request.method, request.path, body, caller)
+        headers = {"Content-Type": ctype}
+        if status == 405:
+            headers["Allow"] = "GET" if request.path.rstrip("/").rsplit("/", 1)[-1] in GETS else "POST"
+        return web.Response(status=status, body=payload, headers=headers)
 
     async def start_async(self) -> None:
         """Start listening on the running loop."""
         self._loop = asyncio.get_running_loop()
         self._server = web.Server(self._handler, access_log=None)
-        self._aserver = await self._loop.create_server(
-            self._server, self.host, self.port, backlog=1024, reuse_address=True
-        )
+        try:
+            self._aserver = await self._loop.create_server(
+                self._server, self.host, self.port, backlog=1024, reuse_address=True, ssl=self.ssl_context
+            )
+        except OSError as exc:
+            raise InvalidInput(
+                "http_port", f"{self.host}:{self.port}", f"cannot listen there: {exc.strerror or exc}"
+            ) from None
         self.port = self._aserver.sockets[0].getsockname()[1]
-        log.info("extender HTTP listening", extra={"url": self.url})
+        log.info("extender HTTP listening", extra={"url": self.url, "tls": self.ssl_context is not None})
 
     async def stop_async(self, grace: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish (up to ``grace`` seconds), close connections."""

@@ -15,6 +15,7 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from qosmos.extender.cache import ClusterCache, PodInfo, pod_info
 from qosmos.extender.core import scoring
@@ -25,6 +26,7 @@ from qosmos.extender.core.types import Allocation
 log = logging.getLogger("qosmos.extender")
 
 MAX_NODES = 100_000
+DEFAULT_MAX_ASSUMED_GPUS = 1024
 NOT_IN_CACHE = "node is not in the extender's cache yet"
 
 _LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -93,6 +95,22 @@ def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[Any] | None]:
     return out, items
 
 
+def api_error(exc: BaseException) -> str:
+    """One line for a failed API call: the status and the API server's message, never raw HTTP headers."""
+    status = getattr(exc, "status", None)
+    if status is None:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+    message = ""
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            message = str(orjson.loads(body).get("message", ""))
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            message = str(body)[:200]
+    reason = getattr(exc, "reason", "") or ""
+    return f"API server answered {status} {reason}".rstrip() + (f": {message}" if message else "")
+
+
 class ExtenderService:
     """filter / prioritize / bind over a ClusterCache. Thread-safe (the cache lock serialises decisions)."""
 
@@ -104,8 +122,10 @@ class ExtenderService:
         assume: bool = True,  # hold a pod's GPUs where kube-scheduler will bind it (lone /filter node, top /prioritize score)
         binder: Callable[[str, str, str, str], None] | None = None,
         shortlist: int = scoring.DEFAULT_SHORTLIST,
+        max_assumed_gpus: int = DEFAULT_MAX_ASSUMED_GPUS,  # per caller; 0: no cap
     ) -> None:
         self.cache = cache
+        self.max_assumed_gpus = max_assumed_gpus
         self.shortlist = shortlist
         self.placer = get_placer(placer)
         self.metrics = metrics or Metrics()
@@ -184,8 +204,22 @@ class ExtenderService:
         get = index.get
         return np.fromiter((get(n, -1) for n in names), dtype=np.int64, count=len(names))
 
-    def filter(self, args: object) -> dict[str, Any]:
-        """ExtenderArgs -> ExtenderFilterResult."""
+    def _assume(self, verb: str, pod: PodInfo, node: str, caller: str) -> bool:
+        """Hold the pod's GPUs for ``caller``, within its cap on the assumed ledger."""
+        if self.max_assumed_gpus and self.cache.assumed_gpus(caller, pod.uid) + pod.gpus > self.max_assumed_gpus:
+            self.metrics.decisions.labels(verb, "assume_capped").inc()
+            log.warning(
+                "caller %r would hold more than %d assumed GPUs; %s not held",
+                caller,
+                self.max_assumed_gpus,
+                pod.key,
+                extra={"caller": caller},
+            )
+            return False
+        return self.cache.assume(pod, node, owner=caller)
+
+    def filter(self, args: object, caller: str = "") -> dict[str, Any]:
+        """ExtenderArgs -> ExtenderFilterResult. ``caller`` identifies the client (its cap on assumed GPUs)."""
         pod, names, items = self._prepare(args)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -210,7 +244,7 @@ class ExtenderService:
                 planned_kept = bool(d.planned) and bool(np.isin(idx[kept], d.planned).any())
                 if len(keep) == 1 and self.assume and pod.gpus > 0:
                     # kube-scheduler binds a lone feasible node without calling /prioritize: hold it now.
-                    self.cache.assume(pod, keep[0])
+                    self._assume("filter", pod, keep[0], caller)
                 # /prioritize comes next with exactly these names
                 self._names_memo = [(st, keep, idx[kept]), (st, names, idx)]
                 node_names = self._node_names(st)
@@ -243,7 +277,7 @@ class ExtenderService:
             self._names = [n.name for n in st.nodes]
         return self._names
 
-    def prioritize_scores(self, args: object) -> tuple[list[str], list[int]]:
+    def prioritize_scores(self, args: object, caller: str = "") -> tuple[list[str], list[int]]:
         """ExtenderArgs -> (node names, scores 0-10); the HTTP layer serialises it."""
         pod, names, _ = self._prepare(args)
         with self.cache.lock:
@@ -262,16 +296,16 @@ class ExtenderService:
             if best is not None and self.assume and pod.gpus > 0:
                 # The scheduler very likely binds where we score highest: hold the GPUs there
                 # until the watch shows the real binding (or the entry expires).
-                self.cache.assume(pod, names[best])
+                self._assume("prioritize", pod, names[best], caller)
         self.metrics.decisions.labels("prioritize", "planned" if d.planned else "unplanned").inc()
         return names, scores.tolist()
 
-    def prioritize(self, args: object) -> list[dict[str, Any]]:
+    def prioritize(self, args: object, caller: str = "") -> list[dict[str, Any]]:
         """ExtenderArgs -> HostPriorityList (scores 0-10)."""
-        names, scores = self.prioritize_scores(args)
+        names, scores = self.prioritize_scores(args, caller)
         return [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
 
-    def bind(self, args: object) -> dict[str, Any]:
+    def bind(self, args: object, caller: str = "") -> dict[str, Any]:
         """ExtenderBindingArgs -> ExtenderBindingResult: hold the pod's GPUs exactly, then bind via the API."""
         if not isinstance(args, Mapping):
             raise InvalidInput("ExtenderBindingArgs", type(args).__name__, "expected a JSON object")
@@ -286,7 +320,7 @@ class ExtenderService:
         memo = self._seen.get(fields["PodUID"])
         if memo is not None:
             with self.cache.lock:
-                if not self.cache.assume(memo, fields["Node"]):
+                if not self._assume("bind", memo, fields["Node"], caller):
                     log.warning(
                         "binding %s/%s to %s beyond the cached free GPUs",
                         fields["PodNamespace"],
@@ -297,7 +331,14 @@ class ExtenderService:
             self.binder(fields["PodNamespace"], fields["PodName"], fields["PodUID"], fields["Node"])
         except Exception as exc:
             self.metrics.decisions.labels("bind", "error").inc()
-            return {"Error": str(exc)}
+            log.warning(
+                "binding %s/%s to %s failed: %s",
+                fields["PodNamespace"],
+                fields["PodName"],
+                fields["Node"],
+                api_error(exc),
+            )
+            return {"Error": api_error(exc)}
         self.metrics.decisions.labels("bind", "bound").inc()
         return {"Error": ""}
 

@@ -6,7 +6,7 @@ Every formula lives here once, with its equation number. Pure: numbers in, numbe
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,10 +24,12 @@ DEFAULT_NU = 10.0  # seconds of start-up (framework init, data loader warm-up)
 class ThroughputProfile:
     """Per model type coefficients: sPR(b') = k0 + k1 b' + k2 b'^2 (Eq. 7), Comm's γ, λ (Eq. 8), ν (Eq. 4).
 
-    ``b_min``/``b_max`` bound the batch sizes the fit saw. Outside them we do not trust the
-    quadratic: below b_min the rate scales linearly down to 0 (a GPU fed with fewer samples),
-    above b_max it is held at sPR(b_max) (a saturated GPU); both keep sPR positive.
-    Inside the range the fitted quadratic is used as GENIE does.
+    ``b_min``/``b_max`` bound the batch sizes a database profile was measured on. Inside the
+    range Eq. 7 is used as GENIE does. Outside it the quadratic is not trusted
+    (:meth:`extrapolated`): below b_min the rate scales linearly down to 0 (a GPU fed with
+    fewer samples), above b_max it is held at sPR(b_max) (a saturated GPU).
+    A profile without a measured range (``b_max`` infinite, e.g. explicit ``--coeffs``)
+    is Eq. 7 literally wherever it is positive, and 0 (no progress) where it is not.
     """
 
     model: str
@@ -50,13 +52,27 @@ class ThroughputProfile:
             raise InvalidInput("gamma/lam/nu", (self.gamma, self.lam, self.nu), "must be >= 0")
         if not 0 < self.b_min <= self.b_max:
             raise InvalidInput("b_min", self.b_min, "must satisfy 0 < b_min <= b_max")
-        probes = [self.b_min]
-        if math.isfinite(self.b_max):
-            probes.append(self.b_max)
+        coeffs = (self.k0, self.k1, self.k2)
+        if not self.measured:
+            if not self._positive_somewhere():
+                raise InvalidInput("k0,k1,k2", coeffs, "sPR = k0 + k1 b' + k2 b'^2 is never > 0 for b' > 0")
+            return
+        probes = [self.b_min, self.b_max]
         if self.k2 > 0 and self.b_min < (vertex := -self.k1 / (2 * self.k2)) < self.b_max:
             probes.append(vertex)
         if min(self._quadratic(b) for b in probes) <= 0:
-            raise InvalidInput("k0,k1,k2", (self.k0, self.k1, self.k2), "sPR must be > 0 on [b_min, b_max]")
+            raise InvalidInput("k0,k1,k2", coeffs, "sPR must be > 0 on [b_min, b_max]")
+
+    @property
+    def measured(self) -> bool:
+        """True for a database profile with a measured batch range (finite ``b_max``)."""
+        return math.isfinite(self.b_max)
+
+    def _positive_somewhere(self) -> bool:
+        if self.k2 > 0 or (self.k2 == 0 and self.k1 > 0):
+            return True  # grows without bound
+        vertex = -self.k1 / (2 * self.k2) if self.k2 < 0 else 0.0
+        return self._quadratic(max(vertex, 0.0)) > 0 or self.k0 > 0
 
     def _quadratic(self, b: float) -> float:
         return self.k0 + self.k1 * b + self.k2 * b * b
@@ -65,14 +81,17 @@ class ThroughputProfile:
         """sPR(t') for a local batch b' (Eq. 7), samples per second on one GPU."""
         if local_batch <= 0:
             raise InvalidInput("local_batch", local_batch, "must be > 0")
+        if not self.measured:
+            # Eq. 7 literally; where it is not positive the GPU makes no progress.
+            return max(self._quadratic(local_batch), 0.0)
         if local_batch < self.b_min:
             return self._quadratic(self.b_min) * local_batch / self.b_min
-        b = min(local_batch, self.b_max)
-        # With no measured upper bound a concave fit would turn negative: past its peak
-        # the GPU is saturated, so the rate is held there.
-        if math.isinf(self.b_max) and self.k2 < 0 and (peak := -self.k1 / (2 * self.k2)) >= self.b_min:
-            b = min(b, peak)
-        return self._quadratic(b)
+        # Saturation guard: beyond the measured range the rate is held at sPR(b_max).
+        return self._quadratic(min(local_batch, self.b_max))
+
+    def extrapolated(self, local_batch: float) -> bool:
+        """True when sPR(b') is not Eq. 7 on a measured batch: b' outside [b_min, b_max]."""
+        return self.measured and not self.b_min <= local_batch <= self.b_max
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +179,8 @@ def deadline(task: Task, profile: ThroughputProfile) -> float:
 
 
 def is_feasible(lat: float, now: float, task_deadline: float) -> bool:
-    """A placement guarantees QoS when l + t_curr <= e (Eq. 12)."""
-    return lat + now <= task_deadline
+    """A placement guarantees QoS when l + t_curr <= e (Eq. 12); a placement that never finishes never does."""
+    return math.isfinite(lat) and lat + now <= task_deadline
 
 
 def waiting_allowance(task_deadline: float, lat: float, now: float) -> float:
@@ -169,21 +188,43 @@ def waiting_allowance(task_deadline: float, lat: float, now: float) -> float:
     return task_deadline - (lat + now)
 
 
+# The most GPUs one placement may use. It bounds Alg. 1's enumeration on any platform: at
+# most sum_g floor(MAX / g) ~ MAX (ln MAX + 0.58), about 35,000 shapes, whatever N and G.
+MAX_PLACEMENT_GPUS = 4096
+
+
+def placement_gpu_cap(platform: Platform, batch: int | None = None, max_gpus: int | None = None) -> int:
+    """The most GPUs a shape may use: the platform, the caller's cap, b (b' >= 1, Eq. 6), MAX_PLACEMENT_GPUS."""
+    cap = min(platform.gpus, MAX_PLACEMENT_GPUS)
+    if max_gpus is not None:
+        cap = min(cap, max_gpus)
+    if batch is not None:
+        cap = min(cap, batch)
+    return cap
+
+
+def count_shapes(platform: Platform, batch: int | None = None, max_gpus: int | None = None) -> int:
+    """len(enumerate_shapes(...)) without building them."""
+    cap = placement_gpu_cap(platform, batch, max_gpus)
+    return sum(min(platform.nodes, cap // dg) for dg in range(1, min(platform.gpus_per_node, cap) + 1))
+
+
 def enumerate_shapes(platform: Platform, batch: int | None = None, max_gpus: int | None = None) -> list[Shape]:
     """All ⟨d_node, d_gpn⟩ within platform limits (Alg. 1 line 3).
 
-    A shape needs at least one sample per GPU (b' >= 1, Eq. 6), and at most ``max_gpus``
-    GPUs when the caller caps the search (e.g. to what the VC can ever hold).
+    A shape needs at least one sample per GPU (b' >= 1, Eq. 6), at most ``max_gpus`` GPUs
+    when the caller caps the search (e.g. to what the VC can ever hold), and at most
+    MAX_PLACEMENT_GPUS. Only shapes within the cap are visited, so the work is bounded.
     """
-    cap = platform.gpus if max_gpus is None else max_gpus
-    if batch is not None:
-        cap = min(cap, batch)
+    cap = placement_gpu_cap(platform, batch, max_gpus)
     return [
         Shape(dn, dg)
-        for dn in range(1, platform.nodes + 1)
-        for dg in range(1, platform.gpus_per_node + 1)
-        if dn * dg <= cap
+        for dn in range(1, min(platform.nodes, cap) + 1)
+        for dg in range(1, min(platform.gpus_per_node, cap // dn) + 1)
     ]
+
+
+CANCEL_EVERY = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,16 +256,20 @@ def placement_table(
     platform: Platform,
     theta: float = DEFAULT_THETA,
     shapes: Sequence[Shape] | None = None,
+    cancel: Callable[[], None] | None = None,
 ) -> tuple[PlacementRow, ...]:
     """Alg. 1 lines 3-7: every placement within the platform with its PR, Lat, Cost, CER.
 
-    Independent of the clock, so callers may cache it per (task, platform, θ).
+    Independent of the clock, so callers may cache it per (task, platform, θ). ``cancel``
+    is called every CANCEL_EVERY rows; an edge with a deadline raises from it.
     """
     candidates = list(shapes) if shapes is not None else enumerate_shapes(platform, task.batch)
     if not candidates:
         raise InvalidInput("platform", platform, f"no placement fits batch {task.batch} on it")
     rows = []
-    for s in candidates:
+    for i, s in enumerate(candidates):
+        if cancel is not None and i % CANCEL_EVERY == 0:
+            cancel()
         if s.d_node > platform.nodes or s.d_gpn > platform.gpus_per_node:
             raise InvalidInput("shape", s, f"larger than the platform {platform.nodes}x{platform.gpus_per_node}")
         pr = processing_rate(task, s, profile)
@@ -254,11 +299,12 @@ def evaluate_placements(
     now: float,
     theta: float = DEFAULT_THETA,
     shapes: Sequence[Shape] | None = None,
+    cancel: Callable[[], None] | None = None,
 ) -> GenieDecision:
     """Alg. 1 lines 2-14 for one task: the placement table, s*, e and w (Eq. 9-13)."""
     if not math.isfinite(now):
         raise InvalidInput("now", now, "must be finite")
-    table = placement_table(task, profile, platform, theta, shapes)
+    table = placement_table(task, profile, platform, theta, shapes, cancel)
     dl = deadline(task, profile)
     chosen = choose(by_cer(table), now, dl)
     return GenieDecision(

@@ -8,11 +8,20 @@ import pytest
 from qosmos.extender.core import genie
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.types import Platform
+import typer
+from qosmos.extender.cli import register
 from typer.testing import CliRunner
 
-from qosmos.cli import app
-
+# The extender's commands alone, as `qosmos` registers them (independent of other components' CLIs).
+app = typer.Typer()
+register(app)
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _no_user_modeldb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read the developer's ~/.config/qosmos/models.json."""
+    monkeypatch.setenv("QOSMOS_MODELDB", str(tmp_path_factory.mktemp("db") / "absent.json"))
 
 
 def test_explain_json_contract_matches_the_core() -> None:
@@ -45,9 +54,19 @@ def test_explain_json_contract_matches_the_core() -> None:
     )
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert set(out) >= {"placements", "chosen", "ect", "deadline", "waiting_allowance"}
+    assert set(out) == {
+        "placements",
+        "chosen",
+        "ect",
+        "deadline",
+        "waiting_allowance",
+        "max_placement_gpus",
+        "notes",
+        "profile",
+    }
     assert len(out["placements"]) == 16
-    assert set(out["placements"][0]) == {"d_node", "d_gpn", "pr", "lat", "cost", "cer", "feasible"}
+    assert set(out["placements"][0]) == {"d_node", "d_gpn", "pr", "lat", "cost", "cer", "feasible", "extrapolated"}
+    assert out["profile"]["origin"] == "builtin" and out["profile"]["match"] == "exact"
     expected = genie.evaluate_placements(
         genie.Task("ResNet50", 256, 2000, qos="prior"), ModelDB.builtin().get("ResNet50"), Platform(4, 4), now=100
     )
@@ -105,3 +124,115 @@ def test_explain_bad_input_exits_2_with_the_field(args: list[str], needle: str) 
     result = runner.invoke(app, ["explain", *args])
     assert result.exit_code == 2
     assert needle in result.output
+
+
+def _json(*args: str) -> dict:
+    result = runner.invoke(app, ["explain", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_explicit_coefficients_are_eq7_as_given() -> None:
+    # sPR(b') = 100 + 2 b' - 0.01 b'^2; b = 150 on one GPU: 175 samples/s (not held at the vertex's 200)
+    out = _json("--coeffs", "100,2,-0.01", "--batch", "150", "--iters", "10", "--nodes", "1", "--gpus-per-node", "1")
+    (row,) = out["placements"]
+    assert row["pr"] == pytest.approx(175.0) and row["lat"] == pytest.approx(1500 / 175 + genie.DEFAULT_NU)
+    assert row["extrapolated"] is False
+    assert out["profile"] == {
+        "origin": "coefficients",
+        "match": None,
+        "requested": None,
+        "matched": None,
+        "source": "explicit coefficients",
+        "file": None,
+        "overrides": [],
+    }
+    # b' = 300 on one GPU: Eq. 7 is negative there, PR 0, latency unreachable; 2 GPUs (b' = 150) run
+    out = _json("--coeffs", "100,2,-0.01", "--batch", "300", "--iters", "10", "--nodes", "1", "--gpus-per-node", "2")
+    rows = {(r["d_node"], r["d_gpn"]): r for r in out["placements"]}
+    assert rows[1, 1]["pr"] == 0 and rows[1, 1]["lat"] is None and not rows[1, 1]["feasible"]
+    assert rows[1, 2]["pr"] > 0 and out["chosen"] == {"d_node": 1, "d_gpn": 2}
+    assert any("PR 0" in n for n in out["notes"])
+
+
+def test_database_profiles_mark_extrapolated_rows() -> None:
+    # ResNet50's built-in profile was measured at local batches 32..128
+    out = _json("--model", "ResNet50", "--batch", "1024", "--iters", "10", "--nodes", "2", "--gpus-per-node", "8")
+    marks = {(r["d_node"], r["d_gpn"]): r["extrapolated"] for r in out["placements"]}
+    assert marks[1, 1] and marks[1, 4]  # b' = 1024, 256 > 128
+    assert not marks[1, 8] and not marks[2, 8]  # b' = 128, 64
+    assert any("extrapolated" in n and "[32, 128]" in n for n in out["notes"])
+    p = ModelDB.builtin().get("ResNet50")
+    one = next(r for r in out["placements"] if (r["d_node"], r["d_gpn"]) == (1, 1))
+    assert one["pr"] == pytest.approx(p.k0 + p.k1 * 128 + p.k2 * 128**2)  # held at sPR(b_max)
+    table = runner.invoke(app, ["explain", "--model", "ResNet50", "--batch", "1024", "--iters", "10"])
+    assert table.exit_code == 0 and "extrapolated" in table.stdout
+
+
+def test_provenance_builtin_alias_similar_and_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qosmos.predictors.profiler import write_db
+
+    base = ("--batch", "64", "--iters", "10")
+    assert _json("--model", "AlexNet", *base)["profile"]["match"] == "alias"
+    similar = _json("--model", "resnet-5O", *base)["profile"]
+    assert similar["match"] == "similar" and similar["matched"] == "ResNet50" and similar["origin"] == "builtin"
+    # a fitted database (e.g. `qosmos profile fit`) overlays the built-ins; explain reads it
+    db = tmp_path / "models.json"
+    write_db(db, [genie.ThroughputProfile("mynet", 50.0, 1.0, 0.0, b_min=8, b_max=64, source="fit of my runs")])
+    mine = _json("--model", "mynet", "--db", str(db), *base)
+    assert mine["profile"]["origin"] == "file" and mine["profile"]["file"] == str(db)
+    assert mine["placements"][0]["pr"] == pytest.approx(50 + 64)
+    monkeypatch.setenv("QOSMOS_MODELDB", str(db))
+    assert _json("--model", "mynet", *base)["profile"]["source"] == "fit of my runs"
+    assert _json("--model", "ResNet50", *base)["profile"]["origin"] == "builtin"
+    missing = runner.invoke(app, ["explain", "--model", "mynet", "--db", str(tmp_path / "nope.json"), *base])
+    assert missing.exit_code == 2 and "nope.json" in missing.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--batch", str(2**62), "--iters", str(2**62)], "batch"),
+        (["--batch", "1000000", "--iters", str(10**10)], "iters"),
+        (["--batch", "1000000", "--iters", "100", "--nodes", "100000", "--gpus-per-node", "1024"], "gpus_per_node"),
+        (["--batch", "8", "--iters", "10", "--nodes", str(2**31 - 1)], "nodes"),
+        (["--batch", "8", "--iters", "10", "--now", "1e300"], "now"),
+        # 16M samples x 1e9 iterations: ~1e13 s on the whole platform, not "feasible"
+        (["--batch", str(2**24), "--iters", str(10**9)], "more than a year"),
+    ],
+)
+def test_absurd_inputs_exit_2(args: list[str], needle: str) -> None:
+    result = runner.invoke(app, ["explain", "--model", "ResNet50", *args])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and "Traceback" not in result.output
+
+
+def test_big_platform_is_bounded_and_says_so() -> None:
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import typer; from qosmos.extender.cli import register; app = typer.Typer(); register(app); "
+        "app(['explain', '--model', 'ResNet50', '--batch', '1000000', '--iters', '100', '--nodes', '100000', "
+        "'--gpus-per-node', '64', '--json'], standalone_mode=True)"
+    )
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["max_placement_gpus"] == genie.MAX_PLACEMENT_GPUS
+    assert max(r["d_node"] * r["d_gpn"] for r in out["placements"]) == genie.MAX_PLACEMENT_GPUS
+    assert any("limited to 4096 GPUs" in n for n in out["notes"])
+    assert len(out["placements"]) == genie.count_shapes(Platform(100_000, 64), 1_000_000)
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert peak_mb < 600, peak_mb
+    assert wall < 60
+    # the table shows the best rows and says how many there were
+    table = runner.invoke(
+        app, ["explain", "--model", "ResNet50", "--batch", "100000", "--iters", "1", "--nodes", "1000", "--rows", "5"]
+    )
+    assert table.exit_code == 0, table.output
+    assert "showing 5 of" in table.stdout or "showing 6 of" in table.stdout

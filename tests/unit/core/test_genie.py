@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 
 import pytest
 from hypothesis import given
@@ -44,7 +45,7 @@ def test_spr_outside_fitted_range() -> None:
     p = genie.ThroughputProfile("m", 100.0, 1.0, 0.0, b_min=32, b_max=128)
     assert p.spr(16) == pytest.approx(p.spr(32) / 2)  # linear below b_min
     assert p.spr(512) == p.spr(128)  # held above b_max
-    concave = genie.ThroughputProfile("c", 0.0, 10.0, -0.05)  # peak at b = 100, no upper bound
+    concave = genie.ThroughputProfile("c", 0.0, 10.0, -0.05, b_min=1, b_max=100)  # measured up to the peak
     assert concave.spr(1000) == pytest.approx(concave.spr(100))
     with pytest.raises(InvalidInput, match="local_batch"):
         p.spr(0)
@@ -153,3 +154,65 @@ def test_swaf_is_a_stable_ascending_sort(allowances: list[float]) -> None:
     assert sorted(order) == list(range(len(allowances)))
     for a, b in itertools.pairwise(order):
         assert allowances[a] < allowances[b] or (allowances[a] == allowances[b] and a < b)
+
+
+# ---- Eq. 7 literally for explicit coefficients; the saturation guard only beyond a measured range ----
+
+
+def test_explicit_coefficients_evaluate_eq7_literally() -> None:
+    # sPR(b') = 100 + 2 b' - 0.01 b'^2 (no measured range: b_max = inf)
+    p = genie.ThroughputProfile("c", 100.0, 2.0, -0.01)
+    assert p.spr(150) == pytest.approx(175.0)  # past the vertex (b' = 100): not held at sPR(100) = 200
+    assert p.spr(0.5) == pytest.approx(100.0 + 1.0 - 0.0025)  # below 1 sample: still Eq. 7
+    assert p.spr(300) == 0.0  # 100 + 600 - 900 < 0: no rate
+    assert not p.extrapolated(150) and not p.extrapolated(300)
+    # batch 600 on <1,2>: b' = 300, sPR <= 0 -> PR 0, latency infinite, never feasible
+    task = genie.Task("c", 600, 10, qos="normal")
+    row = genie.placement_table(task, p, P44, shapes=[Shape(1, 2)])[0]
+    assert row.pr == 0.0 and math.isinf(row.lat)
+    # Eq. 7 positive somewhere is enough; nowhere positive is bad input
+    genie.ThroughputProfile("late", -30.0, 20.0, 0.0)  # sPR(1) < 0 but sPR(2) = 10
+    with pytest.raises(InvalidInput):
+        genie.ThroughputProfile("never", -1.0, 0.0, -1.0)
+
+
+def test_saturation_guard_only_beyond_the_measured_range() -> None:
+    # a database profile measured on b' in [32, 128]
+    p = genie.ThroughputProfile("db", 100.0, 2.0, -0.01, b_min=32, b_max=128)
+    assert p.spr(100) == pytest.approx(200.0)  # inside: Eq. 7
+    assert p.spr(120) == pytest.approx(100 + 240 - 144)  # inside, past the vertex: still Eq. 7
+    assert p.spr(512) == pytest.approx(100 + 256 - 163.84)  # beyond: held at sPR(128)
+    assert p.spr(16) == pytest.approx((100 + 64 - 10.24) / 2)  # below: scaled linearly
+    assert [p.extrapolated(b) for b in (16, 32, 100, 128, 129)] == [True, False, False, False, True]
+
+
+def test_enumeration_is_bounded_whatever_the_platform() -> None:
+    shapes = genie.enumerate_shapes(Platform(64, 128), batch=100_000)
+    assert max(s.gpus for s in shapes) == genie.MAX_PLACEMENT_GPUS
+    assert genie.count_shapes(Platform(64, 128), batch=100_000) == len(shapes)
+    start = time.perf_counter()
+    huge = genie.count_shapes(Platform(2**31 - 1, 2**31 - 1), batch=2**62)
+    assert time.perf_counter() - start < 1.0
+    # sum over d_gpn of floor(MAX / d_gpn): the harmonic bound, not N x G
+    assert huge == sum(genie.MAX_PLACEMENT_GPUS // g for g in range(1, genie.MAX_PLACEMENT_GPUS + 1))
+
+
+def test_placement_table_calls_the_cancel_hook() -> None:
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def cancel() -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            raise Stop
+
+    with pytest.raises(Stop):
+        genie.placement_table(genie.Task("c", 4096, 10), LINEAR, Platform(64, 64), cancel=cancel)
+    assert len(calls) == 2
+
+
+def test_a_placement_that_never_finishes_is_never_feasible() -> None:
+    assert not genie.is_feasible(math.inf, 0.0, math.inf)
+    assert genie.is_feasible(1e6, 0.0, math.inf)

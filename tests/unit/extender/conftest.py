@@ -76,3 +76,19 @@ def service(cache: ClusterCache) -> ExtenderService:
 @pytest.fixture
 def names() -> list[str]:
     return [n.name for n in small_nodes()]
+
+
+def extender_cli() -> Any:
+    """The extender's commands alone, registered as `qosmos` registers them (independent of other CLIs)."""
+    import typer
+    from qosmos.extender.cli import register
+
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _no_user_modeldb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read the developer's ~/.config/qosmos/models.json."""
+    monkeypatch.setenv("QOSMOS_MODELDB", str(tmp_path_factory.mktemp("db") / "absent.json"))

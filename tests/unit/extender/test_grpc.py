@@ -14,7 +14,7 @@ from qosmos.extender.proto import qosmos_pb2_grpc as pb_grpc
 from qosmos.extender.service import ExtenderService
 from typer.testing import CliRunner
 
-from .conftest import make_pod
+from .conftest import extender_cli, make_pod
 
 
 @pytest.fixture
@@ -127,9 +127,7 @@ def test_rank_swaf_orders_by_waiting_allowance(channel: grpc.Channel) -> None:
     ],
 )
 def test_explain_equals_cli_json(channel: grpc.Channel, args: list[str], req: pb.ExplainRequest) -> None:
-    from qosmos.cli import app
-
-    out = CliRunner().invoke(app, ["explain", *args, "--json"])
+    out = CliRunner().invoke(extender_cli(), ["explain", *args, "--json"])
     assert out.exit_code == 0, out.output
     expected = json.loads(out.stdout)
     resp = pb_grpc.ExtenderStub(channel).Explain(req)
