@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import typer
+from qosmos.extender.cli import register
 from qosmos.extender.core import genie
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.types import Platform
-import typer
-from qosmos.extender.cli import register
 from typer.testing import CliRunner
 
 # The extender's commands alone, as `qosmos` registers them (independent of other components' CLIs).
