@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -363,6 +363,139 @@ def parse_when(text: str, end_of_day: bool = False) -> int:
     return minute
 
 
+def format_minute(minute: int) -> str:
+    """Epoch minute → 'YYYY-MM-DD HH:MM' (UTC), for messages."""
+    return datetime.fromtimestamp(int(minute) * 60, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+@dataclass
+class ForecastWindow:
+    """A forecaster trained before ``train_until`` and its forecasts over [eval_from, eval_to)."""
+
+    grid: np.ndarray
+    act: np.ndarray
+    tot: np.ndarray
+    slots: np.ndarray
+    y: np.ndarray
+    forecaster: CESForecaster
+    origins: np.ndarray
+    pred: np.ndarray
+    eval_from: int
+    eval_to: int
+    fit_seconds: float
+    predict_seconds: float
+
+    @property
+    def lo(self) -> int:
+        return int(self.eval_from - self.grid[0])
+
+    @property
+    def hi(self) -> int:
+        return int(self.eval_to - self.grid[0])
+
+    def replay(self, config: CESConfig) -> CESResult:
+        """Alg. 2 minute by minute over the window with forecasts refreshed every period."""
+        forecasts = {}
+        for k, o in enumerate(self.origins):
+            m = int((o + 1) * SLOT_MIN + self.slots[0] - self.eval_from)  # minute index of slot o+1's start
+            if 0 <= m < self.hi - self.lo and m % config.period == 0:
+                forecasts[m] = self.pred[k]
+        lo, hi = self.lo, self.hi
+        return simulate_ces(
+            self.act[lo:hi],
+            self.tot[lo:hi],
+            forecasts,
+            config,
+            history_before=self.act[max(0, lo - config.history) : lo],
+        )
+
+
+def forecast_window(
+    minutes: np.ndarray,
+    active: np.ndarray,
+    total: np.ndarray,
+    train_until: int,
+    eval_from: int,
+    eval_to: int,
+    num_rounds: int = 150,
+) -> ForecastWindow:
+    """Train the forecaster on slots before ``train_until`` and forecast every slot of the window."""
+    import time
+
+    if num_rounds < 1:
+        raise InvalidInput("rounds", num_rounds, "must be >= 1 (LightGBM boosting rounds)")
+    if not train_until <= eval_from < eval_to:
+        raise InvalidInput(
+            "dates",
+            f"train until {format_minute(train_until)}, evaluate {format_minute(eval_from)} … {format_minute(eval_to)}",
+            "need train_until <= eval_from < eval_to",
+        )
+    grid, act = per_minute(minutes, active)
+    _, tot = per_minute(minutes, total)
+    if eval_from < grid[0] or eval_to > grid[-1] + 1 or train_until <= grid[0] + 1440:
+        raise InvalidInput(
+            "dates",
+            f"train until {format_minute(train_until)}, evaluate {format_minute(eval_from)} … {format_minute(eval_to)}",
+            f"the series covers {format_minute(grid[0])} … {format_minute(grid[-1] + 1)}; the windows must lie "
+            "inside it with at least a day of training data",
+        )
+    slots, y = to_slots(grid, act)
+    until_slot = int((train_until - slots[0]) // SLOT_MIN)
+    t0 = time.perf_counter()
+    fc = CESForecaster(num_rounds=num_rounds).fit(slots, y, until_slot)
+    fit_s = time.perf_counter() - t0
+    first = int((eval_from - slots[0]) // SLOT_MIN)
+    last = int((eval_to - slots[0]) // SLOT_MIN)  # exclusive
+    origins = np.arange(first - 1, last - 1)
+    t1 = time.perf_counter()
+    pred = fc.forecast(slots, y, origins)  # (origins, horizon), row k forecasts slots origin+1 ..
+    return ForecastWindow(
+        grid, act, tot, slots, y, fc, origins, pred, eval_from, eval_to, fit_s, time.perf_counter() - t1
+    )
+
+
+def sigma_tradeoff(
+    minutes: np.ndarray,
+    active: np.ndarray,
+    total: np.ndarray,
+    val_from: int,
+    val_to: int,
+    sigmas: Sequence[int],
+    config: CESConfig | None = None,
+    num_rounds: int = 150,
+) -> list[dict[str, float]]:
+    """One row per buffer σ on the validation window [val_from, val_to): the forecaster is
+    trained only on data before ``val_from``, so the evaluation window is never looked at."""
+    if not sigmas:
+        raise InvalidInput("sigmas", "", "need at least one candidate σ")
+    w = forecast_window(minutes, active, total, val_from, val_from, val_to, num_rounds)
+    rows = []
+    for sg in sigmas:
+        res = w.replay(replace(config or CESConfig(), sigma=int(sg)))
+        rows.append(
+            {
+                "sigma": int(sg),
+                "node_util": res.node_util_after,
+                "daily_wakeups": res.daily_wakeups,
+                "avg_sleep_nodes": res.avg_sleep_nodes,
+                "nodes_per_wakeup": res.nodes_per_wakeup,
+                "delayed_node_minutes": res.delayed_node_minutes,
+            }
+        )
+    return rows
+
+
+def choose_sigma(rows: Sequence[dict[str, float]], max_wakeups: float) -> tuple[int, str]:
+    """σ with the highest node utilisation among those with ≤ ``max_wakeups`` wake-ups per day;
+    when none qualifies, the one with the fewest wake-ups (ties: higher utilisation)."""
+    ok = [r for r in rows if r["daily_wakeups"] <= max_wakeups]
+    if ok:
+        best = max(ok, key=lambda r: (r["node_util"], -r["sigma"]))
+        return int(best["sigma"]), f"highest node utilisation with <= {max_wakeups:g} wake-ups/day"
+    best = min(rows, key=lambda r: (r["daily_wakeups"], -r["node_util"]))
+    return int(best["sigma"]), f"no candidate has <= {max_wakeups:g} wake-ups/day: fewest wake-ups"
+
+
 def run_ces(
     minutes: np.ndarray,
     active: np.ndarray,
@@ -377,43 +510,17 @@ def run_ces(
 
     Returns the ces.json dict and the arrays behind the plot.
     """
-    import time
-
-    if not train_until <= eval_from < eval_to:
-        raise InvalidInput("dates", (train_until, eval_from, eval_to), "need train_until <= eval_from < eval_to")
-    grid, act = per_minute(minutes, active)
-    _, tot = per_minute(minutes, total)
-    if eval_from < grid[0] or eval_to > grid[-1] + 1 or train_until <= grid[0] + 1440:
-        raise InvalidInput(
-            "dates", (train_until, eval_from, eval_to), "outside the series or less than a day of training"
-        )
-    slots, y = to_slots(grid, act)
-    until_slot = int((train_until - slots[0]) // SLOT_MIN)
-    t0 = time.perf_counter()
-    fc = CESForecaster(num_rounds=num_rounds).fit(slots, y, until_slot)
-    fit_s = time.perf_counter() - t0
-    first = int((eval_from - slots[0]) // SLOT_MIN)
-    last = int((eval_to - slots[0]) // SLOT_MIN)  # exclusive
-    origins = np.arange(first - 1, last - 1)
-    t1 = time.perf_counter()
-    pred = fc.forecast(slots, y, origins)  # (origins, horizon), row k forecasts slots origin+1 ..
-    pred_s = time.perf_counter() - t1
+    w = forecast_window(minutes, active, total, train_until, eval_from, eval_to, num_rounds)
+    fc, y, origins, pred, slots = w.forecaster, w.y, w.origins, w.pred, w.slots
+    last = int((eval_to - slots[0]) // SLOT_MIN)
     # accuracy: every (origin, h) whose target lies inside the evaluation window
     tgt = origins[:, None] + np.arange(1, fc.horizon + 1)[None, :]
     inside = tgt < last
     actual = np.where(inside, y[np.clip(tgt, 0, y.size - 1)], np.nan)
     persist = np.repeat(y[origins][:, None], fc.horizon, axis=1)
     by_h = [smape(actual[inside[:, h], h], pred[inside[:, h], h]) for h in range(fc.horizon)]
-    # controller replay, minute by minute, forecasts refreshed every period
     config = config or CESConfig()
-    lo = int(eval_from - grid[0])
-    hi = int(eval_to - grid[0])
-    forecasts = {}
-    for k, o in enumerate(origins):
-        m = int((o + 1) * SLOT_MIN + slots[0] - eval_from)  # minute index of slot o+1's start
-        if 0 <= m < hi - lo and m % config.period == 0:
-            forecasts[m] = pred[k]
-    res = simulate_ces(act[lo:hi], tot[lo:hi], forecasts, config, history_before=act[max(0, lo - config.history) : lo])
+    res = w.replay(config)
     summary = {
         "smape": smape(actual[inside], pred[inside]),
         "smape_10min": by_h[0],
@@ -433,13 +540,14 @@ def run_ces(
         "granularity_min": SLOT_MIN,
         "horizon_slots": fc.horizon,
         "train_rows": fc.model.meta["training_rows"] if fc.model else 0,
-        "fit_seconds": round(fit_s, 3),
-        "forecast_ms_per_origin": round(1000 * pred_s / max(1, origins.size), 4),
+        "fit_seconds": round(w.fit_seconds, 3),
+        "forecast_ms_per_origin": round(1000 * w.predict_seconds / max(1, origins.size), 4),
     }
+    lo, hi = w.lo, w.hi
     arrays = {
-        "minute": grid[lo:hi],
-        "running": act[lo:hi],
-        "total": tot[lo:hi],
+        "minute": w.grid[lo:hi],
+        "running": w.act[lo:hi],
+        "total": w.tot[lo:hi],
         "ces_active": res.active_series,
         "pred_slot_minute": slots[origins + 1],
         "pred_next": pred[:, 0],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -23,9 +24,11 @@ profile_app = typer.Typer(
 )
 console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_SIGMAS = tuple(range(0, 65, 5))
 
 
-_clean_errors = clean_errors(FileNotFoundError)
+# OSError: a folder, an unreadable file or an occupied path where a file was expected
+_clean_errors = clean_errors(OSError)
 
 
 def _data_file(given: Path | None, *relative: str) -> Path:
@@ -66,116 +69,235 @@ def _dump(obj: object) -> str:
 @predict_app.command("ces")
 @_clean_errors
 def predict_ces(
-    series: Annotated[Path, typer.Option(help="per-minute CSV: time,active,total")],
-    train_until: Annotated[str, typer.Option(help="train on slots before this date (UTC)")],
-    eval_from: Annotated[str, typer.Option(help="evaluation start (UTC)")],
-    eval_to: Annotated[str, typer.Option(help="evaluation end; a bare date includes that whole day")],
+    series: Annotated[Path, typer.Option(help="per-minute CSV of running nodes: time,active,total")],
+    train_until: Annotated[str, typer.Option(help="train the forecaster on data before this date (UTC)")],
+    eval_from: Annotated[str, typer.Option(help="start of the evaluation window (UTC, YYYY-MM-DD[ HH:MM])")],
+    eval_to: Annotated[str, typer.Option(help="end of the evaluation window; a bare date includes that whole day")],
     out: Annotated[Path, typer.Option(help="output folder for ces.json and ces.png")],
-    sigma: Annotated[int, typer.Option(help="buffer nodes σ")] = 20,
-    xi_h: Annotated[float, typer.Option(help="ξ_H: past-hour fall threshold")] = 0.0,
-    xi_p: Annotated[float, typer.Option(help="ξ_P: predicted 3-hour fall threshold")] = 0.0,
-    boot_delay: Annotated[int, typer.Option(help="minutes for a node to boot")] = 5,
-    rounds: Annotated[int, typer.Option(help="LightGBM boosting rounds")] = 150,
+    sigma: Annotated[
+        str,
+        typer.Option(
+            help="buffer nodes kept awake above demand: a whole number, or 'auto' to choose it on a "
+            "validation window that ends where training ends (never on the evaluation window)"
+        ),
+    ] = "auto",
+    sigmas: Annotated[str, typer.Option(help="candidates for --sigma auto (comma-separated)")] = ",".join(
+        str(x) for x in DEFAULT_SIGMAS
+    ),
+    validation_days: Annotated[
+        int, typer.Option(min=1, help="--sigma auto: days before --train-until used for validation")
+    ] = 14,
+    max_wakeups: Annotated[
+        float, typer.Option(min=0.0, help="--sigma auto: most wake-ups per day accepted (Helios: 0.5)")
+    ] = 1.0,
+    xi_h: Annotated[
+        float, typer.Option(help="sleep only when running nodes fell by at least this over the past hour")
+    ] = 0.0,
+    xi_p: Annotated[
+        float, typer.Option(help="sleep only when the forecast stays at least this far below now for 3 hours")
+    ] = 0.0,
+    boot_delay: Annotated[int, typer.Option(min=0, help="minutes for a woken node to serve")] = 5,
+    rounds: Annotated[int, typer.Option(min=1, help="LightGBM boosting rounds of the forecaster")] = 150,
 ) -> None:
-    """Train the CES node forecaster, replay Alg. 2 and write ces.json + ces.png (Helios §4.3)."""
-    from qosmos.predictors.ces import CESConfig, parse_when, plot_ces, run_ces
+    """Forecast running nodes and replay Cluster Energy Saving (Helios §4.3): idle nodes sleep when
+    demand is forecast to stay low. Writes ces.json and ces.png."""
+    from dataclasses import asdict
+
+    from qosmos.predictors.ces import CESConfig, choose_sigma, parse_when, plot_ces, run_ces, sigma_tradeoff
     from qosmos.predictors.data import load_node_series
 
+    t_until, e_from, e_to = parse_when(train_until), parse_when(eval_from), parse_when(eval_to, end_of_day=True)
+    base = CESConfig(sigma=0, xi_h=xi_h, xi_p=xi_p, boot_delay=boot_delay)
+    auto = sigma.strip().lower() == "auto"
+    if not auto:
+        try:
+            fixed = int(sigma)
+        except ValueError:
+            raise InvalidInput("--sigma", sigma, "expected a whole number of nodes or 'auto'") from None
+        if fixed < 0:
+            raise InvalidInput("--sigma", sigma, "must be >= 0")
+    if not t_until <= e_from < e_to:
+        raise InvalidInput(
+            "dates", f"--train-until {train_until} --eval-from {eval_from} --eval-to {eval_to}",
+            "need train_until <= eval_from < eval_to",
+        )  # fmt: skip
     minutes, active, total = load_node_series(series)
-    cfg = CESConfig(sigma=sigma, xi_h=xi_h, xi_p=xi_p, boot_delay=boot_delay)
-    summary, arrays = run_ces(
-        minutes,
-        active,
-        total,
-        parse_when(train_until),
-        parse_when(eval_from),
-        parse_when(eval_to, end_of_day=True),
-        cfg,
-        num_rounds=rounds,
-    )
+    selection: dict[str, object] | None = None
+    if auto:
+        candidates = _int_list(sigmas, "--sigmas")
+        val_from = t_until - validation_days * 1440
+        rows = sigma_tradeoff(minutes, active, total, val_from, t_until, candidates, base, num_rounds=rounds)
+        chosen, why = choose_sigma(rows, max_wakeups)
+        selection = {
+            "validation_window": [_day(val_from), _day(t_until)],
+            "rule": why,
+            "max_wakeups_per_day": max_wakeups,
+            "chosen_sigma": chosen,
+            "tradeoff": rows,
+        }
+        t = Table(title=f"σ chosen on the validation window {_day(val_from)} … {_day(t_until)} ({why})")
+        for c in ("σ", "node utilisation", "wake-ups/day", "sleeping nodes", "nodes/wake-up", "delayed node-min"):
+            t.add_column(c, justify="right")
+        for r in rows:
+            mark = " ←" if r["sigma"] == chosen else ""
+            t.add_row(
+                f"{r['sigma']}{mark}",
+                f"{100 * r['node_util']:.1f} %",
+                f"{r['daily_wakeups']:.2f}",
+                f"{r['avg_sleep_nodes']:.1f}",
+                f"{r['nodes_per_wakeup']:.1f}",
+                f"{r['delayed_node_minutes']:.0f}",
+            )
+        console.print(t)
+    else:
+        chosen = fixed
+    cfg = CESConfig(**{**asdict(base), "sigma": chosen})
+    summary, arrays = run_ces(minutes, active, total, t_until, e_from, e_to, cfg, num_rounds=rounds)
     summary["series"] = str(series)
     summary["train_until"], summary["eval_from"], summary["eval_to"] = train_until, eval_from, eval_to
+    summary["sigma_selection"] = selection or {"chosen_sigma": chosen, "rule": "given with --sigma"}
     out.mkdir(parents=True, exist_ok=True)
     (out / "ces.json").write_text(_dump(summary))
-    plot_ces(arrays, out / "ces.png", f"CES on {series.name}: {eval_from} … {eval_to}")
-    t = Table(title="Cluster Energy Saving (Helios Table 5 quantities)")
+    plot_ces(arrays, out / "ces.png", f"CES on {series.name}: {eval_from} … {eval_to}, σ = {chosen}")
+    t = Table(title=f"Cluster Energy Saving on the evaluation window, σ = {chosen} (Helios Table 5 quantities)")
     t.add_column("metric")
     t.add_column("value", justify="right")
-    for k in (
-        "smape",
-        "smape_10min",
-        "smape_3h",
-        "smape_persistence",
-        "avg_sleep_nodes",
-        "daily_wakeups",
-        "nodes_per_wakeup",
-        "node_util_before",
-        "node_util_after",
-        "delayed_node_minutes",
-    ):
-        t.add_row(k, f"{summary[k]:.3f}")
+    labels = {
+        "smape": "forecast error, SMAPE % (all horizons)",
+        "smape_10min": "SMAPE % 10 min ahead",
+        "smape_3h": "SMAPE % 3 h ahead",
+        "smape_persistence": "SMAPE % of 'no change' forecast",
+        "avg_sleep_nodes": "average sleeping nodes",
+        "daily_wakeups": "wake-ups per day",
+        "nodes_per_wakeup": "nodes per wake-up",
+        "node_util_before": "node utilisation without CES",
+        "node_util_after": "node utilisation with CES",
+        "delayed_node_minutes": "node-minutes of demand waiting for a boot",
+    }
+    for k, label in labels.items():
+        v = float(summary[k])  # type: ignore[arg-type]
+        t.add_row(label, f"{100 * v:.1f} %" if k.startswith("node_util") else f"{v:.2f}")
     console.print(t)
     console.print(f"wrote {out / 'ces.json'} and {out / 'ces.png'}")
+
+
+class Blend(StrEnum):
+    linear = "linear"
+    log = "log"
 
 
 @predict_app.command("qssf")
 @_clean_errors
 def predict_qssf(
-    pods: Annotated[Path | None, typer.Option(help="openb pod list CSV (default: shared data)")] = None,
-    train_frac: Annotated[float, typer.Option(help="first fraction by creation time used for training")] = 0.7,
-    lam: Annotated[float, typer.Option(help="merge coefficient λ")] = 0.5,
-    save: Annotated[Path | None, typer.Option(help="save the fitted predictor to this folder")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    pods: Annotated[
+        Path | None, typer.Option(help="openb pod list CSV [default: the shared data's openb_pod_list_default.csv]")
+    ] = None,
+    train_frac: Annotated[
+        float, typer.Option(help="share of pods (by creation time) that only warm the history up; the rest are scored")
+    ] = 0.7,
+    lam: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="weight of the rolling estimate against the LightGBM estimate")
+    ] = 0.5,
+    blend: Annotated[
+        Blend, typer.Option(help="linear: λ·rolling + (1−λ)·model (Helios); log: the same average of log durations")
+    ] = Blend.linear,
+    train_after: Annotated[
+        int, typer.Option(min=1, help="finished jobs before the LightGBM model is first trained")
+    ] = 1000,
+    retrain_every: Annotated[int, typer.Option(min=1, help="finished jobs between retrainings")] = 1000,
+    rounds: Annotated[int, typer.Option(min=1, help="LightGBM boosting rounds")] = 150,
+    save: Annotated[
+        Path | None, typer.Option(help="save the predictor as trained at the end of the replay into this folder")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="let --save overwrite a predictor saved there before")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
-    """Evaluate the QSSF duration predictor on real openb pods (Spearman, median |log error|)."""
+    """Replay openb pods through the online QSSF duration predictor (Helios §4.2) and score it
+    (rank correlation with the true durations, typical error factor)."""
     from qosmos.predictors.data import load_openb_pods
-    from qosmos.predictors.qssf import QSSFPredictor, evaluate_qssf
+    from qosmos.predictors.qssf import OnlineQSSF, evaluate_qssf
 
+    if save is not None:
+        _check_save_dir(save, force)
     path = _data_file(pods, "alibaba-openb-2023", "openb_pod_list_default.csv")
     jobs = load_openb_pods(path)
-    result = evaluate_qssf(jobs, train_frac=train_frac, lam=lam)
+    q = OnlineQSSF(lam, blend.value, train_after=train_after, retrain_every=retrain_every, num_rounds=rounds)
+    result = evaluate_qssf(jobs, train_frac=train_frac, lam=lam, blend=blend.value, predictor=q)
     result["pods"] = str(path)
     if save is not None:
-        QSSFPredictor(lam=lam).fit(jobs[: int(len(jobs) * train_frac)]).save(save)
+        q.q.save(save)
         result["saved"] = str(save)
     if as_json:
         print(_dump(result))
         return
-    t = Table(title=f"QSSF on {path.name}: train {result['n_train']}, test {result['n_test']}")
+    t = Table(
+        title=f"QSSF on {path.name} ({blend.value} blend): warm-up {result['n_train']}, scored {result['n_test']}, "
+        f"{result['us_per_job']} µs/job"
+    )
     for c in ("λ", "Spearman (duration)", "Spearman (GPU time)", "median |log err|"):
         t.add_column(c, justify="right")
     for k, v in result["by_lambda"].items():  # type: ignore[union-attr]
         t.add_row(k, f"{v['spearman']:.3f}", f"{v['spearman_gpu_time']:.3f}", f"{v['median_abs_log_error']:.3f}")
     console.print(t)
+    if save is not None:
+        console.print(f"saved the predictor to {save}")
+
+
+def _check_save_dir(save: Path, force: bool) -> None:
+    if save.exists() and not save.is_dir():
+        raise InvalidInput("--save", str(save), "exists and is not a folder")
+    if save.is_dir() and any((save / f).exists() for f in ("qssf_state.json", "qssf_pm.txt")) and not force:
+        raise InvalidInput("--save", str(save), "already holds a saved predictor; pass --force to overwrite it")
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidInput(option, text, "expected comma-separated whole numbers") from None
+    if not values or min(values) < 0:
+        raise InvalidInput(option, text, "expected one or more whole numbers >= 0")
+    return values
+
+
+def _day(minute: int) -> str:
+    from qosmos.predictors.ces import format_minute
+
+    return format_minute(minute).removesuffix(" 00:00")
+
+
+class RuntimeData(StrEnum):
+    openb = "openb"
+    philly = "philly"
 
 
 @predict_app.command("runtime")
 @_clean_errors
 def predict_runtime(
-    data: Annotated[str, typer.Option(help="openb | philly")] = "openb",
-    path: Annotated[Path | None, typer.Option(help="override the data file")] = None,
+    data: Annotated[
+        RuntimeData, typer.Option(help="which shared data set: openb pods or Philly run times")
+    ] = RuntimeData.openb,
+    path: Annotated[Path | None, typer.Option(help="read this file instead of the shared data's")] = None,
     seed: Annotated[int, typer.Option(help="shuffle seed for philly (its file is sorted by run time)")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
-    """Remaining-run-time prediction with vs without elapsed time (seed 004 §VI-A)."""
+    """How well run times are predicted with and without the time a job has already run (seed 004 §VI-A)."""
     import numpy as np
     from qosmos.predictors.data import load_openb_pods, load_runtimes
     from qosmos.predictors.runtime import evaluate_runtime
 
-    if data == "openb":
+    if data is RuntimeData.openb:
         f = _data_file(path, "alibaba-openb-2023", "openb_pod_list_default.csv")
         jobs = load_openb_pods(f)
         result = evaluate_runtime(np.array([j.duration for j in jobs], float), jobs)
-    elif data == "philly":
+    else:
         f = _data_file(path, "philly", "philly_runtime.csv")
         result = evaluate_runtime(load_runtimes(f), shuffle_seed=seed)
-    else:
-        raise InvalidInput("data", data, "expected openb or philly")
-    result["data"], result["file"] = data, str(f)
+    result["data"], result["file"] = data.value, str(f)
     if as_json:
         print(_dump(result))
         return
-    t = Table(title=f"Run-time prediction on {data} (accuracy / underestimation rate)")
+    t = Table(title=f"Run-time prediction on {data.value} (accuracy / underestimation rate)")
     t.add_column("elapsed")
     t.add_column("jobs", justify="right")
     methods = ("last2", "last2_elapsed", "lgbm", "lgbm_elapsed")
@@ -192,23 +314,29 @@ def predict_runtime(
 
 # ---- profile ----------------------------------------------------------------------------------
 
-DB_OPTION = typer.Option(help="model database (JSON file of profiles)")
-
 
 @profile_app.command("fit")
 @_clean_errors
 def profile_fit(
-    samples: Annotated[Path, typer.Argument(help="CSV with columns model,batch,d_node,d_gpn,rate")],
-    db: Annotated[Path, DB_OPTION] = Path("~/.config/qosmos/models.json"),
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    samples: Annotated[Path, typer.Argument(help="CSV of measured runs with columns model,batch,d_node,d_gpn,rate")],
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            help="model database to update [default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json]; "
+            "qosmos explain, simulate, the extender and the operator read the same file"
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
-    """Fit k_i (Eq. 7) and γ, λ (Eq. 8) from measured runs and store the profiles in the DB."""
+    """Fit each model's throughput against batch size (GENIE Eq. 7) and its multi-GPU communication
+    cost (Eq. 8) from measured runs, and store the profiles in the model database."""
     from dataclasses import asdict
 
-    from qosmos.predictors.profiler import fit_file, upsert_profiles
+    from qosmos.predictors.profiler import fit_file, modeldb_path, upsert_profiles
 
+    target = modeldb_path(db)
     reports = fit_file(samples)
-    upsert_profiles(db, [r.profile for r in reports])
+    upsert_profiles(target, [r.profile for r in reports])
     rows = [
         {
             **asdict(r.profile),
@@ -220,9 +348,9 @@ def profile_fit(
         for r in reports
     ]
     if as_json:
-        print(_dump({"db": str(db.expanduser()), "profiles": rows}))
+        print(_dump({"db": str(target), "profiles": rows}))
         return
-    t = Table(title=f"profiles written to {db.expanduser()}")
+    t = Table(title=f"profiles written to {target}")
     for c in ("model", "k0", "k1", "k2", "γ", "λ", "runs 1-GPU/multi", "fit error %"):
         t.add_column(c, justify="right")
     for r in rows:
@@ -243,11 +371,14 @@ def profile_fit(
 @_clean_errors
 def profile_run(
     out: Annotated[Path, typer.Option(help="samples CSV to write")] = Path("samples.csv"),
-    model: Annotated[str, typer.Option(help="torchvision model name (else a small MLP)")] = "resnet18",
+    model: Annotated[
+        str, typer.Option(help="torchvision model name, or 'mlp' for a small built-in network")
+    ] = "resnet18",
     batches: Annotated[str, typer.Option(help="comma-separated batch sizes")] = "16,32,64",
-    steps: Annotated[int, typer.Option(help="timed steps per batch size")] = 10,
+    steps: Annotated[int, typer.Option(min=1, help="timed steps per batch size")] = 10,
 ) -> None:
-    """Time real PyTorch training steps on the local device; writes single-GPU samples."""
+    """Time real PyTorch training steps on this machine's GPU (or CPU); writes single-GPU samples
+    for `qosmos profile fit`."""
     from qosmos.predictors.profiler import measure_torch, write_samples
 
     try:
@@ -271,17 +402,23 @@ def profile_run(
 def profile_builtin(
     lucid: Annotated[Path, typer.Option(help="Lucid single_gpu_throughput.csv")],
     out: Annotated[
-        Path | None, typer.Option(help="module to write (default: extender/core/profiles_builtin.py)")
-    ] = None,
+        Path,
+        typer.Option(
+            help="Python module to write; to refresh the package's own built-ins pass "
+            "extender/core/profiles_builtin.py explicitly"
+        ),
+    ],
 ) -> None:
-    """Regenerate the built-in profiles module from the Lucid measurements."""
-    import qosmos.extender.core as core
+    """Regenerate the built-in GENIE profiles module from the Lucid single-GPU measurements."""
     from qosmos.predictors.genie_profiles import fit_lucid, render_builtin_module
 
-    target = out or Path(core.__file__).parent / "profiles_builtin.py"
     profiles = fit_lucid(lucid)
-    target.write_text(render_builtin_module(profiles))
-    console.print(f"wrote {len(profiles)} profiles to {target}")
+    if not profiles:
+        raise InvalidInput("--lucid", str(lucid), "no full-precision (amp = 0) rows: no profiles to write")
+    if out.is_dir():
+        raise InvalidInput("--out", str(out), "is a folder, expected a .py file to write")
+    out.write_text(render_builtin_module(profiles))
+    console.print(f"wrote {len(profiles)} profiles to {out}")
 
 
 def register(app: typer.Typer) -> None:

@@ -10,12 +10,10 @@ committed module no longer matches a fresh fit.
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.genie import (
     DEFAULT_GAMMA,
     DEFAULT_LAMBDA,
@@ -29,16 +27,15 @@ def fit_lucid(path: Path) -> list[ThroughputProfile]:
     """One profile per model from its full-precision (amp = 0) rows."""
     samples: dict[str, list[tuple[float, float]]] = defaultdict(list)
     datasets: dict[str, str] = {}
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        for line, row in enumerate(reader, start=2):
-            try:
-                if int(row["amp"]) != 0:
-                    continue
-                samples[row["model"]].append((float(row["batchsize"]), float(row["speed"])))
-                datasets[row["model"]] = row["dataset"]
-            except (KeyError, ValueError) as exc:
-                raise InvalidInput(f"{path}:{line}", row, f"bad Lucid row ({exc})") from None
+    from qosmos.predictors.readers import CsvRows
+
+    rows = CsvRows(Path(path), ("model", "dataset", "batchsize", "amp", "speed"), what="Lucid profiles")
+    for line, row in rows:  # bad rows: file, line, field and the text as written
+        if rows.int_(line, row, "amp") != 0:
+            continue
+        model = rows.text(row, "model")
+        samples[model].append((rows.num(line, row, "batchsize"), rows.num(line, row, "speed")))
+        datasets[model] = rows.text(row, "dataset")
     profiles = []
     for model in sorted(samples):
         batches, rates = zip(*sorted(samples[model]), strict=True)

@@ -70,29 +70,25 @@ class FitReport:
 
 
 def read_samples(path: Path) -> list[Sample]:
+    """Samples CSV → :class:`Sample` list; bad input names file, line and field (shared readers)."""
+    from qosmos.predictors.readers import CsvRows
+
+    rows = CsvRows(Path(path), SAMPLE_COLUMNS, what="samples")
     out = []
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = set(SAMPLE_COLUMNS) - set(reader.fieldnames or [])
-        if missing:
-            raise InvalidInput(
-                str(path), reader.fieldnames, f"missing columns {sorted(missing)}; need {SAMPLE_COLUMNS}"
-            )
-        for line, row in enumerate(reader, start=2):
-            try:
-                s = Sample(
-                    row["model"].strip(),
-                    int(float(row["batch"])),
-                    Shape(int(row["d_node"]), int(row["d_gpn"])),
-                    float(row["rate"]),
-                )
-            except (ValueError, InvalidInput) as exc:
-                raise InvalidInput(f"{path}:{line}", row, f"bad sample ({exc})") from None
-            if not s.model or s.batch <= 0 or not s.rate > 0:
-                raise InvalidInput(f"{path}:{line}", row, "model non-empty, batch > 0 and rate > 0 required")
-            out.append(s)
+    for line, row in rows:
+        model = rows.text(row, "model")
+        if not model:
+            raise rows.err(line, "model", "", "missing model name")
+        batch = rows.int_(line, row, "batch")
+        d_node = rows.int_(line, row, "d_node")
+        d_gpn = rows.int_(line, row, "d_gpn")
+        rate = rows.num(line, row, "rate")
+        for fld, v in (("batch", batch), ("d_node", d_node), ("d_gpn", d_gpn), ("rate", rate)):
+            if not v > 0:
+                raise rows.err(line, fld, row[fld].strip(), "must be > 0")
+        out.append(Sample(model, batch, Shape(d_node, d_gpn), rate))
     if not out:
-        raise InvalidInput(str(path), 0, "no samples")
+        raise InvalidInput("samples", str(path), "no samples after the header")
     return out
 
 
@@ -157,17 +153,22 @@ def _profile_json(p: ThroughputProfile) -> dict[str, object]:
 
 def read_db(path: Path) -> list[ThroughputProfile]:
     """Profiles stored in the JSON database file (empty when the file does not exist)."""
+    from qosmos.predictors.readers import check_file
+
     path = Path(path).expanduser()
     if not path.exists():
         return []
+    text = check_file(path, "model database").read_text(encoding="utf-8-sig")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(text)
         rows = data["profiles"]
         return [
             ThroughputProfile(**{**r, "b_max": float("inf") if r.get("b_max") is None else r["b_max"]}) for r in rows
         ]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise InvalidInput(str(path), "profiles", f"not a qosmos model database ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidInput("model database", str(path), f"not JSON (line {exc.lineno}: {exc.msg})") from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InvalidInput("model database", str(path), f"not a qosmos model database ({exc})") from None
 
 
 def write_db(path: Path, profiles: Sequence[ThroughputProfile]) -> None:

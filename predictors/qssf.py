@@ -613,6 +613,7 @@ def evaluate_qssf(
     lams: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
     lam: float = 0.5,
     blend: str = "linear",
+    predictor: OnlineQSSF | None = None,
     **options: Any,
 ) -> dict[str, object]:
     """Online replay of every job through :class:`OnlineQSSF`; metrics on the jobs after the
@@ -620,7 +621,8 @@ def evaluate_qssf(
 
     Reports, per λ, Spearman rank correlation of predicted vs actual duration and of the
     GPU-time priority vs actual GPU time, and the median |log error| of the duration.
-    ``options`` go to :class:`OnlineQSSF` (train_after, retrain_every, ...).
+    ``options`` go to :class:`OnlineQSSF` (train_after, retrain_every, ...) unless a fresh
+    ``predictor`` is passed (the caller keeps it, e.g. to save it).
     """
     if not 0 < train_frac < 1:
         raise InvalidInput("train_frac", train_frac, "must be between 0 and 1 (exclusive)")
@@ -629,7 +631,9 @@ def evaluate_qssf(
     train, test = jobs[:cut], jobs[cut:]
     if not train or not test:
         raise InvalidInput("jobs", len(jobs), "too few jobs with a duration to split")
-    q = OnlineQSSF(lam=lam, blend=blend, **options)
+    q = predictor if predictor is not None else OnlineQSSF(lam=lam, blend=blend, **options)
+    if (q.lam, q.blend) != (lam, blend) or q.observed or len(q._pending):
+        raise InvalidInput("predictor", f"λ {q.lam}, {q.blend}", f"need a fresh predictor with λ {lam}, {blend}")
     t0 = time.perf_counter()
     _, parts = replay_online(q, jobs)
     replay_s = time.perf_counter() - t0
