@@ -12,10 +12,14 @@ from qosmos.simulator.traces import (
     TraceFormatError,
     generate_genie,
     generate_helios_synth,
+    helios_duration_stats,
+    infer_format,
     load_helios,
     load_helios_gpu_numbers,
     load_native,
+    load_native_nodes,
     load_openb,
+    load_openb_nodes,
     load_philly,
     load_trace,
     scale_nodes,
@@ -202,3 +206,151 @@ def test_scale_and_unknown_builtin() -> None:
         load_trace("builtin:nope")
     with pytest.raises(InvalidInput):
         load_trace("x.csv", "parquet")
+
+
+# ---- one validation layer: every loader meets bad files the same way ------------------------
+
+PODS_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+)
+PODS = PODS_HEADER + "\np0,1000,1024,1,1000,,LS,Running,10,110,20\n"
+PHILLY = json.dumps([{"jobid": "a", "vc": "v", "submitted_time": "2017-10-03 00:00:00", "attempts": []}])
+
+# (file name, good content, loader reading that file)
+LOADERS = {
+    "openb pods": ("openb_pod_list_x.csv", PODS, lambda p: load_openb(p, p.parent / "n.csv")),
+    "openb nodes": ("openb_nodes.csv", NODES, lambda p: load_openb_nodes(p)),
+    "helios log": ("cluster_log.csv", HELIOS, lambda p: load_helios(p)),
+    "helios gpu numbers": ("gpus.csv", "vc,gpu_num\nx,8", lambda p: load_helios_gpu_numbers(p)),
+    "philly": ("cluster_job_log", PHILLY, lambda p: load_philly(p)),
+    "native jobs": ("jobs.csv", "id,submit,gpus,duration\na,0,1,10", lambda p: load_native(p)),
+    "native nodes": ("mynodes.csv", "name,gpus\nn0,2", lambda p: load_native_nodes(p)),
+}
+
+
+@pytest.fixture
+def node_file(tmp_path: Path) -> Path:
+    return write(tmp_path / "n.csv", NODES)
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_every_loader_binary_non_utf8_and_directory_name_the_file(tmp_path: Path, node_file: Path, loader: str) -> None:
+    name, good, read = LOADERS[loader]
+    p = tmp_path / name
+    for content, reason in (
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary file"),
+        (good.encode() + "\né,1".encode("latin-1"), "not UTF-8 text"),
+    ):
+        p.write_bytes(content)
+        with pytest.raises(InvalidInput, match=reason) as e:
+            read(p)
+        assert name in str(e.value) and not isinstance(e.value, UnicodeDecodeError)
+    d = tmp_path / "adir"
+    d.mkdir(exist_ok=True)
+    # openb and helios also take a folder (the trace's own files inside it): a folder without them
+    folder_ok = loader in ("helios log", "openb pods")
+    with pytest.raises(InvalidInput, match="file not found" if folder_ok else "is a directory") as e:
+        read(d)
+    assert "adir" in str(e.value)
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_every_loader_accepts_a_utf8_bom(tmp_path: Path, node_file: Path, loader: str) -> None:
+    name, good, read = LOADERS[loader]
+    plain = read(write(tmp_path / name, good))
+    bom = read(write(tmp_path / name, "\ufeff" + good))
+    assert repr(bom) == repr(plain)
+
+
+def test_helios_dates_as_written_never_minutes(tmp_path: Path) -> None:
+    write(
+        tmp_path / "cluster_log.csv",
+        HELIOS.replace("2020-09-01 00:05:00,2020-09-01 00:05:30", "2020-09-01 00:01:00,2020-09-01 00:05:30"),
+    )
+    with pytest.raises(TraceFormatError) as e:
+        load_helios(tmp_path)
+    assert str(e.value) == "cluster_log.csv:4: field start_time: before submit_time (got '2020-09-01 00:01:00')"
+
+
+def test_helios_truncated_row_and_negative_duration(tmp_path: Path) -> None:
+    write(tmp_path / "cluster_log.csv", HELIOS + "j6,u3,vcB,1,4,1,COMPLETED,2020-09-01 00:03:00\n")
+    with pytest.raises(TraceFormatError, match=r"cluster_log\.csv:7: field start_time: truncated row: 8 of 12"):
+        load_helios(tmp_path)
+    write(
+        tmp_path / "cluster_log.csv",
+        HELIOS + "j6,u3,vcB,1,4,1,COMPLETED,2020-09-01 00:03:00,2020-09-01 00:03:00,,-5,0\n",
+    )
+    with pytest.raises(TraceFormatError, match=r"cluster_log\.csv:7: field duration: must be >= 0 \(got '-5'\)"):
+        load_helios(tmp_path)
+
+
+def test_native_negative_duration_and_truncated_row(tiny) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(TraceFormatError, match=r"jobs\.csv:3: field duration: must be >= 0 \(got '-4'\)"):
+        load_native(tiny("id,submit,gpus,duration\na,0,1,10\nb,1,1,-4"))
+    with pytest.raises(TraceFormatError, match=r"jobs\.csv:3: field duration: truncated row: 3 of 4 fields"):
+        load_native(tiny("id,submit,gpus,duration\na,0,1,10\nb,1,1"))
+
+
+# ---- messages that used to mislead ---------------------------------------------------------
+
+
+def test_openb_pods_without_format_are_recognised_by_their_columns(tmp_path: Path) -> None:
+    pods = write(tmp_path / "pods.csv", PODS)  # a name that says nothing: the columns say openb
+    assert infer_format(str(pods)) == "openb"
+    with pytest.raises(InvalidInput) as e:
+        load_trace(str(pods))
+    msg = str(e.value)
+    assert "openb pods in pods.csv need their node list" in msg and "--node-list" in msg
+    tr = load_trace(str(pods), node_list=str(write(tmp_path / "n.csv", NODES)))
+    assert [j.id for j in tr.jobs] == ["p0"]
+    with pytest.raises(TraceFormatError, match=r"pods\.csv:1: field id: missing column; .*--format openb"):
+        load_trace(str(pods), "native")
+
+
+def test_builtin_messages() -> None:
+    with pytest.raises(InvalidInput) as e:
+        load_trace("builtin:nope")
+    assert "None" not in str(e.value) and "builtin:helios-synth" in str(e.value)
+    with pytest.raises(InvalidInput) as e:
+        load_trace("builtin:helios-synth", "helios", jobs=10)
+    assert "not found" not in str(e.value) and "--format helios-synth" in str(e.value)
+    with pytest.raises(InvalidInput, match="hours") as e:
+        load_trace("builtin:genie", "genie", hours=0)
+    assert "density" not in str(e.value)
+
+
+def test_native_without_nodes_states_its_default_cluster(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    p = tiny("id,submit,gpus,duration\na,0,1,10")
+    (tmp_path / "nodes.csv").unlink()
+    tr = load_trace(str(p))
+    assert len(tr.nodes) == 4 and all(n.gpus == 8 for n in tr.nodes)
+    assert any("default cluster of 4 nodes x 8 GPUs" in n for n in tr.notes)
+    tr = load_trace(str(p), nodes=2, gpus_per_node=2)
+    assert len(tr.nodes) == 2 and any("--nodes" in n for n in tr.notes)
+
+
+def test_cluster_options_are_never_silently_replaced() -> None:
+    with pytest.raises(InvalidInput, match="nodes=0"):
+        load_trace("builtin:openb-sample", nodes=0)
+    with pytest.raises(InvalidInput, match="nodes=0"):
+        load_trace("builtin:genie", nodes=0)
+    with pytest.raises(InvalidInput, match=r"gpus_per_node=4.*--nodes"):
+        load_trace("builtin:openb-sample", gpus_per_node=4)
+
+
+def test_helios_summary_comes_from_the_shared_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "helios").mkdir()
+    (tmp_path / "SOURCES.md").write_text("test data")
+    write(tmp_path / "helios" / "helios_cluster_summary.csv", "id,med_run_time_gpu,avg_run_time_gpu\ntotal,100,900")
+    monkeypatch.setenv("QOSMOS_SHARED", str(tmp_path))
+    assert helios_duration_stats() == (100.0, 900.0)
+    tr = generate_helios_synth(50, seed=0)
+    assert "median 100 s mean 900 s" in tr.notes[0]
+
+
+def test_progress_reaches_the_end_a_few_times(tmp_path: Path) -> None:
+    write(tmp_path / "cluster_log.csv", HELIOS)
+    for spec, kw in ((str(tmp_path), {}), ("builtin:helios-synth", {"jobs": 100}), ("builtin:openb-sample", {})):
+        calls: list[tuple[int, int]] = []
+        load_trace(spec, progress=lambda d, t: calls.append((d, t)), **kw)  # noqa: B023
+        assert 1 <= len(calls) <= 300 and calls[-1][0] == calls[-1][1] > 0
