@@ -6,14 +6,14 @@ and CNI plugins, a kubelet from the same Kubernetes version as the control plane
 OCI images imported into containerd: ``qosmos.local/pause:3.10`` (the sandbox) and
 ``qosmos.local/debian:bookworm`` (debootstrap minbase + iperf3). No registry is used.
 
-Network rule — nothing leaves the machine: the node's IP sits on a dummy interface, the kubelet
+Network rule — nothing leaves the machine: the node's IP is an extra address on ``lo``, the kubelet
 serves only there, pods live on a local bridge with no gateway and no masquerading (they reach
 each other, nothing else), and the service CIDR gets a blackhole route.
 
 Host state the node changes is recorded before and put back on ``stop()``: the sysctls the
 kubelet sets (vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops,
 kernel.keys.*), net.ipv4.ip_forward, the iptables rules (when iptables is installed), the
-dummy interface, the bridge, the blackhole route, the kubepods cgroups, mounts and network
+node address on lo, the bridge, the blackhole route, the kubepods cgroups, mounts and network
 namespaces the pods left. Needs root. ``QOSMOS_NODE_KEEP=1`` keeps the work dir for debugging.
 """
 
@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,8 @@ from qosmos.testing.controlplane import (
 
 PAUSE_IMAGE = "qosmos.local/pause:3.10"
 DEBIAN_IMAGE = "qosmos.local/debian:bookworm"
-NODE_IP = "10.255.255.1"  # on a dummy interface: local delivery only
-NODE_IFACE = "qosmos-node0"
+NODE_IP = "10.255.255.1"  # an extra address on lo: local delivery only
+NODE_IFACE = "lo"
 BRIDGE = "qosmos0"
 POD_CIDR = "10.244.0.0/24"
 CNI_BIN_DIR = Path("/usr/lib/cni")
@@ -123,6 +124,17 @@ def ensure_built() -> None:
     if proc.returncode != 0 or artefacts_missing():
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
         raise NodeError(f"hack/node/build.sh failed (rc={proc.returncode}):\n{tail}")
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+    """Poll ``pred`` until it returns something truthy; AssertionError naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def _run(*argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -330,6 +342,19 @@ class Node:
             time.sleep(0.3)
         raise NodeError(f"pod {namespace}/{name} not Running after {timeout}s: {json.dumps(pod.get('status'))[:2000]}")
 
+    def wait_finished(self, name: str, namespace: str = "default", timeout: float = 120) -> dict[str, Any]:
+        """Wait until a pod has Succeeded or Failed; returns its JSON."""
+
+        def done() -> dict[str, Any] | None:
+            p = self.cp.kubectl("get", "pod", "-n", namespace, name, "-o", "json", check=False)
+            if p.returncode == 0:
+                pod = json.loads(p.stdout)
+                if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                    return pod
+            return None
+
+        return wait_for(done, timeout, f"pod {namespace}/{name} to finish", every=0.5)
+
     def delete_pods(self, *names: str, namespace: str = "default") -> None:
         if names:
             self.cp.kubectl("delete", "pod", "-n", namespace, "--grace-period=0", "--force", "--wait=false",
@@ -359,10 +384,7 @@ class Node:
     # -- start --------------------------------------------------------------------------------
 
     def _network_up(self) -> None:
-        if NODE_IFACE not in os.listdir("/sys/class/net"):
-            _run("ip", "link", "add", NODE_IFACE, "type", "dummy")
         _run("ip", "addr", "replace", f"{NODE_IP}/32", "dev", NODE_IFACE)
-        _run("ip", "link", "set", NODE_IFACE, "up")
         _run("ip", "route", "replace", "blackhole", SERVICE_CIDR)
         cni = self.workdir / "cni"
         cni.mkdir()
@@ -487,7 +509,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "healthzBindAddress": "127.0.0.1",
             "healthzPort": free_port(),
             "authentication": {
-                "anonymous": {"enabled": True},  # served on the dummy interface only
+                "anonymous": {"enabled": True},  # served on the node address only (on lo)
                 "webhook": {"enabled": False},
                 "x509": {"clientCAFile": str(w / "ca.crt")},
             },
@@ -578,7 +600,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self._remove_cgroups()
         for cmd in (
             ("ip", "link", "del", BRIDGE),
-            ("ip", "link", "del", NODE_IFACE),
+            ("ip", "addr", "del", f"{NODE_IP}/32", "dev", NODE_IFACE),
             ("ip", "route", "del", "blackhole", SERVICE_CIDR),
         ):
             _run(*cmd, check=False)

@@ -1,0 +1,328 @@
+"""The SODA node agent on a real kubelet node: cores of real pods, halving, resctrl, kill/restart, tc HTB."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from qosmos.predictors.soda_cpu import plateau_curve
+from qosmos.sidecar.actuators import CgroupV1Cpu, ResctrlMba
+from qosmos.sidecar.agent import AgentOptions, NodeAgent
+from qosmos.sidecar.cgroups import container_children, detect_layout, parse_cpuset
+from qosmos.sidecar.fakes import make_resctrl_tree
+from qosmos.sidecar.fs import FakeKernelFS
+from qosmos.sidecar.sources import DeclaredBandwidthSource
+from qosmos.testing.controlplane import free_port
+from qosmos.testing.node import CGROUP_ROOT, Node, wait_for
+
+pytestmark = pytest.mark.node
+
+MANAGED = {"qosmos.io/node-agent": "managed"}
+# Two busy threads, and a line with the CPUs the pod may use every 0.3 s (read inside the pod).
+BUSY = "for i in 1 2; do (while :; do :; done) & done; while :; do grep Cpus_allowed_list /proc/self/status; sleep 0.3; done"
+
+
+def _cpus(d: Path) -> set[int]:
+    return set(parse_cpuset((d / "cpuset.cpus").read_text()))
+
+
+def container_cpus(node: Node, pod: dict[str, Any]) -> set[int]:
+    """The CPUs of the pod's main container cgroup (they all agree once the agent is done)."""
+    sets = [frozenset(_cpus(c)) for c in container_children(node.pod_cgroup(pod, "cpuset"))]
+    return set(max(sets, key=len)) if len(set(sets)) == 1 else set()
+
+
+def cpu_stat(node: Node, pod: dict[str, Any]) -> dict[str, int]:
+    text = (node.pod_cgroup(pod, "cpu") / "cpu.stat").read_text()
+    return {k: int(v) for k, v in (ln.split() for ln in text.splitlines())}
+
+
+def allowed_inside(node: Node, pod: dict[str, Any]) -> str:
+    """The last Cpus_allowed_list the pod printed about itself."""
+    lines = re.findall(r"Cpus_allowed_list:\s*(\S+)", node.pod_log(pod))
+    return lines[-1] if lines else ""
+
+
+def all_valid(node: Node, pods: list[dict[str, Any]]) -> list[str]:
+    """Every cgroup of every pod: a non-empty cpuset within its parent's (problems listed)."""
+    bad = []
+    for pod in pods:
+        pd = node.pod_cgroup(pod, "cpuset")
+        parent = _cpus(pd.parent)
+        own = _cpus(pd)
+        if not own or not own <= parent:
+            bad.append(f"{pod['metadata']['name']}: pod cpuset {own} (parent {parent})")
+        for c in container_children(pd):
+            s = _cpus(c)
+            if not s or not s <= own:
+                bad.append(f"{pod['metadata']['name']}/{c.name[:12]}: {s} (pod {own})")
+    return bad
+
+
+def node_cpus() -> set[int]:
+    return _cpus(CGROUP_ROOT / "cpuset" / "kubepods")
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[Callable[..., threading.Event]]:
+    """Background writers of the declared sources the agent reads; stopped after the test."""
+    stops: list[threading.Event] = []
+
+    def start(fn: Callable[[], None], every: float = 0.2) -> threading.Event:
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set():
+                fn()
+                stop.wait(every)
+
+        threading.Thread(target=loop, daemon=True).start()
+        stops.append(stop)
+        return stop
+
+    yield start
+    for s in stops:
+        s.set()
+
+
+def write_json(path: Path, doc: object) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)  # atomic: the agent never reads half a file
+
+
+def test_adaptive_cores_on_a_real_pod(node: Node, agent: Any, driver: Any, tmp_path: Path) -> None:
+    """§V-B on the node: the search changes a CPU-hungry pod's cores, measured inside the pod and in cpu.stat."""
+    cpus = node_cpus()
+    if len(cpus) < 2:
+        pytest.skip(f"the node has {len(cpus)} CPU: nothing to search over")
+    pod = node.run_pod(
+        node.pod_manifest(
+            "train",
+            BUSY,
+            labels=MANAGED,
+            annotations={"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"},
+        )
+    )
+    key = "default/train"
+    wait_for(lambda: allowed_inside(node, pod), 20, "the pod's first Cpus_allowed_list")
+    before_inside, before_stat = allowed_inside(node, pod), cpu_stat(node, pod)
+    assert set(parse_cpuset(before_inside)) == cpus  # no limit: every CPU of the node
+
+    gpu = tmp_path / "gpu.json"
+    curve = plateau_curve(1)  # the training job's GPU utilisation stops improving beyond 1 core
+    seen: list[int] = []
+
+    def feed() -> None:  # responds to the cores the pod really has now
+        n = len(container_cpus(node, pod))
+        if n:
+            if not seen or seen[-1] != n:
+                seen.append(n)
+            write_json(gpu, {key: curve(n)})
+
+    driver(feed, 0.1)
+    port = free_port()
+    a = agent("--gpu-util", str(gpu), "--membw", "none", "--step-seconds", "3", "--warmup-seconds", "0.5",
+              "--interval", "0.3", "--metrics-port", str(port))  # fmt: skip
+
+    def annotated() -> str | None:
+        p = node.cp.kubectl("get", "pod", "train", "-o", "jsonpath={.metadata.annotations.qosmos\\.io/soda-cores}")
+        return p.stdout.strip() or None
+
+    best = wait_for(annotated, 60, f"the search to finish; agent log:\n{a.log()[-3000:]}")
+    assert best == "1"
+    assert seen[0] == min(3, len(cpus)) and seen[-1] == 1  # CV start point (§V-B-1), clamped to the node
+    wait_for(lambda: allowed_inside(node, pod) == "0", 10, "Cpus_allowed_list 0 inside the pod")
+    time.sleep(1.5)
+    after = cpu_stat(node, pod)
+    # two busy threads on one core's worth of CFS quota: the pod is throttled now
+    assert after["nr_throttled"] > before_stat["nr_throttled"]
+    assert CgroupV1Cpu().read_quota(node.pod_cgroup(pod, "cpu")) == 100_000
+    events = node.cp.kubectl("get", "events", "--field-selector", "reason=CoreSearchDone", "-o", "json").stdout
+    msgs = [e["message"] for e in json.loads(events)["items"] if e["involvedObject"]["name"] == "train"]
+    assert msgs and re.search(r"done after [1-4] steps: 1 cores", msgs[0])
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'qosmos_sidecar_pod_cpuset_cpus{namespace="default",pod="train"} 1.0' in metrics
+    assert re.search(r'qosmos_sidecar_pod_throttled_periods\{namespace="default",pod="train"\} [1-9]', metrics)
+    print(f"\n§V-B on the node: tried {seen}, best {best}; inside the pod {before_inside} -> "
+          f"{allowed_inside(node, pod)}; nr_throttled {before_stat['nr_throttled']} -> {after['nr_throttled']}")  # fmt: skip
+
+
+def test_halve_cores_without_rdt(node: Node, agent: Any, tmp_path: Path) -> None:
+    """§V-E fallback on the node (no RDT here): CPU jobs' cores halved above 75 % of peak, restored below."""
+    cpus = node_cpus()
+    if len(cpus) < 2:
+        pytest.skip("one CPU cannot be halved")
+    job = node.run_pod(node.pod_manifest("cpujob", BUSY, labels=MANAGED, annotations={"qosmos.io/job-kind": "cpu"}))
+    other = node.run_pod(node.pod_manifest("bystander", BUSY))  # not managed: never touched
+    bw = tmp_path / "bw.json"
+    write_json(bw, {"bytes_per_second": 3e9, "peak_bytes_per_second": 1e10})
+    a = agent("--gpu-util", "none", "--membw", str(bw), "--interval", "0.3", "--resctrl-root", str(tmp_path / "no"))
+    time.sleep(2)
+    assert container_cpus(node, job) == cpus
+    write_json(bw, {"bytes_per_second": 8e9, "peak_bytes_per_second": 1e10})
+    half = set(sorted(cpus)[-(len(cpus) + 1) // 2 :])
+    wait_for(lambda: container_cpus(node, job) == half, 20, f"halved cores; agent log:\n{a.log()[-2000:]}")
+    want = ",".join(map(str, sorted(half))) if len(half) == 1 else None
+    if want:
+        wait_for(lambda: allowed_inside(node, job) == want, 10, "the halved set inside the pod")
+    t0 = cpu_stat(node, job)["nr_throttled"]
+    time.sleep(1.5)
+    assert cpu_stat(node, job)["nr_throttled"] > t0  # two busy threads on half the quota
+    assert container_cpus(node, other) == cpus
+    write_json(bw, {"bytes_per_second": 5e9, "peak_bytes_per_second": 1e10})
+    wait_for(lambda: container_cpus(node, job) == cpus, 20, "restored cores")
+    assert CgroupV1Cpu().read_quota(node.pod_cgroup(job, "cpu")) == -1
+    assert container_cpus(node, other) == cpus
+
+
+def test_resctrl_group_gets_the_cpu_jobs_real_threads(node: Node, tmp_path: Path) -> None:
+    """MBA against a resctrl tree the test builds (this VM has no RDT), with the node's real pods."""
+    job = node.run_pod(node.pod_manifest("mbajob", BUSY, labels=MANAGED, annotations={"qosmos.io/job-kind": "cpu"}))
+    train = node.run_pod(
+        node.pod_manifest("mbatrain", BUSY, labels=MANAGED, annotations={"qosmos.io/job-kind": "training"})
+    )
+    rdt = make_resctrl_tree(tmp_path / "resctrl")
+    bw = tmp_path / "bw.json"
+    write_json(bw, {"bytes_per_second": 9e9, "peak_bytes_per_second": 1e10})
+    from kubernetes import client
+
+    api = client.CoreV1Api(node.cp.api_client())
+    layout = detect_layout(CGROUP_ROOT, "cgroupfs")
+    ag = NodeAgent(node.name, api, layout, CgroupV1Cpu(), None, DeclaredBandwidthSource(str(bw)),
+                   mba=ResctrlMba(rdt, FakeKernelFS()), options=AgentOptions(interval=0.2))  # fmt: skip
+    ag.reconcile()
+    threads = sorted(
+        int(t) for c in container_children(node.pod_cgroup(job, "cpuset")) for t in (c / "tasks").read_text().split()
+    )
+    assert len(threads) >= 3  # sh + two busy subshells (+ the pause process)
+    group = sorted(int(t) for t in (rdt / "qosmos-cpu-jobs" / "tasks").read_text().split())
+    assert group == threads
+    assert (rdt / "qosmos-cpu-jobs" / "schemata").read_text().strip() == "MB:0=50;1=50"
+    train_threads = {
+        t for c in container_children(node.pod_cgroup(train, "cpuset")) for t in (c / "tasks").read_text().split()
+    }
+    assert not train_threads & {str(t) for t in group}  # only CPU jobs are throttled
+    write_json(bw, {"bytes_per_second": 1e9, "peak_bytes_per_second": 1e10})
+    ag.reconcile()
+    assert (rdt / "qosmos-cpu-jobs" / "tasks").read_text().split() == []
+    assert (rdt / "qosmos-cpu-jobs" / "schemata").read_text().strip() == "MB:0=100;1=100"
+
+
+def test_agent_killed_mid_adjustment_leaves_valid_cpusets(node: Node, agent: Any, driver: Any, tmp_path: Path) -> None:
+    """SIGKILL the agent at random moments while it keeps changing cpusets; every pod stays valid."""
+    cpus = node_cpus()
+    pods = [
+        node.run_pod(node.pod_manifest(f"flip-{i}", BUSY, labels=MANAGED, annotations={"qosmos.io/job-kind": role}))
+        for i, role in enumerate(("cpu", "cpu", "training"))
+    ]
+    bystander = node.run_pod(node.pod_manifest("bystander", BUSY))
+    bw, gpu = tmp_path / "bw.json", tmp_path / "gpu.json"
+    flip = {"n": 0}
+
+    def feed() -> None:  # contention on/off every 0.2 s: CPU jobs flip between all and half the cores
+        flip["n"] += 1
+        write_json(bw, {"bytes_per_second": 9e9 if flip["n"] % 2 else 1e9, "peak_bytes_per_second": 1e10})
+        write_json(gpu, {"*": random.uniform(10, 90)})
+
+    driver(feed, 0.2)
+    args = ("--gpu-util", str(gpu), "--membw", str(bw), "--interval", "0.05", "--step-seconds", "0.2",
+            "--warmup-seconds", "0", "--resctrl-root", str(tmp_path / "no"))  # fmt: skip
+    rng = random.Random(13)
+    kills, changes = 0, set()
+    for _ in range(12):
+        a = agent(*args)
+        deadline = time.monotonic() + rng.uniform(1.5, 3.0)
+        while time.monotonic() < deadline:
+            changes.add(frozenset(container_cpus(node, pods[0])))
+            time.sleep(0.05)
+        a.kill(signal.SIGKILL)
+        kills += 1
+        assert all_valid(node, [*pods, bystander]) == [], f"after kill {kills}"
+    assert len(changes - {frozenset()}) >= 2, "the agent never changed the cpusets: the kills proved nothing"
+    assert container_cpus(node, bystander) == cpus
+    for p in pods:
+        assert node.wait_pod(p["metadata"]["name"], timeout=5)["status"]["phase"] == "Running"
+    a = agent(*args)
+    time.sleep(2)
+    a.kill(signal.SIGTERM)
+    assert all_valid(node, [*pods, bystander]) == []
+    print(f"\nkilled the agent {kills} times mid-adjustment; cpusets seen on flip-0: {sorted(map(sorted, changes))}")
+
+
+# --------------------------------------------------------------------------- network (§V-E)
+
+
+def host_veth(node: Node, pod: dict[str, Any]) -> str:
+    """The host side of the pod's eth0 (``eth0@ifN`` inside -> the host interface with index N)."""
+    task = next(
+        t for c in container_children(node.pod_cgroup(pod, "cpuset")) for t in (c / "tasks").read_text().split()
+    )
+    out = subprocess.run(["nsenter", "-t", task, "-n", "ip", "-o", "link", "show", "eth0"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    idx = re.search(r"eth0@if(\d+)", out)
+    assert idx, out
+    for dev in Path("/sys/class/net").iterdir():
+        if (dev / "ifindex").read_text().strip() == idx.group(1):
+            return dev.name
+    raise AssertionError(f"no host interface with index {idx.group(1)}")
+
+
+def iperf_client(
+    node: Node, name: str, server: str, port: int, start_at: int, seconds: int, role: str, multi: bool
+) -> dict[str, Any]:
+    cmd = f"sleep $(( {start_at} - $(date +%s) )) 2>/dev/null; iperf3 -c {server} -p {port} -t {seconds} -J"
+    ann = {"qosmos.io/job-kind": role, "qosmos.io/multi-node": "true" if multi else "false"}
+    return node.run_pod(node.pod_manifest(name, cmd, labels=MANAGED, annotations=ann))
+
+
+def received_mbit(node: Node, pod: dict[str, Any]) -> float:
+    done = node.wait_finished(pod["metadata"]["name"], timeout=120)
+    text = node.pod_log(done)
+    doc = json.loads(text[text.index("{") :])
+    assert "error" not in doc, doc.get("error")
+    return float(doc["end"]["sum_received"]["bits_per_second"]) / 1e6
+
+
+LINK_MBIT = 200
+
+
+def test_htb_split_between_gpu_and_cpu_jobs(node: Node, agent: Any) -> None:
+    """Two saturating iperf3 flows on the node's bridge: 75/25 under HTB, and a flow alone gets the link."""
+    server = node.run_pod(node.pod_manifest("iperf-server", "iperf3 -s -p 5201 & iperf3 -s -p 5202 & wait"))
+    sip = server["status"]["podIP"]
+    dev = host_veth(node, server)
+    marker = node.run_pod(node.pod_manifest("gpu-marker", "sleep 3600", labels=MANAGED,
+        annotations={"qosmos.io/job-kind": "training", "qosmos.io/multi-node": "true", "qosmos.io/soda-cores": "2"}))  # fmt: skip
+    del marker
+    now = int(time.time())
+    g = iperf_client(node, "gpu-alone", sip, 5201, now + 4, 5, "training", True)
+    a = agent(
+        "--gpu-util", "none", "--membw", "none", "--interval", "0.3", "--tc-dev", dev, "--link-mbit", str(LINK_MBIT)
+    )
+    gpu_alone = received_mbit(node, g)
+    tc = subprocess.run(["tc", "class", "show", "dev", dev], capture_output=True, text=True).stdout
+    assert "50:10" in tc and "50:20" in tc, f"HTB not installed on {dev}: {tc}\n{a.log()[-2000:]}"
+    now = int(time.time())
+    c = iperf_client(node, "cpu-alone", sip, 5202, now + 4, 5, "cpu", False)
+    cpu_alone = received_mbit(node, c)
+    start = int(time.time()) + 6
+    g2 = iperf_client(node, "gpu-both", sip, 5201, start, 10, "training", True)
+    c2 = iperf_client(node, "cpu-both", sip, 5202, start, 10, "cpu", False)
+    gpu_both, cpu_both = received_mbit(node, g2), received_mbit(node, c2)
+    share = gpu_both / (gpu_both + cpu_both)
+    print(f"\nHTB on {dev} at {LINK_MBIT} Mbit/s: GPU alone {gpu_alone:.1f}, CPU alone {cpu_alone:.1f}; "
+          f"together GPU {gpu_both:.1f} + CPU {cpu_both:.1f} Mbit/s -> GPU share {share:.3f}")  # fmt: skip
+    assert gpu_alone >= 0.9 * LINK_MBIT and cpu_alone >= 0.9 * LINK_MBIT  # borrowing: ceil = link
+    assert abs(share - 0.75) <= 0.075  # within ±10 % of 75/25
+    assert gpu_both + cpu_both >= 0.9 * LINK_MBIT
