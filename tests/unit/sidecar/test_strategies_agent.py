@@ -264,3 +264,21 @@ def test_history_file_errors_are_one_line(tmp_path: Path) -> None:
     f.write_text("{\n oops")
     with pytest.raises(InvalidInput, match="line 2"):
         load_history(f)
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from qosmos.cli import app
+
+    runner = CliRunner()
+    h = tmp_path / "h.json"
+    h.write_text("[1, 2]")
+    r = runner.invoke(app, ["sidecar", "run", "--node", "n", "--history", str(h)])
+    assert r.exit_code == 2 and "expected an object" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["sidecar", "run", "--node", "n", "--cgroup-driver", "weird"])
+    assert r.exit_code == 2 and "--cgroup-driver" in r.output
+    r = runner.invoke(app, ["sidecar", "run", "--node", "n", "--tc-dev", "eth0"])
+    assert r.exit_code == 2 and "--link-mbit" in r.output
+    r = runner.invoke(app, ["sidecar", "run", "--node", "n", "--kubeconfig", str(tmp_path / "missing")])
+    assert r.exit_code == 2 and "missing" in r.output
