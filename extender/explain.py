@@ -23,7 +23,7 @@ from qosmos.extender.core.types import Platform
 MAX_BATCH = 2**24  # global batch, samples
 MAX_ITERS = 10**9
 MAX_NODES = 100_000  # platform N
-MAX_GPUS_PER_NODE = 64  # platform G
+MAX_GPUS_PER_NODE = 32  # platform G (DGX/HGX nodes hold 8 or 16)
 MAX_LATENCY_S = 366 * 86400.0  # a task that needs more than a year on its fastest placement
 MAX_ABS_TIME_S = 1e12  # submit / now, seconds
 

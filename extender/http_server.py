@@ -89,6 +89,8 @@ class ExtenderHTTP:
             if verb in GETS:
                 return _error(405, f"/{verb} takes GET, not {method}")
             return _error(404, f"no such endpoint {path!r}")
+        if verb in GETS:
+            return _error(405, f"/{verb} takes GET, not {method}")
         if verb not in VERBS:
             return _error(404, f"no such verb {verb!r}; expected one of {', '.join(VERBS)}")
         if len(body) > self.max_body:

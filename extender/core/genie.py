@@ -189,8 +189,8 @@ def waiting_allowance(task_deadline: float, lat: float, now: float) -> float:
 
 
 # The most GPUs one placement may use. It bounds Alg. 1's enumeration on any platform: at
-# most sum_g floor(MAX / g) ~ MAX (ln MAX + 0.58), about 35,000 shapes, whatever N and G.
-MAX_PLACEMENT_GPUS = 4096
+# most sum_{g <= G} min(N, floor(MAX / g)) <= MAX (ln G + 0.58) shapes, e.g. 8,300 for G = 32.
+MAX_PLACEMENT_GPUS = 2048
 
 
 def placement_gpu_cap(platform: Platform, batch: int | None = None, max_gpus: int | None = None) -> int:

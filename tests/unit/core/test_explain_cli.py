@@ -216,7 +216,7 @@ def test_big_platform_is_bounded_and_says_so() -> None:
     code = (
         "import typer; from qosmos.extender.cli import register; app = typer.Typer(); register(app); "
         "app(['explain', '--model', 'ResNet50', '--batch', '1000000', '--iters', '100', '--nodes', '100000', "
-        "'--gpus-per-node', '64', '--json'], standalone_mode=True)"
+        "'--gpus-per-node', '32', '--json'], standalone_mode=True)"
     )
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -225,8 +225,8 @@ def test_big_platform_is_bounded_and_says_so() -> None:
     out = json.loads(proc.stdout)
     assert out["max_placement_gpus"] == genie.MAX_PLACEMENT_GPUS
     assert max(r["d_node"] * r["d_gpn"] for r in out["placements"]) == genie.MAX_PLACEMENT_GPUS
-    assert any("limited to 4096 GPUs" in n for n in out["notes"])
-    assert len(out["placements"]) == genie.count_shapes(Platform(100_000, 64), 1_000_000)
+    assert any("limited to 2048 GPUs" in n for n in out["notes"])
+    assert len(out["placements"]) == genie.count_shapes(Platform(100_000, 32), 1_000_000)
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     assert peak_mb < 600, peak_mb
     assert wall < 60

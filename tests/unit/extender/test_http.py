@@ -215,3 +215,38 @@ def test_real_server_round_trip_and_limits(server: HTTPServer, names: list[str])
     r = conn.getresponse()
     assert r.status == 400
     conn.close()
+
+
+def test_get_on_a_verb_is_405_with_allow(server: HTTPServer) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    for method, path, allow in (("GET", "/filter", "POST"), ("GET", "/prioritize", "POST"), ("POST", "/readyz", "GET")):
+        conn.request(method, path, b"" if method == "GET" else b"{}")
+        r = conn.getresponse()
+        body = orjson.loads(r.read())
+        assert (r.status, r.getheader("Allow")) == (405, allow), path
+        assert allow in body["Error"]
+    conn.request("GET", "/nothing")
+    r = conn.getresponse()
+    r.read()
+    assert r.status == 404
+    conn.close()
+
+
+def test_bind_errors_carry_the_api_message_not_raw_headers(cache: ClusterCache) -> None:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3 import HTTPResponse
+
+    def refuse(*_: str) -> None:
+        raw = HTTPResponse(
+            body=b'{"kind":"Status","message":"pods \\"b\\" not found","reason":"NotFound","code":404}',
+            headers={"Audit-Id": "0f1e2d", "Content-Type": "application/json", "X-Kubernetes-Pf-Flowschema-Uid": "z"},
+            status=404,
+            reason="Not Found",
+            preload_content=True,
+        )
+        raise ApiException(http_resp=raw)
+
+    svc = ExtenderService(cache, assume=False, binder=refuse)
+    out = svc.bind({"PodName": "b", "PodNamespace": "ns", "PodUID": "uid-b", "Node": "a4"})
+    assert out == {"Error": 'API server answered 404 Not Found: pods "b" not found'}
+    assert "Audit-Id" not in out["Error"] and "\n" not in out["Error"]
