@@ -8,6 +8,10 @@ separate processes so the client's work never shares the server's GIL.
 ``scheduling``: end-to-end scheduling throughput of openb GPU pods on the 1,523 fake openb
 nodes of a real control plane, with a kube-scheduler using the extender and with one
 using the default profile alone.
+
+Only the benchmarks need a throw-away control plane and fake nodes: ``qosmos.testing`` is
+imported inside the functions that use them, never at module level, so the extender's
+production code never loads it (an import-linter contract checks the modules it names).
 """
 
 from __future__ import annotations
@@ -255,7 +259,7 @@ def _bench_scheduler_config(name: str, extender_url: str | None, percentage: int
     ``percentage`` overrides the qosmos profile's percentageOfNodesToScore (0: kube-scheduler's adaptive default).
     """
     import yaml
-    from qosmos.testing.controlplane import qosmos_scheduler_config, scheduler_config
+    from qosmos.extender.schedconfig import qosmos_scheduler_config, scheduler_config
 
     if extender_url:
         kw = {} if percentage is None else {"percentage_of_nodes_to_score": percentage}
@@ -537,7 +541,8 @@ def bench_scheduling(
     """
     import tempfile
 
-    from qosmos.testing.controlplane import PERCENTAGE_OF_NODES_TO_SCORE, ControlPlane, free_port
+    from qosmos.extender.schedconfig import PERCENTAGE_OF_NODES_TO_SCORE
+    from qosmos.testing.controlplane import ControlPlane, free_port
     from qosmos.testing.fakenodes import create_nodes
 
     rows = openb_gpu_pods(pods)

@@ -33,6 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from qosmos.extender.schedconfig import (  # re-exported: the production scheduler profile
+    EXTENDER_WEIGHT,  # noqa: F401
+    PERCENTAGE_OF_NODES_TO_SCORE,  # noqa: F401
+    ExtenderClientTLS,  # noqa: F401
+    qosmos_scheduler_config,  # noqa: F401
+    scheduler_config,
+)
 
 DEFAULT_K8S_VERSION = "v1.34.4"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
@@ -306,57 +313,9 @@ class Component:
 # --------------------------------------------------------------------------- scheduler configs
 
 
-def scheduler_config(
-    scheduler_name: str = "default-scheduler",
-    extenders: list[dict[str, Any]] | None = None,
-    kubeconfig: str | None = None,
-    percentage_of_nodes_to_score: int | None = None,
-) -> str:
-    """A ``kubescheduler.config.k8s.io/v1`` config with one profile and leader election off."""
-    profile: dict[str, Any] = {"schedulerName": scheduler_name}
-    if percentage_of_nodes_to_score is not None:
-        profile["percentageOfNodesToScore"] = percentage_of_nodes_to_score
-    cfg: dict[str, Any] = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "leaderElection": {"leaderElect": False},
-        "profiles": [profile],
-    }
-    if kubeconfig:
-        cfg["clientConnection"] = {"kubeconfig": kubeconfig}
-    if extenders:
-        cfg["extenders"] = extenders
-    return yaml.safe_dump(cfg, sort_keys=False)
-
-
-EXTENDER_WEIGHT = 10  # a 0-10 extender score x weight must outweigh kube-scheduler's own 0-100 plugin scores
-# kube-scheduler stops filtering once this share of nodes is feasible (0: its adaptive default,
-# 38% at 1,523 nodes). The extender adds a round trip per pod, and its shortlist makes a wide
-# window matter less: at 20% openb pods bind ~1.5x faster for slightly looser packing
-# (extender/README.md, "Throughput").
-PERCENTAGE_OF_NODES_TO_SCORE = 20
-
-
-def qosmos_scheduler_config(
-    extender_url: str,
-    ignorable: bool = True,
-    weight: int = EXTENDER_WEIGHT,
-    percentage_of_nodes_to_score: int | None = PERCENTAGE_OF_NODES_TO_SCORE,
-    scheduler_name: str = "qosmos-scheduler",
-) -> str:
-    """Config for a second scheduler ``qosmos-scheduler`` calling the qosmos HTTP extender."""
-    ext = {
-        "urlPrefix": extender_url,
-        "filterVerb": "filter",
-        "prioritizeVerb": "prioritize",
-        "weight": weight,
-        "nodeCacheCapable": True,
-        "ignorable": ignorable,
-        "enableHTTPS": False,
-        "httpTimeout": "5s",
-        "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}],
-    }
-    return scheduler_config(scheduler_name, [ext], percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+# The production profile (scheduler_config, qosmos_scheduler_config, EXTENDER_WEIGHT,
+# PERCENTAGE_OF_NODES_TO_SCORE) lives in qosmos.extender.schedconfig, since production code
+# never imports qosmos.testing; it is re-exported here (see the imports) for the tests.
 
 
 # --------------------------------------------------------------------------- control plane

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from qosmos.testing.controlplane import ControlPlane, qosmos_scheduler_config, scheduler_config
+from qosmos.extender.schedconfig import qosmos_scheduler_config, scheduler_config
+from qosmos.testing.controlplane import ControlPlane
 from qosmos.testing.fakenodes import gpu_pod_manifest
 
 pytestmark = pytest.mark.integration
@@ -128,17 +129,3 @@ def test_qosmos_scheduler_config_is_accepted(
         _wait(lambda: v1.read_namespaced_pod("ext-ignored", k8s_namespace).spec.node_name, what="pod binding")
     finally:
         sched.stop()
-
-
-def test_qosmos_scheduler_config_shape() -> None:
-    import yaml
-
-    cfg = yaml.safe_load(qosmos_scheduler_config("http://127.0.0.1:8888/qosmos", ignorable=False))
-    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
-    assert cfg["leaderElection"] == {"leaderElect": False}
-    assert [p["schedulerName"] for p in cfg["profiles"]] == ["qosmos-scheduler"]
-    assert cfg["profiles"][0]["percentageOfNodesToScore"] == 20
-    (ext,) = cfg["extenders"]
-    assert ext["urlPrefix"] == "http://127.0.0.1:8888/qosmos"
-    assert ext["ignorable"] is False and ext["nodeCacheCapable"] is True
-    assert ext["managedResources"] == [{"name": GPU, "ignoredByScheduler": False}]
