@@ -14,6 +14,8 @@ from .extender_fixtures import ExtenderProcess, gpu_pod, snapshot_cache, wait_fo
 
 extender = fx.extender  # fixtures
 qosmos_scheduler = fx.qosmos_scheduler
+tls_extender = fx.tls_extender
+tls_scheduler = fx.tls_scheduler
 
 pytestmark = pytest.mark.integration
 
@@ -152,3 +154,42 @@ def test_unknown_virtual_cluster_stays_pending(k8s_api: Any, k8s_namespace: str,
         return next((e.message for e in events if e.reason == "FailedScheduling"), "")
 
     assert "not in the pod's virtual cluster 'vc-nowhere'" in wait_for(failed_event, 60, what="FailedScheduling")
+
+
+def test_kube_scheduler_schedules_through_the_extender_over_tls(
+    k8s_api: Any, k8s_namespace: str, tls_scheduler: Any, tls_extender: ExtenderProcess
+) -> None:
+    """kube-scheduler (enableHTTPS, tlsConfig with its client certificate) schedules through an
+    extender that refuses every caller without a certificate its CA signed."""
+    import http.client
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    import orjson
+
+    assert tls_extender.pki is not None
+    v1 = client.CoreV1Api(k8s_api)
+    for k, gpus in enumerate([1, 2, 4]):
+        name = f"tls-{k}"
+        pod = gpu_pod(name, gpus, scheduler=fx.TLS_SCHEDULER)
+        expected, _ = _expected_nodes(k8s_api, pod, k8s_namespace)
+        v1.create_namespaced_pod(k8s_namespace, pod)
+        node = wait_for(lambda name=name: _node_of(v1, k8s_namespace, name), 60, what=f"{name} bound over TLS")
+        assert node in expected, (
+            f"{name} ({gpus} GPUs) went to {node}; the core planned {sorted(expected)}\n{tls_extender.log_tail()}"
+        )
+    status, metrics = tls_extender.get("metrics")
+    assert status == 200
+    # the extender was really asked (the extender is not ignorable in this profile, and it decided)
+    assert b'qosmos_extender_decisions_total{outcome="planned",verb="filter"}' in metrics
+    # a caller without a client certificate (e.g. another pod) is refused at the handshake
+    probe = orjson.dumps({"Pod": gpu_pod("probe", 1), "NodeNames": []})
+    refused = (ssl.SSLError, urllib.error.URLError, ConnectionError, http.client.HTTPException)
+    req = urllib.request.Request(f"{tls_extender.url}/filter", data=probe, method="POST")
+    ctx = tls_extender.pki.client_context(with_cert=False)
+    with pytest.raises(refused), urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+        r.read()
+    plain = urllib.request.Request(f"http://127.0.0.1:{tls_extender.port}/filter", data=probe, method="POST")
+    with pytest.raises(refused), urllib.request.urlopen(plain, timeout=10) as r:
+        r.read()
