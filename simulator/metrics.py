@@ -36,11 +36,11 @@ def _stats(x: np.ndarray, prefix: str) -> dict[str, float | None]:
 
 def job_table(res: SimResult) -> dict[str, np.ndarray]:
     """Per-finished-job arrays: index, submit, start, end, jct, queue, run, gpus."""
-    idx = np.array([i for i, s in enumerate(res.state) if s == DONE], dtype=np.int64)
+    idx = np.flatnonzero(np.asarray(res.state) == DONE)
     jobs = res.trace.jobs
-    submit = np.array([jobs[i].submit_time for i in idx], float)
-    start = np.array([res.start[i] for i in idx], float)
-    end = np.array([res.end[i] for i in idx], float)
+    submit = np.fromiter((jobs[i].submit_time for i in idx), float, idx.size)
+    start = np.asarray(res.start, float)[idx]
+    end = np.asarray(res.end, float)[idx]
     return {
         "idx": idx,
         "submit": submit,
@@ -48,8 +48,8 @@ def job_table(res: SimResult) -> dict[str, np.ndarray]:
         "end": end,
         "jct": end - submit,
         "queue": start - submit,
-        "run": np.array([res.run_time[i] for i in idx], float),
-        "gpus": np.array([jobs[i].gpus for i in idx], float),
+        "run": np.asarray(res.run_time, float)[idx],
+        "gpus": np.fromiter((jobs[i].gpus for i in idx), float, idx.size),
     }
 
 
@@ -85,6 +85,10 @@ def _group_summary(t: dict[str, np.ndarray], sel: np.ndarray) -> dict[str, float
     }
 
 
+SIZE_GROUPS = ("0", "1", "2-4", "5-8", ">8")
+LENGTH_GROUPS = ("short", "middle", "long")
+
+
 def size_group(g: float) -> str:
     if g <= 1:
         return "1" if g == 1 else "0"
@@ -99,6 +103,16 @@ def length_group(run: float) -> str:
     return "short" if run < SHORT_S else "long" if run > LONG_S else "middle"
 
 
+def size_groups(gpus: np.ndarray) -> np.ndarray:
+    """size_group for an array (as indices into SIZE_GROUPS)."""
+    return np.select([gpus < 1, gpus == 1, gpus <= 4, gpus <= 8], [0, 1, 2, 3], 4)
+
+
+def length_groups(run: np.ndarray) -> np.ndarray:
+    """length_group for an array (as indices into LENGTH_GROUPS)."""
+    return np.select([run < SHORT_S, run > LONG_S], [0, 2], 1)
+
+
 def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, object]:
     """The summary.json dictionary."""
     t = job_table(res)
@@ -108,10 +122,10 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
     out.update(_stats(t["queue"], "queue_s"))
     out["queued_jobs"] = int((t["queue"] > 0).sum())
     out.update(qos_metrics(res, t["idx"].tolist(), modeldb))
+    state = np.asarray(res.state)
     if t["idx"].size:
-        makespan = float(
-            t["end"].max() - min(jobs[i].submit_time for i in range(len(jobs)) if res.state[i] != REJECTED)
-        )
+        admitted = np.flatnonzero(state != REJECTED)
+        makespan = float(t["end"].max() - min(jobs[i].submit_time for i in admitted))
     else:
         makespan = 0.0
     out["makespan_s"] = makespan
@@ -127,22 +141,22 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
     out["migrations"] = res.migrations
     out["preemption_overhead_s"] = float(sum(res.overhead_s))
     out["cross_switch_jobs"] = int(sum(res.cross_switch))
-    out["withdrawn_jobs"] = sum(1 for s in res.state if s == WITHDRAWN)
-    out["rejected_jobs"] = sum(1 for s in res.state if s == REJECTED)
+    out["withdrawn_jobs"] = int((state == WITHDRAWN).sum())
+    out["rejected_jobs"] = int((state == REJECTED).sum())
     out["rejected_reasons"] = res.rejected_reasons
-    out["unfinished_jobs"] = sum(1 for s in res.state if s not in (DONE, WITHDRAWN, REJECTED))
+    out["unfinished_jobs"] = int((~np.isin(state, (DONE, WITHDRAWN, REJECTED))).sum())
     out["recorded_overcommitted"] = res.overcommitted
     out["total_gpus"] = res.total_gpus
     out["nodes"] = len(res.node_names)
     out["wall_s"] = res.wall_s
     out["jobs_per_s"] = out["jobs"] / res.wall_s if res.wall_s > 0 else None  # type: ignore[operator]
     # breakdowns
-    vcs = np.array([jobs[i].vc for i in t["idx"]], dtype=object)
-    out["by_vc"] = {vc: _group_summary(t, vcs == vc) for vc in sorted(set(vcs.tolist()))}
-    sg = np.array([size_group(g) for g in t["gpus"]], dtype=object)
-    out["by_size"] = {k: _group_summary(t, sg == k) for k in ("0", "1", "2-4", "5-8", ">8") if (sg == k).any()}
-    lg = np.array([length_group(r) for r in t["run"]], dtype=object)
-    out["by_length"] = {k: _group_summary(t, lg == k) for k in ("short", "middle", "long") if (lg == k).any()}
+    vc_names, vc_of = np.unique(np.array([jobs[i].vc for i in t["idx"]], dtype=object).astype(str), return_inverse=True)
+    out["by_vc"] = {str(vc): _group_summary(t, vc_of == k) for k, vc in enumerate(vc_names)}
+    sg = size_groups(t["gpus"])
+    out["by_size"] = {name: _group_summary(t, sg == k) for k, name in enumerate(SIZE_GROUPS) if (sg == k).any()}
+    lg = length_groups(t["run"])
+    out["by_length"] = {name: _group_summary(t, lg == k) for k, name in enumerate(LENGTH_GROUPS) if (lg == k).any()}
     c = res.config
     out["config"] = {
         "trace": res.trace.name,
@@ -155,6 +169,12 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
         "cross_switch_penalty": c.cross_switch_penalty,
         "partition_policy": c.partition_policy,
         "seed": c.seed,
+        "tick_s": c.tick,
+        **{
+            k: getattr(c, k)
+            for k in ("backfill_estimates", "truth_noise", "predictor", "predictor_fallback")
+            if hasattr(c, k)
+        },
     }
     out["notes"] = res.notes
     return _clean(out)  # type: ignore[return-value]

@@ -62,46 +62,50 @@ JOB_COLUMNS = (
 )
 
 
+def _fixed(values: np.ndarray, digits: int = 3) -> list[str]:
+    """Numbers with ``digits`` decimals; NaN (never happened) as an empty field."""
+    fmt = f"{{:.{digits}f}}".format
+    return ["" if x != x else fmt(x) for x in values.tolist()]
+
+
 def write_jobs_csv(path: Path, res: SimResult) -> None:
     """One row per job. ``gpu_milli`` is 0 for CPU-only jobs (they hold no GPU)."""
+    jobs = res.trace.jobs
+    n = len(jobs)
+    submit = np.fromiter((j.submit_time for j in jobs), float, n)
+    start = np.asarray(res.start, float)
+    end = np.asarray(res.end, float)
+    qos_names: dict[object, str] = {}
+    for j in jobs:
+        if j.qos not in qos_names:
+            qos_names[j.qos] = j.qos.name.lower()
+    columns: list[list[object]] = [
+        [j.id for j in jobs],
+        [j.vc for j in jobs],
+        [j.user for j in jobs],
+        [j.gpus for j in jobs],
+        [j.gpu_milli if j.gpus > 0 else 0 for j in jobs],
+        [j.model for j in jobs],
+        [qos_names[j.qos] for j in jobs],
+        _fixed(submit),  # type: ignore[list-item]
+        _fixed(start),  # type: ignore[list-item]
+        _fixed(end),  # type: ignore[list-item]
+        _fixed(start - submit),  # type: ignore[list-item]
+        _fixed(end - submit),  # type: ignore[list-item]
+        _fixed(np.asarray(res.run_time, float)),  # type: ignore[list-item]
+        list(res.nodes_used),
+        ["" if sh is None else f"{sh[0]}x{sh[1]}" for sh in res.shape],
+        list(res.preemptions),
+        _fixed(np.asarray(res.overhead_s, float), 1),  # type: ignore[list-item]
+        [int(x) for x in res.cross_switch],
+        [int(x) for x in res.backfilled],
+        [STATE_NAMES.get(x, "unfinished") for x in res.state],
+        [j.end_state.value for j in jobs],
+    ]
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(JOB_COLUMNS)
-        rows = []
-        for i, j in enumerate(res.trace.jobs):
-            s, e = res.start[i], res.end[i]
-            sub = j.submit_time
-            shape = res.shape[i]
-            started, ended = s == s, e == e
-            rows.append(
-                (
-                    j.id,
-                    j.vc,
-                    j.user,
-                    j.gpus,
-                    j.gpu_milli if j.gpus > 0 else 0,
-                    j.model,
-                    j.qos.name.lower(),
-                    f"{sub:.3f}",
-                    f"{s:.3f}" if started else "",
-                    f"{e:.3f}" if ended else "",
-                    f"{s - sub:.3f}" if started else "",
-                    f"{e - sub:.3f}" if ended else "",
-                    f"{res.run_time[i]:.3f}",
-                    res.nodes_used[i],
-                    f"{shape[0]}x{shape[1]}" if shape else "",
-                    res.preemptions[i],
-                    f"{res.overhead_s[i]:.1f}",
-                    int(res.cross_switch[i]),
-                    int(res.backfilled[i]),
-                    STATE_NAMES.get(res.state[i], "unfinished"),
-                    j.end_state.value,
-                )
-            )
-            if len(rows) >= 50_000:
-                w.writerows(rows)
-                rows.clear()
-        w.writerows(rows)
+        w.writerows(zip(*columns, strict=True))
 
 
 def _segments(res: SimResult) -> np.ndarray:
@@ -119,14 +123,20 @@ def chrome_trace(res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> dict[str
         seg = seg[np.argsort(seg[:, 2], kind="stable")[:max_slices]]
     seg = seg[np.lexsort((seg[:, 0], seg[:, 2], seg[:, 1]))]  # by node, start, job
     jobs = res.trace.jobs
+    ids = [j.id for j in jobs]
+    vcs = [j.vc for j in jobs]
+    job_gpus = [j.gpus for j in jobs]
+    submits = [j.submit_time for j in jobs]
     ts = np.round(seg[:, 2] * 1e6).astype(np.int64).tolist()
     dur = np.maximum(np.round((seg[:, 3] - seg[:, 2]) * 1e6), 1).astype(np.int64).tolist()
     events: list[dict[str, object]] = []
     lanes_by_node: dict[int, list[float]] = {}
     append = events.append
-    for (job_f, node_f, start, end, gpus), t_us, d_us in zip(seg.tolist(), ts, dur, strict=True):
+    for job_f, node_f, start, end, gpus, t_us, d_us in zip(*seg.T.tolist(), ts, dur, strict=True):
         node, job = int(node_f), int(job_f)
-        lanes = lanes_by_node.setdefault(node, [])
+        lanes = lanes_by_node.get(node)
+        if lanes is None:
+            lanes = lanes_by_node[node] = []
         for k, last in enumerate(lanes):  # first lane free at start
             if last <= start:
                 lanes[k] = end
@@ -135,17 +145,17 @@ def chrome_trace(res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> dict[str
         else:
             lanes.append(end)
             lane = len(lanes) - 1
-        j = jobs[job]
+        vc = vcs[job]
         append(
             {
-                "name": j.id,
-                "cat": j.vc,
+                "name": ids[job],
+                "cat": vc,
                 "ph": "X",
                 "ts": t_us,
                 "dur": d_us,
                 "pid": node + 1,
                 "tid": lane + 1,
-                "args": {"gpus_on_node": int(gpus), "job_gpus": j.gpus, "vc": j.vc, "submit_s": j.submit_time},
+                "args": {"gpus_on_node": int(gpus), "job_gpus": job_gpus[job], "vc": vc, "submit_s": submits[job]},
             }
         )
     meta: list[dict[str, object]] = []
@@ -226,7 +236,40 @@ def _cdf(ax: Any, values: np.ndarray, label: str) -> tuple[int, float]:
     return zeros, frac0
 
 
+DURATION_TICKS = (
+    (1.0, "1 s"),
+    (10.0, "10 s"),
+    (60.0, "1 min"),
+    (600.0, "10 min"),
+    (3600.0, "1 h"),
+    (36000.0, "10 h"),
+    (86400.0, "1 d"),
+    (864000.0, "10 d"),
+    (8640000.0, "100 d"),
+)
+
+
+def _log_time_axis(ax: Any, values: np.ndarray) -> None:
+    """Log x axis with duration ticks (1 s, 1 min, 1 h, 1 d ...): readable, and no mathtext to typeset."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    pos = values[values > 0]
+    if pos.size == 0:
+        return
+    ax.set_xscale("log")
+    lo, hi = float(pos.min()), float(pos.max())
+    ticks = [(v, name) for v, name in DURATION_TICKS if lo / 10 <= v <= hi * 10] or [DURATION_TICKS[0]]
+    ax.xaxis.set_major_locator(FixedLocator([v for v, _ in ticks]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticks([v for v, _ in ticks], [name for _, name in ticks])
+    ax.set_xlim(lo / 1.5, hi * 1.5)
+
+
 def plot_jct_cdf(path: Path, res: SimResult) -> None:
+    _save(jct_cdf_figure(res), path)
+
+
+def jct_cdf_figure(res: SimResult) -> Any:
     """JCT CDF of finished jobs; zero-length jobs (no wait, zero run time) stated and marked."""
     fig = _figure(7, 4.5)
     ax = fig.subplots()
@@ -236,17 +279,17 @@ def plot_jct_cdf(path: Path, res: SimResult) -> None:
         ax.axhline(frac0, color="grey", ls=":", lw=1, label=f"{zeros:,} jobs with JCT = 0 s ({frac0:.1%})")
     if jct.size == 0:
         ax.text(0.5, 0.5, "no finished jobs", ha="center", transform=ax.transAxes)
-    elif zeros < jct.size:
-        ax.set_xscale("log")
-    ax.set_xlabel("job completion time, submit to end (s, log scale)")
+    else:
+        _log_time_axis(ax, jct)
+    ax.set_xlabel("job completion time, submit to end (log scale)")
     ax.set_ylabel("fraction of finished jobs")
     ax.set_ylim(0, 1.02)
     ax.set_title(f"JCT CDF — {_title(res)}", fontsize=10)
     ax.grid(alpha=0.3)
     if jct.size:
         ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    _save(fig, path)
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.12, top=0.9)
+    return fig
 
 
 def plot_timeseries(path: Path, res: SimResult) -> None:
@@ -274,7 +317,7 @@ def plot_timeseries(path: Path, res: SimResult) -> None:
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.suptitle(_title(res), fontsize=11)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.09, right=0.97, bottom=0.08, top=0.89, hspace=0.4)
     _save(fig, path)
 
 
@@ -315,14 +358,17 @@ def _vc_spans(node_vc: list[str]) -> list[tuple[str, int, int]]:
     return spans
 
 
-def plot_gpu_timeline(
-    path: Path,
-    res: SimResult,
-    max_rows: int = DETAIL_MAX_ROWS,
-    max_segments: int = DETAIL_MAX_SEGMENTS,
-    bins: int = 400,
-) -> str:
-    """GPU-level timeline (AnalySIM Fig. 3 over time). Returns the view drawn: "gpus" or "nodes".
+def plot_gpu_timeline(path: Path, res: SimResult) -> str:
+    """Write the GPU timeline; returns the view drawn ("gpus" or "nodes")."""
+    fig, view = gpu_timeline_figure(res)
+    _save(fig, path)
+    return view
+
+
+def gpu_timeline_figure(
+    res: SimResult, max_rows: int = DETAIL_MAX_ROWS, max_segments: int = DETAIL_MAX_SEGMENTS, bins: int = 400
+) -> tuple[Any, str]:
+    """GPU-level timeline (AnalySIM Fig. 3 over time) and the view drawn: "gpus" or "nodes".
 
     Small runs: one row per GPU, one rectangle (coloured by job) per job segment, node
     boundaries as lines. Larger ones: one row per node, colour = fraction of its GPUs busy
@@ -386,9 +432,8 @@ def plot_gpu_timeline(
         ax.set_ylabel(f"node ({n_nodes} nodes, {total_rows} GPUs; lines = partition boundaries)")
         ax.set_title(f"GPU occupancy per node, {bins} time bins — {_title(res)}", fontsize=10)
     ax.set_xlabel("simulated time (h)")
-    fig.tight_layout()
-    _save(fig, path)
-    return view
+    fig.subplots_adjust(left=0.14, right=0.97, bottom=0.09, top=0.93)
+    return fig, view
 
 
 COMPARE_METRICS = (
@@ -411,6 +456,10 @@ def _time_unit(vals: np.ndarray) -> tuple[float, str]:
 
 
 def plot_compare(path: Path, results: Mapping[str, SimResult], summaries: Mapping[str, Mapping[str, object]]) -> None:
+    _save(compare_figure(results, summaries), path)
+
+
+def compare_figure(results: Mapping[str, SimResult], summaries: Mapping[str, Mapping[str, object]]) -> Any:
     """One panel per metric: JCT CDFs, then a bar chart each for average JCT, queuing delay,
     makespan, GPU utilisation and QoS guarantee (or bounded slowdown without GENIE jobs)."""
     names = list(summaries)
@@ -422,10 +471,12 @@ def plot_compare(path: Path, results: Mapping[str, SimResult], summaries: Mappin
     fig = _figure(15, 8.5)
     axes = fig.subplots(2, 3).ravel()
     ax = axes[0]
+    all_jct = []
     for name, res in results.items():
-        _cdf(ax, _jct(res), name)
-    ax.set_xscale("log")
-    ax.set_xlabel("JCT (s, log scale)")
+        all_jct.append(_jct(res))
+        _cdf(ax, all_jct[-1], name)
+    _log_time_axis(ax, np.concatenate(all_jct) if all_jct else np.zeros(0))
+    ax.set_xlabel("job completion time (log scale)")
     ax.set_ylabel("fraction of finished jobs")
     ax.set_title("JCT CDF")
     ax.grid(alpha=0.3)
@@ -456,8 +507,8 @@ def plot_compare(path: Path, results: Mapping[str, SimResult], summaries: Mappin
     if first is not None:
         c = first.config
         fig.suptitle(f"Policies compared on {first.trace.name} — placement {c.placement}, backfill {c.backfill}")
-    fig.tight_layout()
-    _save(fig, path)
+    fig.subplots_adjust(left=0.05, right=0.98, bottom=0.11, top=0.9, hspace=0.45, wspace=0.28)
+    return fig
 
 
 PLOTS: tuple[tuple[str, Callable[[Path, SimResult], object]], ...] = (

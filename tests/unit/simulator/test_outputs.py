@@ -1,0 +1,111 @@
+"""Plots a person can read, drawn so that large runs stay fast; exact binned occupancy; JSON via orjson."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qosmos.simulator import outputs
+from qosmos.simulator.engine import SimConfig, simulate
+from qosmos.simulator.metrics import summarize
+from qosmos.simulator.traces import load_native, load_trace
+
+
+def test_binned_busy_hand_computed() -> None:
+    # node 0: 2 GPUs over [0, 15); node 1: 1 GPU over [5, 25) (past the last edge) and 3 GPUs over [12, 14)
+    seg = np.array([[0, 0, 0.0, 15.0, 2], [1, 1, 5.0, 25.0, 1], [2, 1, 12.0, 14.0, 3]], float)
+    grid = outputs.binned_busy(seg, 3, np.array([0.0, 10.0, 20.0]))
+    assert grid.tolist() == [[20.0, 10.0], [5.0, 10.0 + 6.0], [0.0, 0.0]]
+
+
+def test_binned_busy_matches_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    n = 400
+    start = rng.uniform(0, 1000, n)
+    seg = np.column_stack(
+        [np.arange(n), rng.integers(0, 7, n), start, start + rng.exponential(80, n), rng.integers(1, 9, n)]
+    )
+    edges = np.linspace(0, 1200, 37)
+    grid = outputs.binned_busy(seg, 7, edges)
+    brute = np.zeros_like(grid)
+    for _, node, s, e, g in seg:
+        for k in range(edges.size - 1):
+            brute[int(node), k] += g * max(0.0, min(e, edges[k + 1]) - max(s, edges[k]))
+    assert grid == pytest.approx(brute, rel=1e-9, abs=1e-6)
+
+
+def test_cdf_starts_at_the_fraction_of_zero_length_jobs() -> None:
+    from matplotlib.figure import Figure
+
+    ax = Figure().subplots()
+    zeros, frac = outputs._cdf(ax, np.array([0.0, 0.0, 1.0, 10.0]), "x")
+    assert (zeros, frac) == (2, 0.5)
+    line = ax.lines[0]
+    assert line.get_ydata()[0] == 0.5 and line.get_ydata()[-1] == 1.0
+    assert min(line.get_xdata()) == 1.0  # nothing drawn at a fake 1e-3 s
+
+
+def test_jct_cdf_states_zero_length_jobs(tiny) -> None:  # type: ignore[no-untyped-def]
+    res = simulate(load_native(tiny("id,submit,gpus,duration\nA,0,1,0\nB,0,1,100\nC,5,1,0")), SimConfig())
+    fig = outputs.jct_cdf_figure(res)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    # one GPU: A runs 0 s at 0 (JCT 0); B 0-100; C (0 s) waits for B: JCT 95
+    assert any("JCT = 0 s" in t and "1 jobs" in t and "33.3%" in t for t in labels), labels
+    assert "jobs.csv" in ax.get_title() and "fifo" in ax.get_title()
+    assert ax.get_xlabel() and ax.get_ylabel()
+
+
+def test_gpu_timeline_small_run_one_collection_with_node_lines(tiny) -> None:  # type: ignore[no-untyped-def]
+    res = simulate(
+        load_native(tiny("id,submit,gpus,duration\nA,0,2,10\nB,0,1,5\nC,1,3,4", "name,gpus\nn0,2\nn1,2")),
+        SimConfig(policy="fifo"),
+    )
+    fig, view = outputs.gpu_timeline_figure(res)
+    ax = fig.axes[0]
+    assert view == "gpus"
+    assert len(ax.patches) == 0
+    rects = [c for c in ax.collections if type(c).__name__ == "PolyCollection"]
+    assert len(rects) == 1 and len(rects[0].get_paths()) == 2 + 1 + 3  # one rectangle per GPU held
+    node_lines = [c for c in ax.collections if type(c).__name__ == "LineCollection"]
+    assert len(node_lines) == 1 and len(node_lines[0].get_segments()) == 1  # the boundary between n0 and n1
+    assert "jobs.csv" in ax.get_title() and "fifo" in ax.get_title()
+
+
+def test_gpu_timeline_large_run_is_one_image() -> None:
+    res = simulate(load_trace("builtin:helios-synth", jobs=3000), SimConfig())
+    fig, view = outputs.gpu_timeline_figure(res)
+    ax = fig.axes[0]
+    assert view == "nodes" and len(ax.images) == 1
+    img = ax.images[0].get_array()
+    assert img.shape == (len(res.node_gpus), 400) and img.min() >= 0 and img.max() <= 1 + 1e-9
+    # the image holds every GPU-second the run used
+    width = (ax.images[0].get_extent()[1] - ax.images[0].get_extent()[0]) * 3600 / 400
+    used = float((np.asarray(img) * np.array(res.node_gpus)[:, None] * width).sum())
+    assert used == pytest.approx(sum(res.gpu_seconds), rel=1e-6)
+    assert "helios-synth" in ax.get_title()
+
+
+def test_compare_one_panel_per_metric_with_titles_and_labels(tmp_path: Path) -> None:
+    tr = lambda: load_trace("builtin:genie", "genie", density=5, seed=1)  # noqa: E731
+    results = {p: simulate(tr(), SimConfig(policy=p, placement="cer")) for p in ("fifo", "swaf")}
+    summaries = {p: summarize(r) for p, r in results.items()}
+    fig = outputs.compare_figure(results, summaries)
+    titles = [ax.get_title() for ax in fig.axes]
+    for needle in ("JCT CDF", "average JCT", "average queuing delay", "makespan", "GPU utilisation", "QoS guarantee"):
+        assert sum(needle == t or t.startswith(needle) for t in titles) == 1, (needle, titles)
+    assert all(ax.get_ylabel() for ax in fig.axes)
+    cdf = fig.axes[0]
+    assert [t.get_text() for t in cdf.get_legend().get_texts()] == ["fifo", "swaf"]
+    qos = fig.axes[titles.index(next(t for t in titles if t.startswith("QoS")))]
+    heights = [b.get_height() for b in qos.patches]
+    assert heights == pytest.approx([summaries[p]["qos_guarantee"] for p in ("fifo", "swaf")])
+    outputs.plot_compare(tmp_path / "c.png", results, summaries)
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_summary_json_is_plain_json_with_nulls(tmp_path: Path) -> None:
+    outputs.write_summary(tmp_path / "s.json", {"a": float("nan"), "b": np.float64(1.5), "c": [1, None]})
+    assert json.loads((tmp_path / "s.json").read_text()) == {"a": None, "b": 1.5, "c": [1, None]}
