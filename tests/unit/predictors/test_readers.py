@@ -268,3 +268,14 @@ def test_progress_is_bounded_monotone_and_complete(tmp_path: Path) -> None:
     assert calls[-1] == (size, size) and all(t == size for _, t in calls)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     assert not math.isnan(calls[0][0])
+
+
+@pytest.mark.parametrize(("rows", "block"), [(3000, 1), (3000, 64), (150_000, 1000)])
+def test_progress_ends_at_the_file_size_for_any_block_size(tmp_path: Path, rows: int, block: int) -> None:
+    # 150,000 rows: the last block ends less than a reporting step after the previous report
+    p = _write(tmp_path / "r.csv", "runtime\n" + "".join(f"{i % 1000:08d}\n" for i in range(rows)))
+    calls: list[tuple[int, int]] = []
+    reader = CsvRows(p, progress=lambda d, t: calls.append((d, t)))
+    assert sum(len(c) for c in reader.chunks(block)) == rows
+    size = p.stat().st_size
+    assert calls[-1] == (size, size) and len(calls) <= PROGRESS_CALLS + 1
