@@ -167,8 +167,8 @@ def decision_dict(
     notes = []
     if capped:
         notes.append(
-            f"placements limited to {cap} GPUs: the platform has {platform.gpus} and the batch allows "
-            f"{task.batch}, but one task never spans more than {genie.MAX_PLACEMENT_GPUS}"
+            f"placements limited to {cap:,} GPUs: the platform has {platform.gpus:,} and the batch allows "
+            f"{task.batch:,}, but one task never spans more than {genie.MAX_PLACEMENT_GPUS:,}"
         )
     if any(r["extrapolated"] for r in rows):
         notes.append(

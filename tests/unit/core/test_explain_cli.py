@@ -225,7 +225,7 @@ def test_big_platform_is_bounded_and_says_so() -> None:
     out = json.loads(proc.stdout)
     assert out["max_placement_gpus"] == genie.MAX_PLACEMENT_GPUS
     assert max(r["d_node"] * r["d_gpn"] for r in out["placements"]) == genie.MAX_PLACEMENT_GPUS
-    assert any("limited to 2048 GPUs" in n for n in out["notes"])
+    assert any("limited to 2,048 GPUs" in n for n in out["notes"])
     assert len(out["placements"]) == genie.count_shapes(Platform(100_000, 32), 1_000_000)
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     assert peak_mb < 600, peak_mb

@@ -177,7 +177,7 @@ def test_grpc_refuses_absurd_inputs(channel: tuple[grpc.Channel, GRPCServer]) ->
         stub.Rank(pb.RankRequest(jobs=big_queue, nodes=1000, gpus_per_node=32), timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "split the queue" in err.value.details()
     out = stub.Explain(pb.ExplainRequest(**BIG), timeout=30)
-    assert out.max_placement_gpus == 2048 and any("limited to 2048 GPUs" in n for n in out.notes)
+    assert out.max_placement_gpus == 2048 and any("limited to 2,048 GPUs" in n for n in out.notes)
 
 
 def test_grpc_calls_stop_when_the_server_stops(channel: tuple[grpc.Channel, GRPCServer]) -> None:
