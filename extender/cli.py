@@ -44,7 +44,7 @@ def explain(
         str | None,
         typer.Option(
             help="k0,k1,k2 of the single-GPU rate k0 + k1·b' + k2·b'² samples/s at local batch b' "
-            "(GENIE Eq. 7), used exactly as given, instead of --model"
+            "(GENIE Eq. 7), used exactly as given; give this or --model"
         ),
     ] = None,
     db: Annotated[
@@ -144,7 +144,8 @@ bench_app = typer.Typer(help="Benchmarks of the extender and of scheduling throu
 @extender_app.command("serve")
 def serve(
     config: Annotated[
-        Path | None, typer.Option(help="YAML file of settings, keys as the options below with _ (e.g. http_port)")
+        Path | None,
+        typer.Option(help="YAML file of settings, keys as the options below with _ (e.g. http_port) (default: none)"),
     ] = None,
     kubeconfig: Annotated[
         str | None,
@@ -154,7 +155,7 @@ def serve(
         Path | None,
         typer.Option(
             help="serve a fixed node set from an openb node list CSV (e.g. openb_node_list_gpu_node.csv) "
-            "instead of watching a cluster: for demos and protocol tests; no binding"
+            "instead of watching a cluster: for demos and protocol tests; no binding (default: watch the cluster)"
         ),
     ] = None,
     http_host: Annotated[
@@ -168,13 +169,19 @@ def serve(
         int | None, typer.Option(help="gRPC port, 0 to 65535 (0: any free; -1: no gRPC) (default: 9090)")
     ] = None,
     tls_cert_file: Annotated[
-        str | None, typer.Option(help="PEM certificate the extender presents (HTTPS and gRPC)")
+        str | None,
+        typer.Option(
+            help="PEM certificate the extender presents on HTTPS and gRPC (default: none; needed unless --insecure)"
+        ),
     ] = None,
-    tls_key_file: Annotated[str | None, typer.Option(help="PEM private key of --tls-cert-file")] = None,
+    tls_key_file: Annotated[
+        str | None, typer.Option(help="PEM private key of --tls-cert-file (default: none; needed unless --insecure)")
+    ] = None,
     tls_client_ca_file: Annotated[
         str | None,
         typer.Option(
-            help="PEM CA bundle: only clients with a certificate it signed may call (kube-scheduler's certFile)"
+            help="PEM CA bundle: only clients with a certificate it signed may call, e.g. kube-scheduler "
+            "with its tlsConfig certFile (default: none; needed unless --insecure)"
         ),
     ] = None,
     insecure: Annotated[
@@ -182,7 +189,7 @@ def serve(
         typer.Option(
             "--insecure",
             help="plaintext, no client authentication, loopback addresses only: for local use "
-            "(a scheduler in the same pod, demos, tests); without it the TLS files are required",
+            "(a scheduler in the same pod, demos, tests); without it the TLS files are required (default: off)",
         ),
     ] = None,
     placer: Annotated[
@@ -252,14 +259,20 @@ def serve(
 
 @bench_app.command("extender")
 def bench_extender(
-    nodes: Annotated[int, typer.Option(help="nodes in the cache (openb nodes, repeated past 1,523)")] = 1523,
-    requests: Annotated[int, typer.Option(help="pods; each sends one /filter and one /prioritize")] = 1000,
+    nodes: Annotated[
+        int, typer.Option(help="nodes the extender knows: the 1,523 openb nodes, repeated beyond that; >= 1")
+    ] = 1523,
+    requests: Annotated[
+        int, typer.Option(help="pods to send; each pod is one /filter and one /prioritize request; >= 1")
+    ] = 1000,
     assume: Annotated[
-        bool, typer.Option(help="hold GPUs of prioritized pods (fills the cluster over a long run)")
+        bool,
+        typer.Option(help="let the extender hold the GPUs of each scored pod, as in production (fills the cluster)"),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as one line of JSON")] = False,
 ) -> None:
-    """HTTP /filter + /prioritize latency at N nodes vs a bare JSON echo server (the floor)."""
+    """Latency of the extender's /filter and /prioritize with N nodes, next to a server that only
+    parses and returns the same JSON (the floor any JSON extender pays)."""
     from qosmos.extender.bench import bench_extender as run
 
     if nodes < 1 or requests < 1:
@@ -271,19 +284,25 @@ def bench_extender(
 
 @bench_app.command("scheduling")
 def bench_scheduling(
-    pods: Annotated[int, typer.Option(help="openb GPU pods to schedule in each run")] = 1000,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for each run")] = 300.0,
-    noop_floor: Annotated[bool, typer.Option(help="also run a protocol-only extender (the throughput floor)")] = False,
+    pods: Annotated[int, typer.Option(help="openb GPU pods to schedule in each run; >= 2")] = 1000,
+    timeout: Annotated[float, typer.Option(help="longest wait for one run to bind its pods, seconds")] = 300.0,
+    noop_floor: Annotated[
+        bool, typer.Option(help="also run with an extender that only speaks the protocol (the throughput floor)")
+    ] = False,
     shortlist: Annotated[
-        int | None, typer.Option(help="the extender's --shortlist (default: the extender's own default)")
+        int | None,
+        typer.Option(
+            help=f"the extender's --shortlist: best-ranked nodes /filter passes on (default: {DEFAULT_SHORTLIST})"
+        ),
     ] = None,
     percentage_of_nodes_to_score: Annotated[
         int | None,
         typer.Option(
-            help="percentageOfNodesToScore of the qosmos-scheduler profile [shipped: 20]; 0 is kube-scheduler's adaptive"
+            help="share of nodes, 0 to 100, kube-scheduler checks before it stops looking (its "
+            "percentageOfNodesToScore; 0: its adaptive default) (default: the shipped profile's 20)"
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as one line of JSON")] = False,
 ) -> None:
     """Scheduling throughput on 1,523 fake openb nodes: qosmos-scheduler (extender) vs the default profile."""
     from qosmos.extender.bench import bench_scheduling as run

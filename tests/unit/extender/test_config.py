@@ -123,3 +123,32 @@ def test_cli_commands_registered() -> None:
     assert res.exit_code == 2 and "shortlist" in res.output
     res = runner.invoke(app, ["bench", "scheduling", "--percentage-of-nodes-to-score", "101"])
     assert res.exit_code == 2 and "[0, 100]" in res.output
+
+
+def test_every_option_has_help_with_its_default() -> None:
+    """Help in user language: every option explains itself, and one without a fixed default says
+    what it defaults to; equations are named with the paper, never bare."""
+    import re
+
+    import typer.main
+
+    from .conftest import extender_cli
+
+    root = typer.main.get_command(extender_cli())
+    commands = {
+        "explain": root.commands["explain"],  # type: ignore[attr-defined]
+        **{f"extender {k}": c for k, c in root.commands["extender"].commands.items()},  # type: ignore[attr-defined]
+        **{f"bench {k}": c for k, c in root.commands["bench"].commands.items()},  # type: ignore[attr-defined]
+    }
+    assert {"explain", "extender serve", "bench extender", "bench scheduling"} <= set(commands)
+    for name, cmd in commands.items():
+        assert cmd.help and len(cmd.help) > 20, name
+        for param in cmd.params:
+            if param.name == "help":
+                continue
+            text = getattr(param, "help", "") or ""
+            assert len(text) >= 15, (name, param.name, text)
+            assert not re.search(r"(?<!GENIE )\bEq\. \d+", text), (name, param.name, text)
+            if param.default is None and not param.required and not getattr(param, "is_flag", False):
+                # either a stated default, or one of two alternatives (--model / --coeffs)
+                assert "(default:" in text or re.search(r"\bor (use )?--", text), (name, param.name, text)
