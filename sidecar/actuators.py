@@ -9,9 +9,11 @@ has ``dry-run`` (records what it would do, writes nothing); the file-writing one
 CPU ordering (koordlet-style, so that every cgroup is valid after every single write and a
 kill between two writes leaves no pod with an empty or out-of-parent cpuset):
   1. widen each cpuset to old ∪ new, pod before containers (a child must stay within its parent);
-  2. CFS quota: when it grows, pod before containers; when it shrinks, containers before pod;
+  2. set the CFS quota on the container cgroups;
   3. narrow each cpuset to new, containers before pod.
-So more cores: cpuset first, then quota; fewer cores: quota first, then cpuset.
+So more cores: cpuset first, then quota; fewer cores: quota first, then cpuset. The pod-level
+quota stays the kubelet's (it rewrites the pod cgroup to the spec on every sync); a container
+quota above it would be refused on v1, so then the containers inherit the pod's.
 """
 
 from __future__ import annotations
@@ -113,15 +115,13 @@ class _CgroupCpu:
             if not new <= old[d]:
                 self.fs.write(d / "cpuset.cpus", format_cpuset(old[d] | new))
         quota = -1 if target.quota_cores is None else max(1000, round(target.quota_cores * self.period_us))
-        qdirs = [where.cpu, *container_children(where.cpu)]
-        oldq = {d: self._read_quota(d) for d in qdirs}
-        grow = [d for d in qdirs if oldq[d] != quota and (quota == -1 or (oldq[d] != -1 and quota > oldq[d]))]
-        shrink = [d for d in qdirs if oldq[d] != quota and d not in grow]
-        for d in grow:  # 2a. quota up: parent first
+        podq = self._read_quota(where.cpu)
+        if podq != -1 and (quota == -1 or quota > podq):
+            quota = -1  # the pod's own (kubelet) quota is the tighter one: inherit it (v1 refuses more)
+        changed = [d for d in container_children(where.cpu) if self._read_quota(d) != quota]
+        for d in changed:  # 2. quota on the containers: siblings, no ordering among them
             self._write_quota(d, quota)
-        for d in reversed(shrink):  # 2b. quota down: children first
-            self._write_quota(d, quota)
-        if grow or shrink:
+        if changed:
             actions.append(f"{target.key}: CFS quota {'none' if quota == -1 else f'{quota / self.period_us:g} CPUs'}")
         for d in reversed(sets):  # 3. narrow, children first
             if self._read_cpus(d) != new:
@@ -343,7 +343,10 @@ class TcHtb:
             return []
         if target == self._last:
             return []
+        ours = self._ours(target.dev)
         for args in htb_commands(target):
+            if ours and args[:2] == ["qdisc", "replace"]:
+                continue  # htb cannot "change" its root in place; the classes are replaced below
             r = self.runner(args)
             rc = getattr(r, "returncode", 0)
             if rc and args[:2] != ["filter", "del"]:

@@ -361,17 +361,19 @@ class NodeAgent:
             lbl = (info.namespace, info.name)
             with contextlib.suppress(OSError, InvalidInput):
                 self.metrics.cores.labels(*lbl).set(len(parse_cpuset((cg.cpuset / "cpuset.cpus").read_text()) or ()))
+            kids = container_children(cg.cpu)
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 reader = getattr(self.cpu, "read_quota", None)
-                if reader is not None:
-                    q = reader(cg.cpu)
+                if reader is not None and kids:
+                    qs = [reader(d) for d in kids]
+                    q = -1 if -1 in qs else max(qs)
                     self.metrics.quota.labels(*lbl).set(-1 if q == -1 else q / getattr(self.cpu, "period_us", 100_000))
             st = read_cpu_stat(self.layout, cg.cpu)
             if "usage_s" in st:
                 self.metrics.usage.labels(*lbl).set(st["usage_s"])
-            if "nr_throttled" in st:
-                self.metrics.throttled.labels(*lbl).set(st["nr_throttled"])
-                self.metrics.throttled_s.labels(*lbl).set(st["throttled_s"])
+            per_container = [read_cpu_stat(self.layout, d) for d in kids]  # the quota is on the containers
+            self.metrics.throttled.labels(*lbl).set(sum(c.get("nr_throttled", 0) for c in per_container))
+            self.metrics.throttled_s.labels(*lbl).set(sum(c.get("throttled_s", 0) for c in per_container))
 
     def _annotate(self, pod: Any, ann: dict[str, str]) -> None:
         if self.api is None:

@@ -64,6 +64,9 @@ SYSCTLS = (
     "net/ipv4/ip_forward",
 )
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Give these to ControlPlane(extra_apiserver_args=...): the apiserver reaches the kubelet (logs,
+# exec) at the node's InternalIP instead of resolving its name through the host's DNS.
+APISERVER_ARGS = ("--kubelet-preferred-address-types=InternalIP",)
 WORKDIR_PREFIX = "qosmos-node-"
 
 
@@ -342,6 +345,11 @@ class Node:
             time.sleep(0.3)
         raise NodeError(f"pod {namespace}/{name} not Running after {timeout}s: {json.dumps(pod.get('status'))[:2000]}")
 
+    def exec_argv(self, name: str, *cmd: str, namespace: str = "default") -> list[str]:
+        """``kubectl exec`` argv for a command in the pod's main container (apiserver -> this kubelet)."""
+        return [self.cp.bin("kubectl"), "--kubeconfig", str(self.cp.kubeconfig_path), "exec", "-n", namespace,
+                name, "-c", "main", "--", *cmd]  # fmt: skip
+
     def wait_finished(self, name: str, namespace: str = "default", timeout: float = 120) -> dict[str, Any]:
         """Wait until a pod has Succeeded or Failed; returns its JSON."""
 
@@ -568,7 +576,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         return out
 
     def _pods_gone(self) -> bool:
-        p = self.ctr("containers", "ls", "-q", check=False, timeout=20)
+        """No running task left: the kubelet stopped every container and sandbox (CNI DEL done)."""
+        p = self.ctr("tasks", "ls", "-q", check=False, timeout=20)
         return p.returncode == 0 and not p.stdout.strip()
 
     def stop(self) -> None:

@@ -153,7 +153,7 @@ def test_cpu_actuator_orders_writes_like_the_kernel_needs(
         _assert_valid(cg)
     assert all(s == set(final) for s in _all_cpusets(cg).values())
     quota = len(final) * 100_000
-    assert act.read_quota(cg.cpu) == quota
+    assert act.read_quota(cg.cpu) == -1  # the pod level stays the kubelet's
     assert all(act.read_quota(d) == quota for d in container_children(cg.cpu))
     assert act.apply(CpuTarget(UID, "ns/p", final, float(len(final))), cg) == []  # idempotent
 
@@ -213,7 +213,8 @@ def test_cgroup_v2_cpu_max_and_effective(tmp_path: Path) -> None:
     act = CgroupV2Cpu(FakeKernelFS())
     act.apply(CpuTarget(UID, "p", (2, 3), 1.5), PodCgroups(pod, pod))
     assert (child / "cpuset.cpus").read_text().strip() == "2-3"
-    assert (pod / "cpu.max").read_text().strip() == "150000 100000"
+    assert (child / "cpu.max").read_text().strip() == "150000 100000"
+    assert (pod / "cpu.max").read_text().strip() == "max 100000"
     act.apply(CpuTarget(UID, "p", (2, 3), None), PodCgroups(pod, pod))
     assert (child / "cpu.max").read_text().strip() == "max 100000"
 
@@ -295,7 +296,21 @@ def test_tc_actuator_applies_once_and_removes_only_its_own() -> None:
     assert act.apply(None) == [] and not any(c[:2] == ["qdisc", "del"] for c in calls)  # not ours: untouched
     t = HtbTarget("veth0", 100, ("10.244.0.5",), ())
     assert act.apply(t) and act.apply(t) == []
-    n = len(calls)
+    assert sum(c[:2] == ["qdisc", "replace"] for c in calls) == 1
     shown["out"] = "qdisc htb 50: root refcnt 2 r2q 10 default 0x30\n"
+    t2 = HtbTarget("veth0", 100, ("10.244.0.5",), ("10.244.0.6",))
+    assert act.apply(t2) and sum(c[:2] == ["qdisc", "replace"] for c in calls) == 1  # htb root not "changed"
+    assert calls[-1][-1] == "50:20"
+    n = len(calls)
     assert act.apply(None) == ["tc veth0: removed HTB"]
     assert calls[-1] == ["qdisc", "del", "dev", "veth0", "root", "handle", "50:"] and len(calls) == n + 2
+
+
+def test_container_quota_never_above_the_pods(v1_tree: Callable[..., Path]) -> None:
+    cg = _cgroups(v1_tree({UID: ("guaranteed", 1)}))
+    (cg.cpu / "cpu.cfs_quota_us").write_text("150000\n")  # the kubelet's limit: 1.5 CPUs
+    act = CgroupV1Cpu(FakeKernelFS())
+    act.apply(CpuTarget(UID, "p", (0, 1), 1.0), cg)
+    assert [act.read_quota(d) for d in container_children(cg.cpu)] == [100_000]
+    act.apply(CpuTarget(UID, "p", (0, 1, 2), 3.0), cg)  # above the pod's: inherit the pod's
+    assert [act.read_quota(d) for d in container_children(cg.cpu)] == [-1]
