@@ -26,9 +26,10 @@ import dataclasses
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -198,50 +199,70 @@ class CsvRows:
 
     def chunks(self, size: int = 65536) -> Iterator[Chunk]:
         """The rows in blocks of ``size`` as columns (:class:`Chunk`), for vectorised checks."""
-        header, n = self.header, len(self.header)
         step = self._size / PROGRESS_CALLS
         next_report = step
-        reader, fh = self._reader, self._fh
+        fh = self._fh
         try:
             while True:
-                cells: list[list[str]] = []
-                lines: list[int] = []
-                while len(cells) < size:
-                    try:
-                        row = next(reader)
-                    except StopIteration:
-                        break
-                    except UnicodeDecodeError:
-                        raise InvalidInput(
-                            self.what, str(self.path), f"not UTF-8 text (line {_undecodable_line(self.path)})"
-                        ) from None
-                    except csv.Error as exc:
-                        raise self.err(reader.line_num, "row", _NO_VALUE, f"not CSV ({exc})") from None
-                    if len(row) != n:
-                        if not row or not any(c.strip() for c in row):
-                            continue  # blank line
-                        if len(row) < n:
-                            raise self.err(
-                                reader.line_num, header[len(row)], _NO_VALUE, f"truncated row: {len(row)} of {n} fields"
-                            )
-                        raise self.err(reader.line_num, "row", _NO_VALUE, f"{len(row)} fields, the header has {n}")
-                    cells.append(row)
-                    lines.append(reader.line_num)
-                if not cells:
+                got = self._block(size)
+                if got is None:
                     break
-                self.line = lines[-1]
-                yield Chunk(self, cells, lines)
+                cells, lines, raw_count = got
+                if cells:
+                    self.line = lines[-1]
+                    yield Chunk(self, cells, lines)
                 if self._progress is not None:
                     done = fh.buffer.tell()
                     if done >= next_report:
                         self._progress(min(done, self._size), self._size)
                         next_report = done + step
-                if len(cells) < size:
+                if raw_count < size:
                     break
             if self._progress is not None:
                 self._progress(self._size, self._size)
         finally:
             fh.close()
+
+    def _block(self, size: int) -> tuple[list[list[str]], Sequence[int], int] | None:
+        """Up to ``size`` records read in one C call, blank lines dropped, lengths checked.
+
+        Line numbers are consecutive unless a quoted cell spans lines (then counted per row).
+        """
+        reader, header, n = self._reader, self.header, len(self.header)
+        before = reader.line_num
+        try:
+            block = list(islice(reader, size))
+        except UnicodeDecodeError:
+            raise InvalidInput(
+                self.what, str(self.path), f"not UTF-8 text (line {_undecodable_line(self.path)})"
+            ) from None
+        except csv.Error as exc:
+            raise self.err(reader.line_num, "row", _NO_VALUE, f"not CSV ({exc})") from None
+        if not block:
+            return None
+        raw_count = len(block)
+        lines: Sequence[int]
+        if reader.line_num - before == raw_count:
+            lines = range(before + 1, reader.line_num + 1)
+        else:  # a quoted cell holds line breaks: count them
+            counted, line = [], before
+            for row in block:
+                line += 1 + sum(c.count("\n") for c in row)
+                counted.append(line)
+            lines = counted
+        if min(map(len, block)) != n or max(map(len, block)) != n:  # blank lines or bad rows
+            kept, kept_lines = [], []
+            for row, line in zip(block, lines, strict=True):
+                if len(row) != n:
+                    if not row or not any(c.strip() for c in row):
+                        continue  # blank line
+                    if len(row) < n:
+                        raise self.err(line, header[len(row)], _NO_VALUE, f"truncated row: {len(row)} of {n} fields")
+                    raise self.err(line, "row", _NO_VALUE, f"{len(row)} fields, the header has {n}")
+                kept.append(row)
+                kept_lines.append(line)
+            block, lines = kept, kept_lines
+        return block, lines, raw_count
 
     # ---- field converters: every message names file, line, field and the text as written ----
 
@@ -314,7 +335,7 @@ class Chunk:
     row (file, line, field and the text as written), exactly as the row converters do.
     """
 
-    def __init__(self, rows: CsvRows, cells: list[list[str]], lines: list[int]) -> None:
+    def __init__(self, rows: CsvRows, cells: list[list[str]], lines: Sequence[int]) -> None:
         self.rows = rows
         self.lines = lines
         self.cols: dict[str, list[str]] = dict(

@@ -114,19 +114,24 @@ def peak_concurrent_gpus(trace: Trace) -> dict[str, int]:
     At equal times releases count before starts (a job ending as another starts shares nothing).
     """
     vc_code: dict[str, int] = {}
-    codes, starts, ends, gpus = [], [], [], []
-    for j, s, e in zip(trace.jobs, trace.recorded_start, trace.recorded_end, strict=True):
-        code = vc_code.setdefault(j.vc, len(vc_code))
-        if s is None or e is None:
-            continue
-        codes.append(code)
-        starts.append(s)
-        ends.append(max(e, s))
-        gpus.append(j.gpus)
+    codes = np.array([vc_code.setdefault(j.vc, len(vc_code)) for j in trace.jobs], np.int64)
+    start = np.array([np.nan if s is None else s for s in trace.recorded_start], float)
+    end = np.array([np.nan if e is None else e for e in trace.recorded_end], float)
+    gpus = np.array([j.gpus for j in trace.jobs], np.int64)
+    return _peak(vc_code, codes, start, end, gpus)
+
+
+def _peak(
+    vc_code: dict[str, int], codes: np.ndarray, start: np.ndarray, end: np.ndarray, gpus: np.ndarray
+) -> dict[str, int]:
+    """peak_concurrent_gpus on columns: VC codes, recorded start/end (NaN: none), GPUs."""
+    ran = ~(np.isnan(start) | np.isnan(end))
+    c, g, s = codes[ran], gpus[ran], start[ran]
+    e = np.maximum(end[ran], s)
     peak: dict[str, int] = {}
-    if codes:
-        c, g = np.array(codes), np.array(gpus, np.int64)
-        t = np.concatenate([np.array(starts, float), np.array(ends, float)])
+    names_of = {code: vc for vc, code in vc_code.items()}
+    if c.size:
+        t = np.concatenate([s, e])
         d = np.concatenate([g, -g])
         cc = np.concatenate([c, c])
         order = np.lexsort((d, t, cc))  # by VC, then time, releases first
@@ -135,14 +140,12 @@ def peak_concurrent_gpus(trace: Trace) -> dict[str, int]:
         bounds = np.flatnonzero(np.diff(cc)) + 1
         base = np.concatenate([[0], run[bounds - 1]])  # cumulative total before each VC's block
         for code, lo, hi, b0 in zip(cc[np.r_[0, bounds]], np.r_[0, bounds], np.r_[bounds, len(cc)], base, strict=True):
-            peak[_name_of(vc_code, int(code))] = int((run[lo:hi] - b0).max())
-    for j in trace.jobs:
-        peak[j.vc] = max(peak.get(j.vc, 0), j.gpus, 1)
+            peak[names_of[int(code)]] = int((run[lo:hi] - b0).max())
+    most = np.zeros(len(vc_code), np.int64)
+    np.maximum.at(most, codes, np.maximum(gpus, 1))  # a VC holds at least its largest job
+    for code, m in enumerate(most.tolist()):
+        peak[names_of[code]] = max(peak.get(names_of[code], 0), m)
     return peak
-
-
-def _name_of(codes: dict[str, int], code: int) -> str:
-    return next(k for k, v in codes.items() if v == code)
 
 
 # ---- openb (Alibaba cluster-trace-gpu-v2023) -----------------------------------------------
@@ -280,6 +283,7 @@ def load_helios(
     users: list[str] = []
     vcs: list[str] = []
     states: list[JobEnd] = []
+    intern: dict[str, str] = {"": "default"}  # an empty VC is the default partition
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("gpus", "cpu", "submit", "start", "end")}
     for ch in rows.chunks():
         gpus = ch.ints("gpu_num")
@@ -313,8 +317,8 @@ def load_helios(
                 raise ch.err(col.index(""), fld, "missing")
         cpu = ch.floats("cpu_num", optional=True)
         ids += jid
-        users += ch.text("user")
-        vcs += [v or "default" for v in ch.text("vc")]
+        users += [intern.setdefault(u, u) for u in ch.text("user")]  # one string per user, not per row
+        vcs += [intern.setdefault(v, v) for v in ch.text("vc")]
         states += [HELIOS_STATES.get(x.upper(), JobEnd.FAILED) for x in state]
         for k, a in (("gpus", gpus), ("cpu", cpu), ("submit", submit), ("start", start), ("end", end)):
             cols[k].append(a)
@@ -350,12 +354,14 @@ def load_helios(
     if gpu_file.is_file():
         counts = load_helios_gpu_numbers(gpu_file)
         trace.notes.append(f"VC sizes from {gpu_file.name}")
-    else:
-        counts = peak = peak_concurrent_gpus(trace)
+    vc_code: dict[str, int] = {}
+    codes = np.array([vc_code.setdefault(v, len(vc_code)) for v in vcs], np.int64)
+    if not gpu_file.is_file():
+        counts = peak = _peak(vc_code, codes, start, end, gpus)
         trace.notes.append("VC sizes from each VC's peak concurrent recorded demand (no cluster_gpu_number.csv)")
-    missing_vcs = {j.vc for j in jobs} - set(counts)
+    missing_vcs = set(vc_code) - set(counts)
     if missing_vcs:
-        peak = peak or peak_concurrent_gpus(trace)
+        peak = peak or _peak(vc_code, codes, start, end, gpus)
         for vc in missing_vcs:
             counts[vc] = peak.get(vc, 8)
     trace.nodes = with_switches(vc_nodes_from_gpus(counts, gpus_per_node))

@@ -84,6 +84,12 @@ def test_truncated_and_long_rows(tmp_path: Path) -> None:
         list(CsvRows(p, ("a",)))
     with pytest.raises(TraceFormatError, match=r"^t\.csv:4: field c: truncated row"):
         list(CsvRows(p, ("a",)).chunks())
+    # a quoted cell that spans lines: the rows after it keep their true line numbers
+    p = _write(tmp_path / "q.csv", 'a,b,c\n1,"two\nlines",3\n\n4,5,6\n7,8\n')
+    with pytest.raises(TraceFormatError, match=r"^q\.csv:6: field c: truncated row"):
+        list(CsvRows(p).chunks())
+    with pytest.raises(TraceFormatError, match=r"^q\.csv:6: field c: truncated row"):
+        list(CsvRows(p))
     p = _write(tmp_path / "l.csv", "a,b\n1,2,3\n")
     with pytest.raises(TraceFormatError, match=r"^l\.csv:2: field row: 3 fields, the header has 2$"):
         list(CsvRows(p).chunks())
