@@ -260,16 +260,21 @@ def test_agent_killed_mid_adjustment_leaves_valid_cpusets(node: Node, agent: Any
             "--warmup-seconds", "0", "--resctrl-root", str(tmp_path / "no"))  # fmt: skip
     rng = random.Random(13)
     kills, changes = 0, set()
+    a: Any = None
     for _ in range(12):
+        started = a.log().count("cgroup v1") if kills else 0
         a = agent(*args)
-        deadline = time.monotonic() + rng.uniform(1.5, 3.0)
+        wait_for(lambda: a.log().count("cgroup v1") > started, 30, "the agent to start")  # noqa: B023
+        deadline = time.monotonic() + rng.uniform(0.3, 2.0)
         while time.monotonic() < deadline:
             changes.add(frozenset(container_cpus(node, pods[0])))
             time.sleep(0.05)
         a.kill(signal.SIGKILL)
         kills += 1
         assert all_valid(node, [*pods, bystander]) == [], f"after kill {kills}"
-    assert len(changes - {frozenset()}) >= 2, "the agent never changed the cpusets: the kills proved nothing"
+    assert len(changes - {frozenset()}) >= 2, (
+        f"the agent never changed the cpusets (the kills proved nothing):\n{a.log()[-3000:]}"
+    )
     assert container_cpus(node, bystander) == cpus
     for p in pods:
         assert node.wait_pod(p["metadata"]["name"], timeout=5)["status"]["phase"] == "Running"
