@@ -16,6 +16,14 @@ else
   echo "Go toolchain absent: integration tests that need Kubernetes will be skipped" >&2
 fi
 
+# --- node tier (tests/node, marker "node"; sidecar/hack/node owner) ---------------------------
+# A real kubelet node needs Debian's containerd/runc/CNI/iperf3, a kubelet and two local images
+# (hack/node/README.md; cached, a no-op when present). Root only: elsewhere tests/node skips.
+if [ "$(id -u)" -eq 0 ] && command -v go >/dev/null 2>&1; then
+  bash hack/node/build.sh
+fi
+# ----------------------------------------------------------------------------------------------
+
 set +e
 pytest "$@"
 rc=$?

@@ -30,6 +30,7 @@ from qosmos.sidecar.cgroups import (
     CgroupLayout,
     container_children,
     parse_cpuset,
+    pids_of_container,
     pod_dir_from_pids,
 )
 from qosmos.sidecar.sources import BandwidthSource, GpuSource
@@ -228,7 +229,12 @@ class NodeAgent:
 
     @staticmethod
     def _pids_from_status(pod: Any) -> list[int]:
-        return []  # the CRI has the PIDs; the layout search covers kubelet-made pods
+        """PIDs of the pod's containers (from their IDs in the pod status) for the /proc fallback."""
+        pids: list[int] = []
+        for st in (pod.status and pod.status.container_statuses) or []:
+            if st.container_id:
+                pids += pids_of_container(st.container_id)
+        return pids
 
     def tasks(self, cg: PodCgroups) -> list[int]:
         """Every thread of the pod (resctrl moves threads one at a time)."""

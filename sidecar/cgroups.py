@@ -179,3 +179,20 @@ def pod_dir_from_pids(
         if parent.is_dir() and (parent.name.startswith("pod") or "-pod" in parent.name):
             return parent
     return None
+
+
+def pids_of_container(container_id: str, proc: Path = Path("/proc")) -> list[int]:
+    """PIDs whose cgroup path names the container ID (the fallback when the layout has no match)."""
+    cid = container_id.split("://", 1)[-1]
+    if not cid:
+        return []
+    out = []
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if cid in (d / "cgroup").read_text():
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return sorted(out)

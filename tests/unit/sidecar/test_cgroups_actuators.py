@@ -25,6 +25,7 @@ from qosmos.sidecar.cgroups import (
     detect_layout,
     format_cpuset,
     parse_cpuset,
+    pids_of_container,
     pod_dir_from_pids,
     proc_cgroup_path,
 )
@@ -92,6 +93,8 @@ def test_proc_cgroup_fallback(tmp_path: Path) -> None:
     layout = CgroupLayout(tmp_path / "cg", 1, "cgroupfs")
     (layout.root / "cpuset" / path.lstrip("/")).mkdir(parents=True)
     assert pod_dir_from_pids(layout, "cpuset", [7, 42], proc) == layout.root / "cpuset" / path.lstrip("/")[:-65]
+    assert pids_of_container(f"containerd://{container_id(1)}", proc) == [42]
+    assert pids_of_container(f"containerd://{container_id(2)}", proc) == []
 
 
 # --------------------------------------------------------------------------- CPU actuator
