@@ -64,8 +64,8 @@ class ExtenderConfig:
         need(self.max_body_bytes >= 1024, "max_body_bytes", "must be >= 1024")
         need(0 <= self.shutdown_grace_s <= 600, "shutdown_grace_s", "must be in [0, 600] seconds")
         need(1 <= self.watch_timeout_s <= 3600, "watch_timeout_s", "must be in [1, 3600] seconds")
+        need(self.log_level.upper() in LOG_LEVELS, "log_level", f"expected one of {', '.join(LOG_LEVELS)}")
         self.log_level = self.log_level.upper()
-        need(self.log_level in LOG_LEVELS, "log_level", f"expected one of {', '.join(LOG_LEVELS)}")
         need(
             not (self.node_list and self.kubeconfig),
             "node_list",
