@@ -141,8 +141,13 @@ class Server:
 
 @pytest.fixture
 def server(user_env: dict[str, str], node_list: Path, tmp_path: Path) -> Iterator[Server]:
+    from qosmos.extender.core.genie import ThroughputProfile
+    from qosmos.predictors.profiler import write_db
+
     http_port, grpc_port = free_port(), free_port()
-    env = {**user_env, "QOSMOS_EXTENDER_SHUTDOWN_GRACE_S": "1"}
+    db = tmp_path / "models.json"  # what `qosmos profile fit` writes
+    write_db(db, [ThroughputProfile("mynet", 50.0, 1.0, 0.0, b_min=8, b_max=64, source="fit of my runs")])
+    env = {**user_env, "QOSMOS_EXTENDER_SHUTDOWN_GRACE_S": "1", "QOSMOS_MODELDB": str(db)}
     log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         serve_cmd(
@@ -190,7 +195,10 @@ def test_node_list_serves_a_static_node_set(server: Server) -> None:
     assert "does not bind" in bind["Error"]
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
         scores = pb_grpc.ExtenderStub(ch).Score(pb.ScoreRequest(pod=pb.PodSpec(name="g", uid="g", gpus=8)), timeout=10)
+        # the extender reads the one model database ($QOSMOS_MODELDB here)
+        mine = pb_grpc.ExtenderStub(ch).Explain(pb.ExplainRequest(model="mynet", batch=64, iters=10), timeout=10)
     assert {s.node for s in scores.scores} == set(names)
+    assert mine.provenance.origin == "file" and mine.provenance.source == "fit of my runs"
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(10) == 0
 
