@@ -68,6 +68,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # exec) at the node's InternalIP instead of resolving its name through the host's DNS.
 APISERVER_ARGS = ("--kubelet-preferred-address-types=InternalIP",)
 WORKDIR_PREFIX = "qosmos-node-"
+OWNER_FILE = "owner.pid"
 
 
 class NodeError(ControlPlaneError):
@@ -147,6 +148,92 @@ def _run(*argv: str, check: bool = True, timeout: float = 120) -> subprocess.Com
     return p
 
 
+def kubepods_present() -> set[str]:
+    """The kubelet's top cgroups (``kubepods``/``kubepods.slice``) in every hierarchy now."""
+    out = set()
+    for d in CGROUP_ROOT.iterdir():
+        for name in ("kubepods", "kubepods.slice"):
+            if (d / name).is_dir():
+                out.add(str(d / name))
+        if d.name == "kubepods":
+            out.add(str(d))
+    return out
+
+
+def _procs_matching(mark: bytes) -> list[int]:
+    pids = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if mark in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    pids.append(int(pid))
+            except OSError:
+                continue
+    return pids
+
+
+def teardown_host(workdir: Path, host: HostState) -> None:
+    """Everything a node left on the host, given its work dir and the state saved before it started:
+    containerd shims (by PID: their command line names the work dir), processes still in the pod
+    cgroups the node created, mounts under the work dir, new ``cni-*`` network namespaces, the
+    cgroups, the bridge, the node address, the blackhole route; then sysctls and iptables."""
+    mark = str(workdir).encode()
+    for pid in _procs_matching(mark):
+        if b"containerd-shim" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            with contextlib.suppress(ProcessLookupError, OSError):
+                os.kill(pid, 9)
+    new_trees = sorted(kubepods_present() - host.cgroups)
+    for _ in range(3):
+        left = []
+        for top in new_trees:
+            for tasks in Path(top).rglob("tasks"):
+                with contextlib.suppress(OSError, ValueError):
+                    left += [int(t) for t in tasks.read_text().split()]
+        for pid in set(left):  # processes of pods this node started (their shims are gone)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        if not left:
+            break
+        time.sleep(0.3)
+    Node._unmount_under(workdir)
+    d = Path("/var/run/netns")
+    for ns in sorted(set(os.listdir(d)) - host.netns) if d.is_dir() else []:
+        if ns.startswith("cni-"):
+            subprocess.run(["umount", "-l", str(d / ns)], capture_output=True)
+            with contextlib.suppress(OSError):
+                (d / ns).unlink()
+    for top in new_trees:
+        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda t: -t[0].count("/")):
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+    for cmd in (
+        ("ip", "link", "del", BRIDGE),
+        ("ip", "addr", "del", f"{NODE_IP}/32", "dev", NODE_IFACE),
+        ("ip", "route", "del", "blackhole", SERVICE_CIDR),
+    ):
+        _run(*cmd, check=False)
+    host.restore()
+
+
+def sweep_stale_nodes() -> list[str]:
+    """Tear down nodes whose owning process died without stopping them (SIGKILLed test runs)."""
+    swept = []
+    for d in Path("/var/tmp").glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            pid = int((d / OWNER_FILE).read_text())
+            os.kill(pid, 0)
+            continue  # its owner is alive
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError):
+            continue  # kept on purpose (QOSMOS_NODE_KEEP) or not ours
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            teardown_host(d, HostState.from_json((d / "host.json").read_text()))
+        shutil.rmtree(d, ignore_errors=True)
+        swept.append(str(d))
+    return swept
+
+
 class HostState:
     """Snapshot of the host settings a node changes, and their restoration."""
 
@@ -162,7 +249,19 @@ class HostState:
                 if p.returncode == 0:
                     self.iptables[tool] = p.stdout
         self.netns = set(os.listdir("/var/run/netns")) if os.path.isdir("/var/run/netns") else set()
-        self.links = set(os.listdir("/sys/class/net"))
+        self.cgroups = kubepods_present()
+
+    def to_json(self) -> str:
+        return json.dumps({"sysctls": self.sysctls, "iptables": self.iptables, "netns": sorted(self.netns),
+                           "cgroups": sorted(self.cgroups)})  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str) -> HostState:
+        doc = json.loads(text)
+        h = cls.__new__(cls)
+        h.sysctls, h.iptables = dict(doc["sysctls"]), dict(doc["iptables"])
+        h.netns, h.cgroups = set(doc["netns"]), set(doc["cgroups"])
+        return h
 
     def changed_sysctls(self) -> dict[str, tuple[str, str]]:
         out = {}
@@ -206,7 +305,6 @@ class Node:
         self.workdir = Path()
         self.components: list[Component] = []
         self.host: HostState | None = None
-        self.cgroups_before: set[str] = set()
         self._started = False
         self.sock = ""
         self.kubelet_port = 0
@@ -232,10 +330,12 @@ class Node:
         t0 = time.monotonic()
         ensure_built()
         self.timings["build_check_s"] = time.monotonic() - t0
+        sweep_stale_nodes()
         self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir="/var/tmp"))
         (self.workdir / "logs").mkdir()
         self.host = HostState()
-        self.cgroups_before = self._kubepods_present()
+        (self.workdir / "host.json").write_text(self.host.to_json())
+        (self.workdir / OWNER_FILE).write_text(str(os.getpid()))
         self._started = True
         atexit.register(self.stop)
         try:
@@ -285,11 +385,16 @@ class Node:
         annotations: dict[str, str] | None = None,
         cpu_limit: str | None = None,
         image: str = DEBIAN_IMAGE,
+        cpu_request: str | None = None,
     ) -> dict[str, Any]:
-        """A pod bound to this node running ``sh -c command`` in the local Debian image."""
+        """A pod bound to this node running ``sh -c command`` in the local Debian image.
+
+        ``cpu_limit`` makes it Guaranteed, ``cpu_request`` alone Burstable, neither BestEffort."""
         res: dict[str, Any] = {}
         if cpu_limit:
             res = {"limits": {"cpu": cpu_limit, "memory": "256Mi"}, "requests": {"cpu": cpu_limit, "memory": "256Mi"}}
+        elif cpu_request:
+            res = {"requests": {"cpu": cpu_request}}
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -565,16 +670,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
     # -- stop -----------------------------------------------------------------------------------
 
-    def _kubepods_present(self) -> set[str]:
-        out = set()
-        for d in CGROUP_ROOT.iterdir():
-            for name in ("kubepods", "kubepods.slice"):
-                if (d / name).is_dir():
-                    out.add(str(d / name))
-            if d.name == "kubepods":
-                out.add(str(d))
-        return out
-
     def _pods_gone(self) -> bool:
         """No running task left: the kubelet stopped every container and sandbox (CNI DEL done)."""
         p = self.ctr("tasks", "ls", "-q", check=False, timeout=20)
@@ -603,23 +698,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 self._force_remove_containers()
         if containerd:
             containerd.stop()
-        self._kill_shims()
-        self._unmount_under(self.workdir)
-        self._remove_netns()
-        self._remove_cgroups()
-        for cmd in (
-            ("ip", "link", "del", BRIDGE),
-            ("ip", "addr", "del", f"{NODE_IP}/32", "dev", NODE_IFACE),
-            ("ip", "route", "del", "blackhole", SERVICE_CIDR),
-        ):
-            _run(*cmd, check=False)
         if self.host is not None:
-            self.host.restore()
+            teardown_host(self.workdir, self.host)
         self.components.clear()
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
         if os.environ.get("QOSMOS_NODE_KEEP") != "1":
             shutil.rmtree(self.workdir, ignore_errors=True)
+        else:
+            (self.workdir / OWNER_FILE).unlink(missing_ok=True)  # kept on purpose: never swept
 
     def _force_remove_containers(self) -> None:
         tasks = self.ctr("tasks", "ls", "-q", check=False, timeout=20).stdout.split()
@@ -633,20 +720,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         for c in self.ctr("containers", "ls", "-q", check=False, timeout=20).stdout.split():
             self.ctr("containers", "delete", c, check=False, timeout=20)
 
-    def _kill_shims(self) -> None:
-        """containerd-shim processes of this node (their command line names our socket), by PID."""
-        mark = str(self.workdir).encode()
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"containerd-shim" in cmd and mark in cmd:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), 9)
-
     @staticmethod
     def _unmount_under(base: Path) -> None:
         prefix = str(base)
@@ -658,19 +731,3 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     mounts.append(target)
         for m in sorted(mounts, key=len, reverse=True):
             subprocess.run(["umount", "-l", m], capture_output=True)
-
-    def _remove_netns(self) -> None:
-        before = self.host.netns if self.host else set()
-        d = Path("/var/run/netns")
-        for ns in sorted(set(os.listdir(d)) - before) if d.is_dir() else []:
-            if ns.startswith("cni-"):
-                subprocess.run(["umount", "-l", str(d / ns)], capture_output=True)
-                with contextlib.suppress(OSError):
-                    (d / ns).unlink()
-
-    def _remove_cgroups(self) -> None:
-        """rmdir the kubepods trees this node created (deepest first; only empty cgroups go)."""
-        for top in sorted(self._kubepods_present() - self.cgroups_before):
-            for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda t: -t[0].count("/")):
-                with contextlib.suppress(OSError):
-                    os.rmdir(dirpath)

@@ -128,6 +128,7 @@ def test_adaptive_cores_on_a_real_pod(node: Node, agent: Any, driver: Any, tmp_p
             BUSY,
             labels=MANAGED,
             annotations={"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"},
+            cpu_request="1500m",  # Burstable: a fair CPU share on this busy machine, no CFS limit from the kubelet
         )
     )
     key = "default/train"
