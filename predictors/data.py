@@ -34,7 +34,7 @@ def load_openb_pods(path: Path, progress: Progress | None = None) -> list[Job]:
     bad numbers are errors). openb has no users and its names are ids, so ``user``/``name``
     stay empty; QoS class, CPU, memory and GPU share are kept (category = openb qos label).
     """
-    pods = read_openb_pods(path, progress)
+    pods = read_openb_pods(path, progress, what="pods")
     jobs = [j for j, s in zip(pods.jobs, pods.scheduled, strict=True) if s is not None]
     jobs.sort(key=lambda j: (j.submit_time, j.id))
     return jobs

@@ -541,7 +541,7 @@ class OpenbPods:
     path: Path
 
 
-def read_openb_pods(path: Path, progress: Progress | None = None) -> OpenbPods:
+def read_openb_pods(path: Path, progress: Progress | None = None, what: str = "trace") -> OpenbPods:
     """openb pods, every row validated: run time = deletion − scheduled (s), submit = creation.
 
     Pods never scheduled (empty ``scheduled_time``, pod_phase Pending) are CANCELLED with
@@ -549,7 +549,7 @@ def read_openb_pods(path: Path, progress: Progress | None = None) -> OpenbPods:
     < 1000 is a GPU-sharing pod on one GPU; ``qos`` maps through :data:`OPENB_QOS` and is
     kept as the job's ``category``.
     """
-    rows = CsvRows(path, OPENB_POD_COLUMNS, progress=progress, hint=format_hint)
+    rows = CsvRows(path, OPENB_POD_COLUMNS, what=what, progress=progress, hint=format_hint)
     jobs: list[Job] = []
     sched_at: list[float | None] = []
     deleted_at: list[float] = []
@@ -607,7 +607,7 @@ def read_openb_pods(path: Path, progress: Progress | None = None) -> OpenbPods:
         sched_at.append(None if never else sched)
         deleted_at.append(deleted)
     if not jobs:
-        raise InvalidInput("trace", str(path), "no pods")
+        raise InvalidInput(what, str(path), "no pods")
     return OpenbPods(jobs, sched_at, deleted_at, path)
 
 
