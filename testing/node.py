@@ -69,6 +69,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 APISERVER_ARGS = ("--kubelet-preferred-address-types=InternalIP",)
 WORKDIR_PREFIX = "qosmos-node-"
 OWNER_FILE = "owner.pid"
+LOCK_PATH = "/var/lock/qosmos-node.lock"
 
 
 class NodeError(ControlPlaneError):
@@ -309,6 +310,7 @@ class Node:
         self.sock = ""
         self.kubelet_port = 0
         self.timings: dict[str, float] = {}
+        self._lock_file: Any = None
 
     # -- public -----------------------------------------------------------------------------
 
@@ -330,6 +332,7 @@ class Node:
         t0 = time.monotonic()
         ensure_built()
         self.timings["build_check_s"] = time.monotonic() - t0
+        self._lock()  # one node per host: the bridge, node address and kubepods cgroups are host-wide
         sweep_stale_nodes()
         self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir="/var/tmp"))
         (self.workdir / "logs").mkdir()
@@ -355,6 +358,21 @@ class Node:
             self.stop()
             raise
         self.timings["start_s"] = time.monotonic() - t0
+
+    def _lock(self, timeout: float = 900.0) -> None:
+        import fcntl
+
+        self._lock_file = open(LOCK_PATH, "w")  # noqa: SIM115 - held until stop()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    self._lock_file.close()
+                    raise NodeError(f"another test node holds {LOCK_PATH} for more than {timeout:.0f}s") from None
+                time.sleep(1)
 
     def wait_ready(self, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (timeout or self.start_timeout)
@@ -707,6 +725,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             shutil.rmtree(self.workdir, ignore_errors=True)
         else:
             (self.workdir / OWNER_FILE).unlink(missing_ok=True)  # kept on purpose: never swept
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the host-wide lock
+            self._lock_file = None
 
     def _force_remove_containers(self) -> None:
         tasks = self.ctr("tasks", "ls", "-q", check=False, timeout=20).stdout.split()
