@@ -209,9 +209,10 @@ def test_halve_cores_without_rdt(node: Node, agent: Any, tmp_path: Path) -> None
 
 def test_resctrl_group_gets_the_cpu_jobs_real_threads(node: Node, tmp_path: Path) -> None:
     """MBA against a resctrl tree the test builds (this VM has no RDT), with the node's real pods."""
-    job = node.run_pod(node.pod_manifest("mbajob", BUSY, labels=MANAGED, annotations={"qosmos.io/job-kind": "cpu"}))
+    steady = "for i in 1 2; do (while :; do :; done) & done; wait"  # no short-lived children: a stable thread set
+    job = node.run_pod(node.pod_manifest("mbajob", steady, labels=MANAGED, annotations={"qosmos.io/job-kind": "cpu"}))
     train = node.run_pod(
-        node.pod_manifest("mbatrain", BUSY, labels=MANAGED, annotations={"qosmos.io/job-kind": "training"})
+        node.pod_manifest("mbatrain", steady, labels=MANAGED, annotations={"qosmos.io/job-kind": "training"})
     )
     rdt = make_resctrl_tree(tmp_path / "resctrl")
     bw = tmp_path / "bw.json"
