@@ -10,8 +10,16 @@ P_R — rolling estimate from completed history (Alg. 1 lines 13-18):
   Names are "similar" when they fall in the same Levenshtein bucket (:class:`NameBucketer`).
 P_M — LightGBM on categorical + time features (user, VC, name bucket, category, demands,
   hour, weekday, day), trained on log1p(duration).
-Merged duration λ P_R + (1−λ) P_M goes into ``Job.predicted_duration``; the core's QSSF
-ordering multiplies by ``gpus`` (priority = N (λ P_R + (1−λ) P_M), Alg. 1 line 20).
+Merged duration λ P_R + (1−λ) P_M (``blend="linear"``, the paper's; ``blend="log"`` averages
+log1p durations instead); the core's QSSF ordering multiplies by ``gpus`` (priority =
+N (λ P_R + (1−λ) P_M), Alg. 1 line 20).
+
+:class:`OnlineQSSF` is the predictor the simulator and the operator use (the core's
+``DurationPredictor`` protocol, via ``qosmos.predictors.make_duration_predictor("qssf")``):
+a job joins the history only once a prediction is asked at or after its end. The batch
+:class:`QSSFPredictor` (fit / annotate / save / load) is its building block and stays for
+offline use; its ``annotate_online`` replay counts a job as finished at submit + recorded
+duration, which is only a lower bound of its end under queueing.
 """
 
 from __future__ import annotations

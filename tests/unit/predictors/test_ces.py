@@ -88,3 +88,36 @@ def test_forecaster_learns_daily_pattern_and_roundtrips(tmp_path) -> None:
     back = GBDTModel.load(tmp_path / "ces.txt", expected_features=FEATURES)
     x, _, _ = fc.design(slots, y, origins[:50])
     assert np.allclose(back.predict(x), fc.model.predict(x))
+
+
+def test_choose_sigma_hand_computed() -> None:
+    from qosmos.predictors.ces import choose_sigma
+
+    rows = [
+        {"sigma": 10, "node_util": 0.95, "daily_wakeups": 4.0},
+        {"sigma": 30, "node_util": 0.92, "daily_wakeups": 0.9},
+        {"sigma": 50, "node_util": 0.89, "daily_wakeups": 0.4},
+    ]
+    assert choose_sigma(rows, 1.0)[0] == 30  # the best utilisation within the wake-up budget
+    assert choose_sigma(rows, 0.5)[0] == 50
+    sigma, why = choose_sigma(rows, 0.1)  # none qualifies: fewest wake-ups, and it says so
+    assert sigma == 50 and "no candidate" in why
+
+
+def test_sigma_tradeoff_never_reads_the_evaluation_window() -> None:
+    from qosmos.predictors.ces import sigma_tradeoff
+
+    rng = np.random.default_rng(3)
+    minutes = np.arange(27_000_000, 27_000_000 + 5 * 1440, dtype=np.int64)  # five days, per minute
+    day = np.sin(2 * np.pi * (minutes % 1440) / 1440)
+    active = np.round(300 + 80 * day + rng.normal(0, 5, minutes.size))
+    total = np.full(minutes.size, 420.0)
+    val_from, val_to = int(minutes[0]) + 2 * 1440, int(minutes[0]) + 4 * 1440
+    rows = sigma_tradeoff(minutes, active, total, val_from, val_to, [0, 20], num_rounds=10)
+    changed = active.copy()
+    changed[minutes >= val_to] = 5.0  # the evaluation window: anything at all
+    assert sigma_tradeoff(minutes, changed, total, val_from, val_to, [0, 20], num_rounds=10) == rows
+    changed = active.copy()
+    changed[(minutes >= val_from) & (minutes < val_to)] += 60  # the validation window itself matters
+    assert sigma_tradeoff(minutes, changed, total, val_from, val_to, [0, 20], num_rounds=10) != rows
+    assert [r["sigma"] for r in rows] == [0, 20] and rows[0]["daily_wakeups"] >= rows[1]["daily_wakeups"]
