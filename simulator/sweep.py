@@ -14,7 +14,9 @@ import concurrent.futures as cf
 import csv
 import itertools
 import multiprocessing
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -112,7 +114,16 @@ def run_cell(cell: Cell, options: Mapping[str, Any]) -> dict[str, object]:
         scale_nodes(tr, options["scale"])
     summary = summarize(simulate(tr, cfg))
     summary["cell"] = asdict(cell)
+    summary["ran_on"] = _where()
     return summary
+
+
+def _where() -> dict[str, object]:
+    """Where a cell ran: a Ray worker (its node id) or a local process."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return {"runner": "ray", "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+    return {"runner": "local", "pid": os.getpid()}
 
 
 def finished(out: Path, cell: Cell) -> bool:

@@ -1,0 +1,178 @@
+"""`qosmos sweep`: the grid in local processes, resumable; and the same grid on a real Ray
+instance started by the test on loopback (no usage stats, no dashboard)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from qosmos.simulator.engine import SimConfig, simulate
+from qosmos.simulator.metrics import summarize
+from qosmos.simulator.sweep import Cell, grid
+from qosmos.simulator.traces import load_trace
+from typer.testing import CliRunner
+
+from qosmos.cli import app
+
+runner = CliRunner()
+GRID = [
+    "sweep",
+    "--trace",
+    "builtin:helios-synth,builtin:genie",
+    "--policy",
+    "fifo,sjf",
+    "--placement",
+    "consolidate",
+    "--seed",
+    "0,1",
+    "--synth-jobs",
+    "300",
+]
+
+
+def rows(out: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader((out / "sweep.csv").open()))
+
+
+def test_local_grid_then_resume(tmp_path: Path) -> None:
+    out = tmp_path / "sw"
+    r = runner.invoke(app, [*GRID, "--jobs", "2", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "8 cells: 0 already finished, 8 to run" in r.output
+    got = rows(out)
+    assert len(got) == 8
+    assert {(g["trace"], g["policy"], g["seed"]) for g in got} == {
+        (t, p, s) for t in ("builtin:helios-synth", "builtin:genie") for p in ("fifo", "sjf") for s in ("0", "1")
+    }
+    assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    where = [json.loads(p.read_text())["ran_on"] for p in out.glob("*/summary.json")]
+    assert {w["runner"] for w in where} == {"local"} and os.getpid() not in {w["pid"] for w in where}
+    # each cell's numbers are those of the same run done directly
+    cell = Cell("builtin:helios-synth", "sjf", "consolidate", 1)
+    direct = summarize(simulate(load_trace("builtin:helios-synth", jobs=300, seed=1), SimConfig(policy="sjf", seed=1)))
+    row = next(g for g in got if g["cell"] == cell.name)
+    assert float(row["avg_jct_s"]) == pytest.approx(direct["avg_jct_s"])
+    assert int(row["jobs"]) == direct["jobs"] == 300
+
+    # resume: finished cells are skipped (their summary.json untouched), a missing one is rerun
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/summary.json")}
+    (out / cell.name / "summary.json").unlink()
+    r = runner.invoke(app, [*GRID, "--jobs", "2", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "8 cells: 7 already finished, 1 to run" in r.output
+    for p, t in stamps.items():
+        if p.parent.name != cell.name:
+            assert p.stat().st_mtime_ns == t, p
+    assert (out / cell.name / "summary.json").exists() and len(rows(out)) == 8
+    # a wider grid keeps the finished cells and runs only the new ones
+    r = runner.invoke(app, [*GRID[:-6], "--placement", "consolidate,best-fit", *GRID[-4:], "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "16 cells: 8 already finished, 8 to run" in r.output and len(rows(out)) == 16
+
+
+def test_sweep_rejects_bad_grids_before_running(tmp_path: Path) -> None:
+    for bad, needle in (
+        (["--policy", "fifo,nope"], "nope"),
+        (["--seed", "0,x"], "integer"),
+        (["--placement", ","], "names nothing"),
+    ):
+        out = tmp_path / "bad"
+        r = runner.invoke(app, ["sweep", "--trace", "builtin:genie", "--out", str(out), *bad])
+        assert r.exit_code == 2 and needle in r.output, r.output
+        assert not out.exists()
+
+
+def test_grid_is_the_full_product() -> None:
+    cells = grid(["a", "b"], ["fifo"], ["consolidate", "cer"], [0, 1, 2])
+    assert len(cells) == 12 and len({c.name for c in cells}) == 12
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A Ray head on 127.0.0.1 owned by this test (own process group, stopped on teardown)."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'qosmos[ray]')")
+    exe = shutil.which("ray")
+    if exe is None:
+        pytest.skip("the ray command is not installed")
+    port = _free_port()
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # nothing phones home, here or in the head
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    temp = Path("/tmp") / f"qr{os.getpid()}"  # Ray's socket paths must stay short
+    proc = subprocess.Popen(
+        [
+            exe,
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.skip(f"ray start exited with {proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.skip("Ray head did not come up in 120 s")
+        yield address
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # our own process group only
+            proc.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sweep_on_a_real_ray_cluster(tmp_path: Path, ray_head: str) -> None:
+    out = tmp_path / "ray"
+    args = ["sweep", "--trace", "builtin:genie", "--policy", "fifo,swaf", "--placement", "cer", "--seed", "0,1"]
+    r = runner.invoke(app, [*args, "--ray", ray_head, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    got = rows(out)
+    assert len(got) == 4 and {g["policy"] for g in got} == {"fifo", "swaf"}
+    for g in got:  # the cells ran as Ray tasks, in Ray's worker processes
+        where = json.loads((out / g["cell"] / "summary.json").read_text())["ran_on"]
+        assert where["runner"] == "ray" and where["node_id"] and where["pid"] != os.getpid()
+    # and agree with a local run of the same cells
+    local = tmp_path / "local"
+    r = runner.invoke(app, [*args, "--jobs", "1", "--out", str(local), "--no-plot"])
+    assert r.exit_code == 0, r.output
+    by_cell = {g["cell"]: g for g in rows(local)}
+    for g in got:
+        assert float(g["avg_jct_s"]) == pytest.approx(float(by_cell[g["cell"]]["avg_jct_s"]))
+        assert json.loads((out / g["cell"] / "summary.json").read_text())["cell"]["policy"] == g["policy"]
+    # resume on Ray too
+    r = runner.invoke(app, [*args, "--ray", ray_head, "--out", str(out)])
+    assert r.exit_code == 0 and "4 already finished, 0 to run" in r.output
