@@ -121,6 +121,8 @@ def predict_ces(
             "dates", f"--train-until {train_until} --eval-from {eval_from} --eval-to {eval_to}",
             "need train_until <= eval_from < eval_to",
         )  # fmt: skip
+    if out.exists() and not out.is_dir():
+        raise InvalidInput("--out", str(out), "exists and is not a folder")
     minutes, active, total = load_node_series(series)
     selection: dict[str, object] | None = None
     if auto:

@@ -251,3 +251,18 @@ def test_profile_run(app: typer.Typer, tmp_path: Path) -> None:
     out = tmp_path / "s.csv"
     _ok(runner.invoke(app, ["profile", "run", "--out", str(out), "--model", "mlp", "--batches", "4,8", "--steps", "2"]))
     assert out.read_text().startswith("model,batch,d_node,d_gpn,rate")
+
+
+def test_unwritable_outputs_are_clean_errors(app: typer.Typer, tmp_path: Path) -> None:
+    lucid = tmp_path / "lucid.csv"
+    lucid.write_text(
+        "model,dataset,batchsize,amp,speed\n" + "".join(f"Net,ImageNet,{b},0,{100 + b}\n" for b in (32, 64, 128))
+    )
+    res = runner.invoke(app, ["profile", "builtin", "--lucid", str(lucid), "--out", str(tmp_path / "no" / "p.py")])
+    assert res.exit_code == 2 and "no/p.py" in res.output and "Traceback" not in res.output
+    occupied = tmp_path / "ces-out"
+    occupied.write_text("mine")
+    args = ["predict", "ces", "--series", str(lucid), "--train-until", "2017-11-16", "--eval-from", "2017-11-16",
+            "--eval-to", "2017-11-30", "--out", str(occupied), "--sigma", "20"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "exists and is not a folder" in res.output and occupied.read_text() == "mine"
