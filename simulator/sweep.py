@@ -267,6 +267,7 @@ def plot_sweep(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
             ax.set_ylabel(label)
             ax.set_title(f"{label.split(' (')[0]} — {Path(trace).name or trace}", fontsize=9)
             ax.grid(alpha=0.3, axis="y")
+            ax.set_ylim(0, max(ax.get_ylim()[1], 1e-9) if np.nanmax(np.nan_to_num(ax.get_ylim())) > 0 else 1)
             if ti == 0 and mi == 0:
                 ax.legend(title="placement", fontsize=7, title_fontsize=7)
     seeds = f"mean of {n_seeds} seeds, whiskers min..max" if n_seeds > 1 else "one seed"
