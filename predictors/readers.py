@@ -23,10 +23,12 @@ from __future__ import annotations
 import codecs
 import csv
 import dataclasses
+import gc
 import math
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
@@ -478,6 +480,23 @@ def parse_time(raw: str) -> float | None:
     return t
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a reader builds millions of acyclic objects.
+
+    Every few hundred allocations CPython would otherwise walk all live objects again: for a
+    1M-job trace that is about half the loading time. Reference counting still frees memory;
+    the collector's previous state is restored on exit.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 # ---- validated jobs without a second validation -------------------------------------------
 
 
@@ -541,6 +560,7 @@ class OpenbPods:
     path: Path
 
 
+@paused_gc()
 def read_openb_pods(path: Path, progress: Progress | None = None, what: str = "trace") -> OpenbPods:
     """openb pods, every row validated: run time = deletion − scheduled (s), submit = creation.
 
@@ -645,6 +665,7 @@ def read_header(path: Path, what: str = "trace") -> list[str]:
 # ---- node series (Helios CES) and run-time lists (seed 004) ------------------------------------
 
 
+@paused_gc()
 def read_node_series(path: Path, progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-minute ``time,active,total`` -> (epoch minute int64, active, total) as floats.
 
@@ -724,6 +745,7 @@ __all__ = [
     "check_file",
     "format_hint",
     "parse_time",
+    "paused_gc",
     "read_cells",
     "read_header",
     "read_node_series",

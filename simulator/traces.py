@@ -32,6 +32,7 @@ from qosmos.predictors.readers import (
     check_file,
     format_hint,
     parse_time,
+    paused_gc,
     read_cells,
     read_header,
     read_openb_pods,
@@ -185,6 +186,7 @@ def openb_node_list(pods: Path) -> Path | None:
     return None
 
 
+@paused_gc()
 def load_openb(pods: Path, nodes_file: Path | None = None, progress: Progress | None = None) -> Trace:
     """Pods: run time = deletion − scheduled; recorded queue = scheduled − creation.
 
@@ -266,6 +268,7 @@ def _is_number(s: str) -> bool:
 HELIOS_REQUIRED = ("job_id", "vc", "gpu_num", "submit_time", "state")
 
 
+@paused_gc()
 def load_helios(
     path: Path, include_cpu: bool = False, gpus_per_node: int = 8, progress: Progress | None = None
 ) -> Trace:
@@ -378,6 +381,7 @@ def _optional(a: np.ndarray) -> list[float | None]:
 PHILLY_STATES = {"pass": JobEnd.COMPLETED, "killed": JobEnd.CANCELLED, "failed": JobEnd.FAILED}
 
 
+@paused_gc()
 def load_philly(path: Path, gpus_per_node: int = 8, progress: Progress | None = None) -> Trace:
     """Philly cluster_job_log: run time from the first attempt's start to the last attempt's end
     (retries included, as Philly recorded them, Helios §2.3.2); GPUs from the first attempt.
@@ -540,6 +544,7 @@ def load_native_nodes(path: Path) -> list[Node]:
     return out
 
 
+@paused_gc()
 def load_native(path: Path, nodes: list[Node] | None = None, progress: Progress | None = None) -> Trace:
     """The native job CSV (documented in simulator/README.md).
 
@@ -707,6 +712,7 @@ def helios_duration_stats(path: Path | None = None) -> tuple[float, float]:
     return HELIOS_MEDIAN_S, HELIOS_MEAN_S
 
 
+@paused_gc()
 def generate_helios_synth(
     n_jobs: int = 10000,
     seed: int = 0,
@@ -873,7 +879,8 @@ def load_trace(
         "genie": lambda: _genie_trace(density, hours, seed, nodes, gpus_per_node, iters_scale, progress),
         "helios-synth": lambda: generate_helios_synth(jobs, seed, progress=progress),
     }
-    trace = loaders[fmt]()
+    with paused_gc():  # bulk construction of acyclic objects: see paused_gc
+        trace = loaders[fmt]()
     if fmt != "genie" and (nodes is not None or not trace.nodes):
         n = nodes if nodes is not None else DEFAULT_NODES
         g = gpus_per_node if gpus_per_node is not None else DEFAULT_GPUS_PER_NODE

@@ -285,3 +285,18 @@ def test_progress_ends_at_the_file_size_for_any_block_size(tmp_path: Path, rows:
     assert sum(len(c) for c in reader.chunks(block)) == rows
     size = p.stat().st_size
     assert calls[-1] == (size, size) and len(calls) <= PROGRESS_CALLS + 1
+
+
+def test_gc_is_paused_while_reading_and_restored_after_errors(tmp_path: Path) -> None:
+    import gc
+
+    seen: list[bool] = []
+    p = _write(tmp_path / "s.csv", "time,active,total\n2017-10-03 00:00:00,1,2\n2017-10-03 00:01:00,9,2\n")
+    assert gc.isenabled()
+    with pytest.raises(TraceFormatError):
+        load_node_series(p, progress=lambda d, t: seen.append(gc.isenabled()))
+    assert gc.isenabled()
+    load_node_series(
+        _write(p, "time,active,total\n2017-10-03 00:00:00,1,2\n"), lambda d, t: seen.append(gc.isenabled())
+    )
+    assert seen and not any(seen) and gc.isenabled()
