@@ -427,7 +427,7 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option(help="print nothing but errors: no progress bars, notes or table")] = False,
     ) -> None:
         """Replay a trace through the scheduling core; write summary.json, jobs.csv, trace.json and plots."""
-        policies = comma_list("compare", compare) if compare is not None else [_value(policy)]
+        policies = list(dict.fromkeys(comma_list("compare", compare))) if compare is not None else [_value(policy)]
         summaries = run_simulation(
             trace,
             _value(format),
