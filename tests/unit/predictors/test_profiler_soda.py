@@ -54,7 +54,13 @@ def test_profile_fit_db_roundtrip(tmp_path) -> None:
 def test_profiler_bad_input(tmp_path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("model,batch,rate\nx,1,2\n")
-    with pytest.raises(InvalidInput, match="missing columns"):
+    with pytest.raises(InvalidInput, match=r"bad\.csv:1: field d_node: missing column"):
+        read_samples(bad)
+    bad.write_text("model,batch,d_node,d_gpn,rate\nx,32,1,1,2\nx,0,1,1,2\n")
+    with pytest.raises(InvalidInput, match=r"bad.csv:3: field batch: must be > 0 \(got '0'\)"):
+        read_samples(bad)
+    bad.write_text("model,batch,d_node,d_gpn,rate\nx,32,1,1,fast\n")
+    with pytest.raises(InvalidInput, match=r"bad.csv:2: field rate: not a number \(got 'fast'\)"):
         read_samples(bad)
     with pytest.raises(InvalidInput):
         fit_profile([Sample("a", 64, Shape(2, 2), 10.0)])
