@@ -11,13 +11,18 @@ Semantics (seed sections in brackets):
 - run time = recorded duration (cancelled/failed jobs run what they ran), or, for jobs with
   a GENIE task, genie.latency(task, realised shape) [GENIE Eq. 4]; times the cross-switch
   penalty when a multi-node job spans switches [AnalySIM §3.1];
-- preemptive policies (srtf, mlfq) may stop running jobs; resuming costs ``overhead`` s
-  [AnalySIM §4, 8 s from Gandiva]; MLFQ demotions are events [AnalySIM §3.2];
+- every scheduling pass is the core's admission cycle (``core.admission.admit``), the same
+  function the operator calls: ordering, placement, backfilling, preemption;
+- preemptive policies (srtf, las, rr, mlfq) may stop running jobs; resuming costs ``overhead`` s
+  [AnalySIM §4, 8 s from Gandiva]; the end of a turn (MLFQ demotion, round-robin quantum) is an
+  event [AnalySIM §3.2];
+- durations are predicted causally by a DurationPredictor: ``predict`` at submission,
+  ``observe`` at the simulated end (never the recorded one) [Helios §4.2];
 - migration on completion vacates partially used nodes when it frees a whole node [§3.1];
 - backfill none/easy/relaxed/adaptive via core.backfill [seed 004 §VI-B];
 - ``recorded`` (fidelity) starts every job at its recorded start for its recorded time.
-Static orders (fifo, sjf, qssf) keep a sorted structure per queue: no re-sorting per event,
-and a blocked head ends the pass when backfill is off (Helios' FIFO/SJF semantics).
+Static orders (the policy declares ``static``: fifo, sjf, qssf) keep a sorted structure per
+queue: no re-sorting per event, and a blocked head ends the pass when backfill is off.
 """
 
 from __future__ import annotations
@@ -31,22 +36,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from qosmos.extender.core import genie
+from qosmos.extender.core.admission import Carry, Partition, PartitionRuntime, RunningJob, admit
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
-from qosmos.extender.core.backfill import Backfiller, relax_factor
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.ordering import (
-    FIFO,
-    QSSF,
-    SJF,
-    OrderContext,
-    OrderingPolicy,
-    get_policy,
-    mlfq_next_demotion,
-)
+from qosmos.extender.core.ordering import OrderContext, OrderingPolicy
 from qosmos.extender.core.placement import get_placer
-from qosmos.extender.core.types import Allocation, PlacementRequest, Platform, Shape
+from qosmos.extender.core.types import Allocation, DurationPredictor, Job, PlacementRequest, Platform, Shape
 from qosmos.simulator.traces import Trace
 from sortedcontainers import SortedList
 
@@ -62,16 +59,18 @@ POLICIES = (
     "tetris-cer",
     "capacity",
     "las",
+    "rr",
     "mlfq",
+    "soda",
     "recorded",
 )
 PLACEMENTS = ("consolidate", "first-fit", "best-fit", "free-gpu", "cer")
-STATIC = (FIFO, SJF, QSSF)  # orders whose keys never change while a job waits
+BACKFILL_ESTIMATES = ("predicted", "requested", "oracle")
 
 # job states
 FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED = range(6)
 # event kinds, in the order they apply at one instant
-EV_FINISH, EV_WITHDRAW, EV_DEMOTE, EV_RSTART, EV_TICK = range(5)
+EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK = range(5)
 
 
 @dataclass
@@ -86,10 +85,14 @@ class SimConfig:
     partition_policy: dict[str, str] = field(default_factory=dict)
     seed: int = 0
     tick: float = 0.0  # periodic scheduling pass (s); 0 = none
-    qssf_error_sigma: float = 0.8
-    qssf_train_frac: float = 0.2
+    qssf_error_sigma: float = 0.8  # the log-normal stand-in's σ (only with predictor_fallback)
     record_segments: bool = True
     theta: float = genie.DEFAULT_THETA
+    # expected run times behind a blocked head (seed 004 assumes predictions or user estimates)
+    backfill_estimates: str = "predicted"
+    truth_noise: float = 0.0  # σ of a seeded per-job log-normal factor on realised GENIE throughput
+    predictor: str = "qssf"  # qosmos.predictors.make_duration_predictor name
+    predictor_fallback: bool = False  # on predictor failure use the log-normal stand-in (said in notes)
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -107,40 +110,92 @@ class SimConfig:
             raise InvalidInput("cross_switch_penalty", self.cross_switch_penalty, "must be >= 1")
         if self.relax_factor < 0:
             raise InvalidInput("relax_factor", self.relax_factor, "must be >= 0")
+        if self.backfill_estimates not in BACKFILL_ESTIMATES:
+            raise InvalidInput(
+                "backfill_estimates", self.backfill_estimates, f"expected one of {', '.join(BACKFILL_ESTIMATES)}"
+            )
+        if not (math.isfinite(self.truth_noise) and self.truth_noise >= 0):
+            raise InvalidInput("truth_noise", self.truth_noise, "must be a finite number >= 0")
+
+    def uses_predictions(self) -> bool:
+        qssf = self.policy == "qssf" or "qssf" in self.partition_policy.values()
+        return qssf or (self.backfill != "none" and self.backfill_estimates == "predicted")
 
 
 class _Queue:
-    """One partition's waiting jobs and its policy."""
+    """One partition's waiting jobs, its admission runtime and what its passes carry."""
 
     __slots__ = (
+        "carry",
         "ctx",
-        "gpus_total",
-        "is_mlfq",
         "items",
         "max_len",
         "name",
         "policy",
         "preemptive",
+        "rt",
         "running",
         "static",
         "waiting",
     )
 
-    def __init__(self, name: str, policy: OrderingPolicy, ctx: OrderContext, gpus_total: int) -> None:
-        self.name = name
-        self.policy = policy
-        self.static = isinstance(policy, STATIC)
-        self.preemptive = bool(getattr(policy, "preemptive", False))
-        self.is_mlfq = policy.name == "mlfq"
+    def __init__(self, rt: PartitionRuntime) -> None:
+        self.name = rt.partition.name
+        self.rt = rt
+        self.policy: OrderingPolicy = rt.policy
+        self.static = rt.policy.static
+        self.preemptive = rt.policy.preemptive
         self.items: SortedList = SortedList()  # static: (key, seq, idx)
         self.waiting: dict[int, None] = {}  # dynamic: arrival-ordered set of idx
         self.running: set[int] = set()
-        self.ctx = ctx
-        self.gpus_total = gpus_total
+        self.ctx = rt.ctx
+        self.carry = Carry()
         self.max_len = 0
 
     def __len__(self) -> int:
         return len(self.items) if self.static else len(self.waiting)
+
+
+class _Fallback:
+    """The configured predictor, or — once it fails, and only when ``predictor_fallback`` is set —
+    the recorded duration times a seeded log-normal error (Helios §4.2.3's stand-in for Philly)."""
+
+    name = "fallback"
+
+    def __init__(self, cfg: SimConfig, notes: list[str]) -> None:
+        self.rng = random.Random(cfg.seed)
+        self.sigma = cfg.qssf_error_sigma
+        self.notes = notes
+        self.inner: DurationPredictor | None = None
+        try:
+            from qosmos.predictors import make_duration_predictor
+
+            self.inner = make_duration_predictor(cfg.predictor)
+            self.name = self.inner.name
+        except Exception as exc:  # asked for: fall back and say so
+            self._fail("creating", exc)
+
+    def _fail(self, what: str, exc: Exception) -> None:
+        self.inner = None
+        self.notes.append(
+            f"predictor fallback: {what} the predictor failed ({type(exc).__name__}: {exc}); "
+            f"log-normal stand-in (σ={self.sigma}) around recorded durations from then on"
+        )
+
+    def predict(self, job: Job, now: float) -> float | None:
+        if self.inner is not None:
+            try:
+                return self.inner.predict(job, now)
+            except Exception as exc:  # asked for: fall back and say so
+                self._fail("predicting with", exc)
+        return None if job.duration is None else job.duration * math.exp(self.rng.gauss(0.0, self.sigma))
+
+    def observe(self, job: Job, duration: float, end: float) -> None:
+        if self.inner is not None:
+            try:
+                self.inner.observe(job, duration, end)
+            except Exception as exc:  # asked for: fall back and say so
+                self._fail("observing with", exc)
 
 
 @dataclass
@@ -271,17 +326,11 @@ class Simulator:
         self.vc_index = {v: i for i, v in enumerate(self.vc_names)}
         node_vc = cl.vc_id
         self.node_vcidx = [int(x) for x in node_vc]
-        self.vc_free = [int(cl.free_gpus[node_vc == i].sum()) for i in range(len(self.vc_names))]
-        # placement-failure memo: (release version of the VC, smallest GPU count that failed)
-        self.vc_version = [0] * len(self.vc_names)
-        self.vc_failed: list[tuple[int, int, set[int]]] = [(-1, 0, set()) for _ in self.vc_names]
-        self.vc_node_max = [int(cl.gpu_cap[node_vc == i].max()) for i in range(len(self.vc_names))]
         self.queues: list[_Queue] = []
         total_cpu = int(cl.cpu_cap.sum())
         for i, vc in enumerate(self.vc_names):
             mask = node_vc == i
             pname = config.partition_policy.get(vc, "fifo" if self.recorded else config.policy)
-            pol = get_policy(pname)
             gpn = int(cl.gpu_cap[mask].max()) if mask.any() else 1
             ctx = OrderContext(
                 platform=Platform(int(mask.sum()), max(gpn, 1)),
@@ -292,63 +341,55 @@ class Simulator:
                 total_gpus=max(int(cl.gpu_cap[mask].sum()), 1),
                 total_cpu_milli=max(total_cpu, 1),
             )
-            self.queues.append(_Queue(vc, pol, ctx, int(cl.gpu_cap[mask].sum())))
+            part = Partition(
+                vc,
+                policy=pname,
+                placement=config.placement,
+                backfill=config.backfill,
+                relax_factor=config.relax_factor,
+                theta=config.theta,
+            )
+            self.queues.append(_Queue(PartitionRuntime(part, ctx)))
+        self.drf = any(q.policy.name == "soda" for q in self.queues)
         self.track_progress = any(q.preemptive for q in self.queues) or config.migration
-        # plain = whole GPUs, no CPU/memory/model constraints, no explicit node count
-        self._plain = [
-            j.gpu_milli == 1000
-            and j.gpus > 0
-            and not j.cpu_milli
-            and not j.memory_mib
-            and not j.gpu_models
-            and not j.nodes
-            for j in self.jobs
-        ]
         self.order = sorted(range(n), key=lambda i: (self.jobs[i].submit_time, i))
         self.withdraw = trace.withdraw_at
-        self._prepare_predictions()
+        self.exp_end = [nan] * n  # expected end of the current segment (backfilling's view)
+        self.res_latest = [nan] * n  # a reserved head's latest start (seed 004 §VI-B)
+        self.res_backfilled: dict[int, tuple[str, ...]] = {}
+        self.supplied = [j.predicted_duration is not None for j in self.jobs]
+        self.noise = self._truth_noise()
+        self.predictor = self._make_predictor()
 
     # ---- set-up ------------------------------------------------------------------------------
-    def _prepare_predictions(self) -> None:
-        """QSSF needs predicted durations, made causally by qosmos.predictors' QSSF model.
+    def _make_predictor(self) -> DurationPredictor | None:
+        """The duration predictor (QSSF ordering, predicted backfill estimates), from qosmos.predictors.
 
-        The first ``qssf_train_frac`` of jobs is the warm-up: they are predicted by the
-        rolling estimate P_R alone, from jobs completed before each submission (Helios
-        Alg. 1), and P_M is trained on them. Every later job gets λP_R + (1-λ)P_M, and a job
-        enters P_R's history only once it has completed, so no job ever sees its own
-        duration. Jobs with no history at all keep no prediction (QSSF queues them last).
-        Only when the predictor cannot be used at all does the recorded duration times a
-        seeded log-normal error stand in (Helios §4.2.3 did that for Philly) — never the oracle.
+        Causal by construction: a job is predicted at its submission from jobs observed before,
+        and observed at its simulated end. Failures propagate unless ``predictor_fallback`` asks for
+        the log-normal stand-in around the recorded duration (Helios §4.2.3 did that for Philly),
+        which the summary's notes then say.
         """
-        uses_qssf = self.cfg.policy == "qssf" or "qssf" in self.cfg.partition_policy.values()
-        need = [j for j in self.jobs if j.predicted_duration is None]
-        if not uses_qssf or not need:
-            return
-        try:
-            from qosmos.predictors.qssf import QSSFPredictor
+        cfg = self.cfg
+        if not cfg.uses_predictions() or all(self.supplied):
+            return None
+        if not cfg.predictor_fallback:
+            from qosmos.predictors import make_duration_predictor
 
-            ordered = sorted(need, key=lambda j: j.submit_time)
-            cut = max(1, int(len(ordered) * self.cfg.qssf_train_frac))
-            warmup, rest = ordered[:cut], ordered[cut:]
-            QSSFPredictor().annotate_online(warmup)  # no P_M yet: P_R from completed jobs only
-            train = [j for j in warmup if j.duration is not None]
-            pred = QSSFPredictor()
-            if len(train) >= 20:
-                pred.fit(train, seed_history=False)
-            pred.annotate_online(rest, history=warmup)
-            missing = sum(1 for j in ordered if j.predicted_duration is None)
+            pred = make_duration_predictor(cfg.predictor)
             self.notes.append(
-                f"qssf: causal predictions from qosmos.predictors.qssf (P_M fitted on the first {len(train)} "
-                f"jobs, which were predicted by P_R alone); {missing} jobs without history have none"
+                f"durations predicted online by {pred.name} (predict at submit, observe at simulated end)"
             )
-            return
-        except Exception as exc:  # the predictor is optional; say so and fall back
-            self.notes.append(f"qssf: predictor unavailable ({type(exc).__name__}: {exc}); log-normal fallback")
-        rng = random.Random(self.cfg.seed)
-        sigma = self.cfg.qssf_error_sigma
-        for j in self.jobs:
-            if j.predicted_duration is None and j.duration is not None:
-                j.predicted_duration = j.duration * math.exp(rng.gauss(0.0, sigma))
+            return pred
+        return _Fallback(cfg, self.notes)
+
+    def _truth_noise(self) -> list[float] | None:
+        """Per-job factor on realised GENIE throughput (seeded), so GENIE's model can be wrong."""
+        sigma = self.cfg.truth_noise
+        if sigma <= 0:
+            return None
+        rng = np.random.default_rng([self.cfg.seed, 0x7275])
+        return np.exp(rng.normal(0.0, sigma, self.n)).tolist()
 
     def _request(self, i: int, shape: Shape | None = None) -> PlacementRequest:
         if shape is not None:
@@ -419,18 +460,26 @@ class Simulator:
             shape = Shape(len(counts), max(max(counts), 1))
             self.shape[i] = (shape.d_node, shape.d_gpn)
             rt = genie.latency(self._task(i), shape, self.modeldb.get(job.model))
+            if self.noise is not None:
+                rt /= self.noise[i]  # realised throughput = modelled × factor
         else:
             rt = job.duration or 0.0
         if multi and alloc is not None and alloc.cross_switch and not self.recorded:
             rt *= self.cfg.cross_switch_penalty
         return rt
 
-    def _expected(self, i: int, alloc: Allocation | None) -> float:
-        """Expected run time for backfilling: predicted_duration if set, else duration/GENIE latency."""
-        pd = self.jobs[i].predicted_duration
-        if pd is not None:
-            return pd * self.frac_left[i]
-        return self._full_runtime(i, alloc) * self.frac_left[i]
+    def _estimate(self, job: Job, alloc: Allocation | None) -> float:
+        """Expected run seconds of ``job`` from now on ``alloc``, as backfilling sees it
+        (``backfill_estimates``: predicted, requested by the user, or the oracle); inf when unknown."""
+        i = self._idx_of[job.id]
+        mode = self.cfg.backfill_estimates
+        if mode == "oracle":
+            shape = self.shape[i]
+            full = self._full_runtime(i, alloc)
+            self.shape[i] = shape
+            return full * self.frac_left[i]
+        d = job.requested_duration if mode == "requested" else job.predicted_duration
+        return math.inf if d is None else d * self.frac_left[i]
 
     # ---- starting and stopping ---------------------------------------------------------------
     def _book(self, i: int, alloc: Allocation, sign: int) -> None:
@@ -445,14 +494,11 @@ class Simulator:
             cl.allocate(alloc)
         else:
             cl.release(alloc)
-            self.vc_version[self.node_vcidx[alloc.grants[0].node]] += 1
-        vc_free = self.vc_free
         node_vcidx = self.node_vcidx
         node_jobs = self.node_jobs
         for k, g in enumerate(alloc.grants):
             node = g.node
             d = sign * -len(g.gpu_ids) if whole else int(free[node]) - before[k]
-            vc_free[node_vcidx[node]] += d
             self.used_gpus -= d
             nj = node_jobs[node]
             if sign > 0:
@@ -463,9 +509,14 @@ class Simulator:
                 nj.discard(i)
                 if not nj:
                     self.used_nodes -= 1
+        ctx = self.queues[node_vcidx[alloc.grants[0].node]].ctx
         if job.model:
-            m = self.queues[node_vcidx[alloc.grants[0].node]].ctx.usage_by_model
+            m = ctx.usage_by_model
             m[job.model] = m.get(job.model, 0) + sign * job.gpus  # type: ignore[index]
+        if self.drf:  # DRF from actual usage (SODA §V-C)
+            u = ctx.usage_by_user
+            g0, c0 = u.get(job.user, (0, 0))
+            u[job.user] = (g0 + sign * job.gpus, c0 + sign * job.cpu_milli)  # type: ignore[index]
 
     def _start(self, i: int, alloc: Allocation | None, q: _Queue) -> None:
         now = self.now
@@ -483,11 +534,11 @@ class Simulator:
             seg = max(0.0, min(seg, wd - now))
         if math.isnan(self.start[i]):
             self.start[i] = now
-            r = self.reservation[i]
-            if r == r and now > r + 1e-6:
-                self.violations += 1
+            self._check_violation(i)
         self.seg_start[i] = now
         self.seg_len[i] = seg + extra
+        if q.rt.partition.backfill != "none":
+            self.exp_end[i] = now + extra + self._estimate(self.jobs[i], alloc)
         if self.track_progress:
             self.base_exec[i] = self.jobs[i].executed
             self.base_att[i] = self.jobs[i].attained
@@ -496,10 +547,10 @@ class Simulator:
         q.running.add(i)
         self.gen[i] += 1
         self._push(now + seg + extra, EV_FINISH, i)
-        if q.is_mlfq:
-            d = mlfq_next_demotion(self.jobs[i])
-            if d is not None and d + extra < seg + extra:
-                self._push(now + extra + max(d, 0.0), EV_DEMOTE, i)
+        if q.preemptive:
+            d = q.policy.requeue_after(self.jobs[i])
+            if d is not None and d < seg:
+                self._push(now + extra + max(d, 0.0), EV_REQUEUE, i)
         if alloc is not None:
             self.nodes_used[i] = max(self.nodes_used[i], len(alloc.grants))
             if alloc.cross_switch:
@@ -529,6 +580,8 @@ class Simulator:
             self.state[i] = DONE
             self.end[i] = now
             self.frac_left[i] = 0.0
+            if self.predictor is not None:
+                self.predictor.observe(job, self.run_time[i], now)
         else:
             seg = self.seg_len[i]
             overhead = self.cfg.preemption_overhead if self.preempt[i] > 0 else 0.0
@@ -540,6 +593,7 @@ class Simulator:
             self.preempt[i] += 1
             self.state[i] = WAITING
             self.n_waiting += 1
+            job.enqueued = now
             self._enqueue(i, q)
 
     def _sync_progress(self, q: _Queue) -> None:
@@ -572,156 +626,68 @@ class Simulator:
             del q.waiting[i]
         self.n_waiting -= 1
 
-    def _fits_count(self, i: int, q_idx: int) -> bool:
-        """Cheap necessary conditions before calling the placer: enough free GPUs in the
-        partition, and not a request at least as large as one the placer already refused
-        since the partition last released anything (allocations only shrink free space,
-        and the placers are deterministic and monotone in the GPU count for plain requests)."""
-        j = self.jobs[i]
-        if j.gpu_milli < 1000:
-            return True
-        if j.gpus > self.vc_free[q_idx]:
-            return False
-        memo = self.vc_failed[q_idx]
-        if memo[0] != self.vc_version[q_idx] or not self._plain[i]:
-            return True
-        g = j.gpus
-        return not ((memo[1] <= g <= self.vc_node_max[q_idx]) or g in memo[2])
+    def _check_violation(self, i: int) -> None:
+        """A backfill violation (004 §VI-B): a reserved head starts after its latest start while a job
+        backfilled behind it still ran at its reserved start, i.e. backfilling caused the delay."""
+        latest = self.res_latest[i]
+        if latest != latest or self.now <= latest + 1e-6:
+            return
+        reserved = self.reservation[i]
+        idx = self._idx_of
+        for b in self.res_backfilled.get(i, ()):
+            e = self.end[idx[b]]
+            if e != e or e > reserved + 1e-6:
+                self.violations += 1
+                return
 
-    def _placement_failed(self, i: int, q_idx: int) -> None:
-        """Remember a refusal until the partition releases GPUs. Single-node requests are
-        monotone (no node has g free => none has g' > g free); multi-node ones only exact."""
-        if self._plain[i]:
-            cur = self.vc_version[q_idx]
-            memo = self.vc_failed[q_idx]
-            if memo[0] != cur:
-                memo = self.vc_failed[q_idx] = (cur, 1 << 62, set())
-            g = self.jobs[i].gpus
-            if g <= self.vc_node_max[q_idx]:
-                if g < memo[1]:
-                    self.vc_failed[q_idx] = (cur, g, memo[2])
-            else:
-                memo[2].add(g)
-
-    def _releases(self, q: _Queue) -> list[tuple[float, int]]:
-        """(expected end, GPUs) of the partition's running jobs: predicted_duration when set,
-        else the segment's true length (oracle durations, as EASY backfilling assumes)."""
-        out = []
-        for r in q.running:
-            pd = self.jobs[r].predicted_duration
-            length = self.seg_len[r] if pd is None else pd * self.frac_left[r]
-            out.append((self.seg_start[r] + length, self.jobs[r].gpus))
-        return out
+    def _running(self, q: _Queue) -> list[RunningJob]:
+        jobs, exp_end, alloc, start = self.jobs, self.exp_end, self.alloc, self.seg_start
+        return [RunningJob(jobs[r], start[r], exp_end[r], alloc[r]) for r in q.running]
 
     def _schedule(self, qi: int) -> None:
+        """One admission pass of partition ``qi`` (the core's cycle), then book its decisions."""
         q = self.queues[qi]
-        if not len(q) and not q.preemptive:
+        if not len(q):
             return
+        jobs = self.jobs
         if q.preemptive:
-            self._schedule_preemptive(qi, q)
-        elif q.static and self.cfg.backfill == "none":
-            self._schedule_static(qi, q)
-        else:
-            self._schedule_general(qi, q)
-
-    def _schedule_static(self, qi: int, q: _Queue) -> None:
-        items = q.items
-        place = self.placer.place
-        while items:
-            i = items[0][1]
-            if not self._fits_count(i, qi):
-                return
-            alloc = place(self._request(i), self.cluster)
-            if alloc is None:
-                self._placement_failed(i, qi)
-                return
-            items.pop(0)
-            self.qentry[i] = None
-            self.n_waiting -= 1
-            self._start(i, alloc, q)
-
-    def _decisions(self, q: _Queue) -> list:
-        if q.static:
-            return [(self.jobs[i], None, None, "") for _, i in q.items]
-        q.ctx.now = self.now
-        ds = q.policy.order([self.jobs[i] for i in q.waiting], q.ctx)
-        return [(d.job, d.shape, d.blocked, d.queue) for d in ds]
-
-    def _schedule_general(self, qi: int, q: _Queue) -> None:
-        idx_of = self._idx_of
-        ds = self._decisions(q)
-        bf: Backfiller | None = None
-        blocked_sub: set[str] = set()
-        mode = self.cfg.backfill
-        for job, shape, blocked, sub in ds:
-            if blocked is not None:
-                continue
-            if sub in blocked_sub:
-                continue
-            i = idx_of[job.id]
-            alloc = None
-            if shape is not None or self._fits_count(i, qi):
-                alloc = self.placer.place(self._request(i, shape), self.cluster)
-                if alloc is None and shape is None:
-                    self._placement_failed(i, qi)
-            if bf is not None:
-                if alloc is None:
-                    continue
-                if not bf.admit(job.gpus, self.now + self._expected(i, alloc)):
-                    continue
-                self.backfilled[i] = True
-            elif alloc is None:
-                if mode == "none":
-                    blocked_sub.add(sub)
-                    if sub == "":
-                        return
-                    continue
-                factor = relax_factor(mode, self.cfg.relax_factor, len(q), max(q.max_len, 1))
-                bf = Backfiller.plan(job.gpus, job.submit_time, self.vc_free[qi], self._releases(q), self.now, factor)
-                if self.reservation[i] != self.reservation[i] and math.isfinite(bf.reservation):
-                    self.reservation[i] = bf.reservation
-                continue
+            self._sync_progress(q)
+        waiting = (jobs[e[-1]] for e in q.items) if q.static else (jobs[i] for i in q.waiting)
+        res = admit(
+            q.rt,
+            waiting,
+            lambda: self._running(q),
+            self.cluster,
+            self.now,
+            carry=q.carry,
+            estimate=self._estimate,
+            presorted=q.static,
+            queue_len=len(q),
+            explain=False,
+        )
+        q.carry = res.carry
+        idx = self._idx_of
+        for pr in res.preemptions:
+            self._stop(idx[pr.job.id], finished=False)
+        for st in res.starts:
+            i = idx[st.job.id]
             self._dequeue(i, q)
-            self._start(i, alloc, q)
+            if st.backfilled:
+                self.backfilled[i] = True
+            self._start(i, st.allocation, q)
+        r = res.carry.reservation
+        if r is not None:
+            h = idx[r.job_id]
+            if self.reservation[h] != self.reservation[h] and math.isfinite(r.start):
+                self.reservation[h] = r.start
+            self.res_latest[h] = r.latest
+            if r.backfilled:
+                self.res_backfilled[h] = r.backfilled
 
-    def _schedule_preemptive(self, qi: int, q: _Queue) -> None:
-        """Order waiting + running; keep the prefix that fits the partition; preempt the rest."""
-        self._sync_progress(q)
-        idx_of = self._idx_of
-        cands = [self.jobs[i] for i in q.waiting] + [self.jobs[i] for i in q.running]
-        if not q.waiting:
-            return
-        q.ctx.now = self.now
-        ds = q.policy.order(cands, q.ctx)
-        budget = q.gpus_total
-        desired: list[int] = []
-        keep: set[int] = set()
-        for d in ds:
-            i = idx_of[d.job.id]
-            if d.job.gpus <= budget:
-                budget -= d.job.gpus
-                keep.add(i)
-                desired.append(i)
-        if not any(i in q.waiting for i in desired):
-            return
-        for i in list(q.running):
-            if i not in keep:
-                self._stop(i, finished=False)
-        for i in desired:
-            if i in q.waiting:
-                alloc = self.placer.place(self._request(i), self.cluster)
-                if alloc is not None:
-                    self._dequeue(i, q)
-                    self._start(i, alloc, q)
-        # work-conserving fill: whatever still fits, in policy order (fragmentation may have
-        # kept a desired job out; its GPUs should not idle until the next event)
-        for d in ds:
-            i = idx_of[d.job.id]
-            if i in q.waiting and self._fits_count(i, qi):
-                alloc = self.placer.place(self._request(i), self.cluster)
-                if alloc is not None:
-                    self._dequeue(i, q)
-                    self._start(i, alloc, q)
+    def _place_now(self, i: int) -> Allocation | None:
+        """Room for waiting job ``i`` now, by its partition's placer (external deciders, fidelity)."""
+        q = self.queues[self.vc_index[self.jobs[i].vc]]
+        return q.rt.placer.place(self._request(i), self.cluster)
 
     # ---- migration (AnalySIM §3.1) -----------------------------------------------------------
     def _migrate(self, qi: int) -> None:
@@ -831,8 +797,14 @@ class Simulator:
                     done_count += 1
                     dirty.add(qi)
                     finished_q.add(qi)
-                elif kind == EV_DEMOTE:
+                elif kind == EV_REQUEUE:  # a turn ended: back of its queue (MLFQ, RR, LAS)
                     if self.state[i] == RUNNING:
+                        self._sync_progress(self.queues[qi])
+                        jobs[i].enqueued = t
+                        d = self.queues[qi].policy.requeue_after(jobs[i])
+                        left = self.seg_start[i] + self.seg_len[i] - t
+                        if d is not None and 0 < d < left:
+                            self._push(t + d, EV_REQUEUE, i)
                         dirty.add(qi)
                 elif kind == EV_WITHDRAW:
                     if self.state[i] == WAITING:
@@ -848,6 +820,8 @@ class Simulator:
                 i = order[pos]
                 pos += 1
                 qi = qidx[i]
+                if self.predictor is not None and not self.supplied[i]:
+                    jobs[i].predicted_duration = self.predictor.predict(jobs[i], t)
                 self.state[i] = WAITING
                 self.n_waiting += 1
                 self._enqueue(i, self.queues[qi])
@@ -917,9 +891,7 @@ class Simulator:
             return False
         qi = self.vc_index[self.jobs[i].vc]
         q = self.queues[qi]
-        if not self._fits_count(i, qi):
-            return False
-        alloc = self.placer.place(self._request(i), self.cluster)
+        alloc = self._place_now(i)
         if alloc is None:
             return False
         self._dequeue(i, q)
@@ -933,9 +905,7 @@ class Simulator:
         self.n_waiting += 1
         self._enqueue(i, q)
         self._dequeue(i, q)
-        alloc = None
-        if self._fits_count(i, self.vc_index[self.jobs[i].vc]):
-            alloc = self.placer.place(self._request(i), self.cluster)
+        alloc = self._place_now(i)
         if alloc is None:
             self.overcommitted += 1
         end = self.trace.recorded_end[i]

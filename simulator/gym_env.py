@@ -67,7 +67,7 @@ class SchedulingEnv:
         for k, i in enumerate(self._queue()):
             j = sim.jobs[i]
             exp = j.predicted_duration if j.predicted_duration is not None else (j.duration or 0.0)
-            fits = sim._fits_count(i, sim.vc_index[j.vc]) and sim.placer.place(sim._request(i), sim.cluster) is not None
+            fits = sim._place_now(i) is not None
             rows[k] = (j.gpus, sim.now - j.submit_time, exp, float(fits))
         return {
             "queue": rows,

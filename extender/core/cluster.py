@@ -38,6 +38,10 @@ class ClusterState:
         self.mem_cap = np.array([nd.memory_mib for nd in self.nodes], dtype=np.int64)
         self.free_cpu = self.cpu_cap.copy()
         self.free_mem = self.mem_cap.copy()
+        # A node without CPU (memory) figures, as in Helios/Philly traces, does not constrain CPU
+        # (memory): one rule for placement, filtering, planning and admission (see fit_mask).
+        self.cpu_untracked = self.cpu_cap == 0
+        self.mem_untracked = self.mem_cap == 0
         self.vcs = sorted({nd.vc for nd in self.nodes})
         self.vc_id = np.array([self.vcs.index(nd.vc) for nd in self.nodes], dtype=np.int64)
         self.gpu_models = sorted({nd.gpu_model for nd in self.nodes})
@@ -47,6 +51,51 @@ class ClusterState:
         self.n_switches = len(switches)
         self._masks: dict[tuple[str | None, tuple[str, ...]], np.ndarray] = {}
         self._biggest: dict[tuple[str | None, tuple[str, ...]], int] = {}
+        # Per partition (VC): wholly free GPUs, and a counter bumped on every release, so callers
+        # can remember a refusal until something is released (allocations only shrink free space).
+        self.vc_free = np.bincount(self.vc_id, weights=self.gpu_cap, minlength=len(self.vcs)).astype(np.int64)
+        self.vc_releases = np.zeros(len(self.vcs), dtype=np.int64)
+
+    def copy(self) -> ClusterState:
+        """An independent copy of the mutable books (static arrays and caches are shared)."""
+        c = object.__new__(ClusterState)
+        c.__dict__.update(self.__dict__)
+        for name in ("gpu_free_milli", "free_gpus", "free_cpu", "free_mem", "vc_free", "vc_releases"):
+            setattr(c, name, getattr(self, name).copy())
+        return c
+
+    def vc_index(self, vc: str | None) -> int:
+        """Index of ``vc`` in ``vcs``; -1 when no node belongs to it."""
+        try:
+            return self.vcs.index(vc) if vc is not None else -1
+        except ValueError:
+            return -1
+
+    # ---- the one fit check -------------------------------------------------------------------
+    def fit_mask(self, req: PlacementRequest, per_node_gpus: int, total_gpus: int, *, now: bool = True) -> np.ndarray:
+        """Nodes that can host ``per_node_gpus`` of ``req``'s ``total_gpus`` whole GPUs with their share of
+        its CPU and memory: eligible (VC, GPU model) and, with ``now``, free enough; without ``now``,
+        large enough (could ever fit). Placement, extender filtering/planning and admission all use it."""
+        mask = self.eligible(req.vc, req.gpu_models).copy()
+        share = per_node_gpus / total_gpus if total_gpus else 1.0
+        cpu, mem = math.ceil(req.cpu_milli * share), math.ceil(req.memory_mib * share)
+        gpus, cpus, mems = (
+            (self.free_gpus, self.free_cpu, self.free_mem) if now else (self.gpu_cap, self.cpu_cap, self.mem_cap)
+        )
+        if per_node_gpus:
+            mask &= gpus >= per_node_gpus
+        if cpu:
+            mask &= (cpus >= cpu) | self.cpu_untracked
+        if mem:
+            mask &= (mems >= mem) | self.mem_untracked
+        return mask
+
+    def cpu_fits(self, node: int, cpu_milli: int, memory_mib: int) -> bool:
+        """Whether ``node`` has room now for this much CPU and memory (untracked figures never bind)."""
+        return bool(
+            (self.cpu_untracked[node] or self.free_cpu[node] >= cpu_milli)
+            and (self.mem_untracked[node] or self.free_mem[node] >= memory_mib)
+        )
 
     # ---- views ---------------------------------------------------------------------------
     @property
@@ -101,7 +150,7 @@ class ClusterState:
                 return f"only {fits} eligible nodes have {req.shape.d_gpn} GPUs; placement needs {req.shape.d_node}"
         elif req.gpus > int(caps.sum()):
             return f"needs {req.gpus} GPUs; the eligible nodes have {int(caps.sum())}"
-        if req.gpus == 0 and req.cpu_milli > int(self.cpu_cap[mask].max()):
+        if req.gpus == 0 and not self.fit_mask(req, 0, 0, now=False).any():
             return f"needs {req.cpu_milli} milli-CPU on one node; the largest eligible node has {int(self.cpu_cap[mask].max())}"
         if req.gpu_milli < FULL and not (caps > 0).any():
             return "a GPU-sharing request needs a node with GPUs"
@@ -115,28 +164,37 @@ class ClusterState:
             for gpu in g.gpu_ids:
                 if gpu >= self.gpu_cap[g.node] or row[gpu] < need:
                     raise InvalidInput("allocation", (self.nodes[g.node].name, gpu), "GPU is not free")
-            if self.free_cpu[g.node] < g.cpu_milli or self.free_mem[g.node] < g.memory_mib:
+            if not self.cpu_fits(g.node, g.cpu_milli, g.memory_mib):
                 raise InvalidInput("allocation", self.nodes[g.node].name, "CPU or memory is not free")
         for g in alloc.grants:
             row = self.gpu_free_milli[g.node]
+            vc = self.vc_id[g.node]
             for gpu in g.gpu_ids:
                 if row[gpu] == FULL:
                     self.free_gpus[g.node] -= 1
+                    self.vc_free[vc] -= 1
                 row[gpu] -= g.gpu_milli
-            self.free_cpu[g.node] -= g.cpu_milli
-            self.free_mem[g.node] -= g.memory_mib
+            if not self.cpu_untracked[g.node]:
+                self.free_cpu[g.node] -= g.cpu_milli
+            if not self.mem_untracked[g.node]:
+                self.free_mem[g.node] -= g.memory_mib
 
     def release(self, alloc: Allocation) -> None:
         for g in alloc.grants:
             row = self.gpu_free_milli[g.node]
+            vc = self.vc_id[g.node]
             for gpu in g.gpu_ids:
                 row[gpu] += g.gpu_milli
                 if row[gpu] > FULL:
                     raise InvalidInput("release", (self.nodes[g.node].name, gpu), "released more than allocated")
                 if row[gpu] == FULL:
                     self.free_gpus[g.node] += 1
-            self.free_cpu[g.node] += g.cpu_milli
-            self.free_mem[g.node] += g.memory_mib
+                    self.vc_free[vc] += 1
+            if not self.cpu_untracked[g.node]:
+                self.free_cpu[g.node] += g.cpu_milli
+            if not self.mem_untracked[g.node]:
+                self.free_mem[g.node] += g.memory_mib
+            self.vc_releases[vc] += 1
 
     # ---- helpers for placers ---------------------------------------------------------------
     def grant(self, node: int, gpus: int, req: PlacementRequest, total_gpus: int) -> NodeGrant:

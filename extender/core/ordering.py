@@ -51,10 +51,21 @@ class Decision:
 
 
 class OrderingPolicy(Protocol):
+    """``static``: the order is a sort by ``key(job, ctx)`` that never changes while a job waits, so
+    callers may keep the queue sorted instead of calling ``order`` each pass. ``preemptive``: the
+    admission cycle orders waiting and running jobs together and may stop running ones;
+    ``requeue_after(job)`` then gives the run seconds until a running job's turn ends (an MLFQ
+    demotion, a round-robin quantum), None when it never does."""
+
     name: str
     preemptive: bool
+    static: bool
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]: ...
+
+    def key(self, job: Job, ctx: OrderContext) -> float: ...
+
+    def requeue_after(self, job: Job) -> float | None: ...
 
 
 def _sorted(queue: Sequence[Job], key: Callable[[Job], float]) -> list[Decision]:
@@ -62,14 +73,25 @@ def _sorted(queue: Sequence[Job], key: Callable[[Job], float]) -> list[Decision]
     return [Decision(j) for j in sorted(queue, key=key)]
 
 
-class _KeyPolicy:
-    """A policy that is a sort by one key."""
-
+class _Base:
     name = ""
     preemptive = False
+    static = False
+
+    def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
+        raise NotImplementedError
 
     def key(self, job: Job, ctx: OrderContext) -> float:
-        raise NotImplementedError
+        raise InvalidInput("policy", self.name, "has no static sort key")
+
+    def requeue_after(self, job: Job) -> float | None:
+        return None
+
+
+class _KeyPolicy(_Base):
+    """A policy that is a sort by one key that never changes while a job waits."""
+
+    static = True
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         return _sorted(queue, lambda j: self.key(j, ctx))
@@ -96,6 +118,7 @@ class SRTF(_KeyPolicy):
 
     name = "srtf"
     preemptive = True
+    static = False  # the remaining time of running jobs changes
 
     def key(self, job: Job, ctx: OrderContext) -> float:
         return INF if job.duration is None else job.duration - job.executed
@@ -116,13 +139,55 @@ class QSSF(_KeyPolicy):
         return max(job.gpus, 1) * job.predicted_duration
 
 
-class LAS(_KeyPolicy):
-    """Least attained service (GPU-seconds received so far), non-preemptive (AnalySIM §3.2)."""
+# A turn of round robin (and of preemptive LAS between arrivals) is LAS-MLFQ's first quantum, in
+# GPU-seconds, so a 4-GPU job's turn is a quarter of a 1-GPU job's (AnalySIM §3.2 quantum units).
+RR_QUANTUM = MLFQ_QUANTA[0]
+
+
+def _turn(job: Job, quantum: float) -> float:
+    """Run seconds left in the current turn of ``quantum`` GPU-seconds, counted from the last requeue."""
+    gpus = max(job.gpus, 1)
+    left = quantum - math.fmod(max(job.attained, 0.0), quantum)
+    # attained is a float sum of run segments: 3 x 3250 may come out as 9749.999…; a turn that is
+    # over up to rounding is a whole new turn, else the clock would stall on sub-ulp steps.
+    if left <= quantum * 1e-9:
+        left = quantum
+    return left / gpus
+
+
+class LAS(_Base):
+    """Least attained service (GPU-seconds received so far), preemptive (AnalySIM §3.2, after Tiresias).
+
+    Waiting and running jobs are ordered together by attained service; a newcomer (0 attained)
+    displaces the job that has received the most. Between arrivals, running jobs are re-ranked
+    after each quantum of service so the order follows attained service without thrashing.
+    """
 
     name = "las"
+    preemptive = True
 
-    def key(self, job: Job, ctx: OrderContext) -> float:
-        return job.attained
+    def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
+        return _sorted(queue, lambda j: (j.attained, j.queued_since))  # type: ignore[arg-type,return-value]
+
+    def requeue_after(self, job: Job) -> float | None:
+        return _turn(job, RR_QUANTUM)
+
+
+class RoundRobin(_Base):
+    """Round robin (AnalySIM §3.2, its preemptive example): jobs take turns of one quantum in the
+    order they (re-)entered the queue; a job whose turn ends goes to the back when others wait."""
+
+    name = "rr"
+    preemptive = True
+
+    def __init__(self, quantum: float = RR_QUANTUM) -> None:
+        self.quantum = quantum
+
+    def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
+        return _sorted(queue, lambda j: (j.queued_since, j.submit_time))  # type: ignore[arg-type,return-value]
+
+    def requeue_after(self, job: Job) -> float | None:
+        return _turn(job, self.quantum)
 
 
 def mlfq_level(job: Job, quanta: Sequence[float] = MLFQ_QUANTA) -> int:
@@ -147,8 +212,10 @@ def mlfq_next_demotion(job: Job, quanta: Sequence[float] = MLFQ_QUANTA) -> float
     return (bound - job.attained) / max(job.gpus, 1)
 
 
-class MLFQ:
-    """LAS-MLFQ (AnalySIM §3.2): 3 queues, FIFO inside a queue, preemptive across queues."""
+class MLFQ(_Base):
+    """LAS-MLFQ (AnalySIM §3.2): 3 queues with quanta of 3250, 7200 and 18000 GPU-seconds; a job is
+    demoted when it used its queue's quantum and, in the last queue, goes to the back of it after
+    each 18000 (round robin). Within a queue, the order jobs entered it; preemptive across queues."""
 
     name = "mlfq"
     preemptive = True
@@ -157,17 +224,21 @@ class MLFQ:
         self.quanta = tuple(quanta)
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
-        return _sorted(queue, lambda j: (mlfq_level(j, self.quanta), j.submit_time))  # type: ignore[arg-type,return-value]
+        return _sorted(queue, lambda j: (mlfq_level(j, self.quanta), j.queued_since, j.submit_time))  # type: ignore[arg-type,return-value]
+
+    def requeue_after(self, job: Job) -> float | None:
+        d = mlfq_next_demotion(job, self.quanta)
+        if d is not None:
+            return d
+        floor = sum(self.quanta[:-1])  # the last queue: turns of its own quantum
+        return _turn(Job(job.id, job.submit_time, job.gpus, attained=max(job.attained - floor, 0.0)), self.quanta[-1])
 
 
-class _GeniePolicy:
+class _GeniePolicy(_Base):
     """Shared machinery for the policies that use GENIE's model (seed 001 §5, §7.1).
 
     Caches each task's now-independent placement table ranked by CER.
     """
-
-    name = ""
-    preemptive = False
 
     def __init__(self) -> None:
         self._cache: dict[tuple, list[genie.PlacementRow]] = {}
@@ -272,14 +343,14 @@ class TetrisCER(_Tetris):
         return (r.cer, -r.shape.gpus, -r.shape.d_node)
 
 
-class Capacity:
-    """Capacity scheduler: each model type may hold at most its share of GPUs (seed 001 §7.1).
+class Capacity(_Base):
+    """Capacity scheduler: a model type never holds more GPUs than its share (seed 001 §7.1).
 
-    Arrival order; a job that would push its model type past its share is blocked.
+    Arrival order; a job that would push its model type past its share waits. A GENIE task larger
+    than the whole share runs on the share; any other such job can never start (its reason says so).
     """
 
     name = "capacity"
-    preemptive = False
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         if ctx.total_gpus <= 0:
@@ -289,14 +360,37 @@ class Capacity:
         used = dict(ctx.usage_by_model)
         out = []
         for job in sorted(queue, key=lambda j: j.submit_time):
-            cap = math.floor(shares.get(job.model or "", 0.0) * ctx.total_gpus)
+            model = job.model or ""
+            cap = math.floor(shares.get(model, 0.0) * ctx.total_gpus)
             cap = max(cap, 1)  # a share smaller than one GPU still lets single-GPU jobs run
-            if used.get(job.model or "", 0) + job.gpus > cap and job.gpus <= cap:
-                out.append(Decision(job, blocked=f"model type {job.model!r} is at its capacity of {cap} GPUs"))
+            shape = None
+            gpus = job.gpus
+            if gpus > cap:
+                shape = self._within(job, cap, ctx)
+                if shape is None:
+                    out.append(
+                        Decision(job, blocked=f"needs {gpus} GPUs, more than model type {model!r}'s share of {cap}")
+                    )
+                    continue
+                gpus = shape.gpus
+            if used.get(model, 0) + gpus > cap:
+                out.append(
+                    Decision(job, blocked=f"model type {model!r} holds {used.get(model, 0)} of its {cap}-GPU share")
+                )
                 continue
-            used[job.model or ""] = used.get(job.model or "", 0) + job.gpus
-            out.append(Decision(job))
+            used[model] = used.get(model, 0) + gpus
+            out.append(Decision(job, shape))
         return out
+
+    @staticmethod
+    def _within(job: Job, cap: int, ctx: OrderContext) -> Shape | None:
+        """A GENIE task (its work is batch × iterations, not a GPU count) runs on at most its type's
+        share: one node when the share fits one, else whole nodes. Other jobs cannot shrink."""
+        if not job.has_genie_task or ctx.platform is None or cap < 1:
+            return None
+        g = ctx.platform.gpus_per_node
+        shape = Shape(1, cap) if cap <= g else Shape(cap // g, g)
+        return shape if job.batch >= shape.gpus else None
 
 
 def soda_array(job: Job) -> str:
@@ -306,7 +400,7 @@ def soda_array(job: Job) -> str:
     return "gpu-1" if job.gpus < 4 else "gpu-4"
 
 
-class MultiArray:
+class MultiArray(_Base):
     """SODA multi-array scheduling: independent job arrays, DRF inside each (seed 002 §V-C).
 
     Dominant share of a user = max(GPUs used / total GPUs, CPU used / total CPU); the user
@@ -314,7 +408,6 @@ class MultiArray:
     """
 
     name = "soda"
-    preemptive = False
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         if ctx.total_gpus <= 0 or ctx.total_cpu_milli <= 0:
@@ -340,6 +433,7 @@ POLICIES: dict[str, Callable[[], OrderingPolicy]] = {
     "tetris-cer": TetrisCER,
     "capacity": Capacity,
     "las": LAS,
+    "rr": RoundRobin,
     "mlfq": MLFQ,
     "soda": MultiArray,
 }

@@ -25,13 +25,7 @@ class Placer(Protocol):
 
 def _usable(req: PlacementRequest, cluster: ClusterState, per_node_gpus: int, total: int) -> np.ndarray:
     """Eligible nodes with ``per_node_gpus`` whole free GPUs and room for their CPU/memory share."""
-    mask = cluster.eligible(req.vc, req.gpu_models) & (cluster.free_gpus >= per_node_gpus)
-    share = per_node_gpus / total if total else 1.0
-    if req.cpu_milli:
-        mask &= cluster.free_cpu >= math.ceil(req.cpu_milli * share)
-    if req.memory_mib:
-        mask &= cluster.free_mem >= math.ceil(req.memory_mib * share)
-    return mask
+    return cluster.fit_mask(req, per_node_gpus, total)
 
 
 def default_shape(req: PlacementRequest, cluster: ClusterState) -> Shape:
@@ -71,11 +65,7 @@ def _allocation(cluster: ClusterState, req: PlacementRequest, picks: list[tuple[
 
 def _shared_gpu(req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
     """GPU sharing: the partially used GPU with the least sufficient free share (best fit)."""
-    mask = cluster.eligible(req.vc, req.gpu_models)
-    if req.cpu_milli:
-        mask = mask & (cluster.free_cpu >= req.cpu_milli)
-    if req.memory_mib:
-        mask = mask & (cluster.free_mem >= req.memory_mib)
+    mask = cluster.fit_mask(req, 0, 0)
     if not mask.any():
         return None
     free = cluster.gpu_free_milli
@@ -90,7 +80,7 @@ def _shared_gpu(req: PlacementRequest, cluster: ClusterState) -> Allocation | No
 
 def _cpu_only(req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
     """CPU jobs: best fit on CPU, GPU-less nodes first so GPU nodes keep their cores (SODA §V-C)."""
-    mask = cluster.eligible(req.vc, ()) & (cluster.free_cpu >= req.cpu_milli) & (cluster.free_mem >= req.memory_mib)
+    mask = cluster.fit_mask(PlacementRequest(0, vc=req.vc, cpu_milli=req.cpu_milli, memory_mib=req.memory_mib), 0, 0)
     if not mask.any():
         return None
     score = np.where(mask, cluster.free_cpu + (cluster.gpu_cap > 0) * (1 << 40), np.iinfo(np.int64).max)
@@ -168,9 +158,8 @@ class FreeGPU(_Placer):
 
         def room(node: int, g: int) -> int:
             """The most of ``g`` GPUs whose CPU/memory share still fits on ``node``."""
-            while g > 0 and (
-                cluster.free_cpu[node] < math.ceil(req.cpu_milli * g / req.gpus)
-                or cluster.free_mem[node] < math.ceil(req.memory_mib * g / req.gpus)
+            while g > 0 and not cluster.cpu_fits(
+                node, math.ceil(req.cpu_milli * g / req.gpus), math.ceil(req.memory_mib * g / req.gpus)
             ):
                 g -= 1
             return g
@@ -183,10 +172,8 @@ class FreeGPU(_Placer):
                 # best fit for the remainder among the not-yet-picked candidates with room for its share
                 rest = order[pos:]
                 ok = free[rest] >= need
-                if req.cpu_milli:
-                    ok &= cluster.free_cpu[cand[rest]] >= math.ceil(req.cpu_milli * need / req.gpus)
-                if req.memory_mib:
-                    ok &= cluster.free_mem[cand[rest]] >= math.ceil(req.memory_mib * need / req.gpus)
+                if req.cpu_milli or req.memory_mib:
+                    ok &= cluster.fit_mask(req, need, req.gpus)[cand[rest]]
                 fitting = rest[ok]
                 if fitting.size:
                     j = fitting[np.argmin(free[fitting])]

@@ -141,13 +141,12 @@ def filter_nodes(cluster: ClusterState, ask: PodAsk, candidates: np.ndarray) -> 
     eligible_model = cluster.eligible(None, ask.gpu_models)[cand]
     cap = cluster.gpu_cap[cand]
     cap_ok = cap >= ask.gpus
-    cpu_cap, mem_cap = cluster.cpu_cap[cand], cluster.mem_cap[cand]
-    size_ok = ((cpu_cap >= ask.cpu_milli) | (cpu_cap == 0)) & ((mem_cap >= ask.memory_mib) | (mem_cap == 0))
+    # the pod's own CPU and memory, checked by the cluster's one fit rule (capacity, then free now)
+    pod = PlacementRequest(0, cpu_milli=ask.cpu_milli, memory_mib=ask.memory_mib)
+    size_ok = cluster.fit_mask(pod, 0, 0, now=False)[cand]
     free = cluster.free_gpus[cand]
     free_ok = free >= ask.gpus
-    res_ok = ((cluster.free_cpu[cand] >= ask.cpu_milli) | (cpu_cap == 0)) & (
-        (cluster.free_mem[cand] >= ask.memory_mib) | (mem_cap == 0)
-    )
+    res_ok = cluster.fit_mask(pod, 0, 0)[cand]
     peer = np.isin(cand, np.asarray(ask.peer_nodes, dtype=np.int64)) if ask.peer_nodes else np.zeros(cand.size, bool)
     never = ~(eligible_vc & eligible_model & cap_ok & size_ok)
     fits = ~never & free_ok & res_ok & ~peer

@@ -76,9 +76,11 @@ class Job:
     ``gpus`` is the request (0 for CPU jobs). GENIE-aware policies may choose another
     shape ⟨d_node, d_gpn⟩ for training/inference tasks with a model, batch and iterations.
     ``duration`` is the oracle/recorded run time on the requested GPUs (simulator only);
-    ``predicted_duration`` comes from a predictor (QSSF) and never from the oracle.
+    ``predicted_duration`` comes from a predictor (QSSF) and never from the oracle;
+    ``requested_duration`` is the user's own estimate (a time limit), when the trace has one.
     ``executed`` and ``attained`` are runtime state (seconds run, GPU-seconds of service)
-    kept by whoever runs the job, for SRTF and LAS.
+    kept by whoever runs the job, for SRTF and LAS; ``enqueued`` is when it last entered
+    its queue (arrival, preemption, an MLFQ demotion or a round-robin turn), NaN = submit.
     """
 
     id: str
@@ -96,6 +98,7 @@ class Job:
     name: str | None = None
     duration: float | None = None
     predicted_duration: float | None = None
+    requested_duration: float | None = None
     gpu_milli: int = 1000
     gpu_models: tuple[str, ...] = ()
     nodes: int = 0
@@ -103,6 +106,11 @@ class Job:
     end_state: JobEnd = JobEnd.COMPLETED
     executed: float = 0.0
     attained: float = 0.0
+    enqueued: float = math.nan
+
+    @property
+    def queued_since(self) -> float:
+        return self.submit_time if self.enqueued != self.enqueued else self.enqueued
 
     def __post_init__(self) -> None:
         _require(isinstance(self.id, str) and self.id != "", "id", self.id, "must be a non-empty string")
@@ -122,6 +130,13 @@ class Job:
             _require(self.gpus == 0, "gpus", self.gpus, "a cpu job requests no GPUs")
         if self.duration is not None:
             _require(_finite(self.duration) and self.duration >= 0, "duration", self.duration, "must be >= 0")
+        if self.requested_duration is not None:
+            _require(
+                _finite(self.requested_duration) and self.requested_duration >= 0,
+                "requested_duration",
+                self.requested_duration,
+                "must be >= 0",
+            )
         if self.predicted_duration is not None:
             _require(
                 _finite(self.predicted_duration) and self.predicted_duration >= 0,

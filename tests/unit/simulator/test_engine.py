@@ -74,7 +74,7 @@ def test_mlfq_demotes_and_preempts(tiny) -> None:  # type: ignore[no-untyped-def
 def test_backfill_easy_respects_reservation(tiny) -> None:  # type: ignore[no-untyped-def]
     jobs = "id,submit,gpus,duration\nA,0,1,100\nH,1,2,10\nC,2,1,50\nD,3,1,200"
     nodes = "name,gpus\nn0,2"
-    res = simulate(load_native(tiny(jobs, nodes)), SimConfig(backfill="easy"))
+    res = simulate(load_native(tiny(jobs, nodes)), SimConfig(backfill="easy", backfill_estimates="oracle"))
     assert res.backfilled[2] and res.start[2] == 2  # C ends at 52 <= reservation 100
     assert res.start[1] == pytest.approx(100) and res.reservation[1] == pytest.approx(100)  # head on time
     assert not res.backfilled[3] and res.start[3] >= 100  # D would overrun the reservation
@@ -86,7 +86,10 @@ def test_backfill_easy_respects_reservation(tiny) -> None:  # type: ignore[no-un
 @pytest.mark.parametrize("mode", ["relaxed", "adaptive"])
 def test_backfill_relaxed_modes_run(tiny, mode) -> None:  # type: ignore[no-untyped-def]
     jobs = "id,submit,gpus,duration\nA,0,1,100\nH,1,2,10\nC,2,1,105"
-    res = simulate(load_native(tiny(jobs, "name,gpus\nn0,2")), SimConfig(backfill=mode, relax_factor=1.0))
+    res = simulate(
+        load_native(tiny(jobs, "name,gpus\nn0,2")),
+        SimConfig(backfill=mode, relax_factor=1.0, backfill_estimates="oracle"),
+    )
     assert all(s == DONE for s in res.state)
 
 

@@ -1,0 +1,582 @@
+"""The admission cycle: one pass over a partition's queue — order, place, backfill, preempt — and why
+every job left waiting waits. The simulator's event loop and the operator's reconcile loop both call
+:func:`admit`; neither decides anything itself.
+
+A partition is a VirtualCluster (AnalySIM §3.1 logical partition): its own queue, ordering policy,
+placer, backfilling mode and GPU quota. The pass is pure: it reads the cluster state, the waiting and
+running jobs and ``now``, and returns decisions; the caller books them (allocate, create pods, ...).
+It never mutates the ClusterState it is given (projections use a copy).
+
+Backfilling (seed 004 §VI-B) is node-aware: when the head cannot start, it gets a reservation on the
+nodes it will actually get, found by releasing running jobs in order of their expected end on a copy
+of the cluster and placing the head there. A later job may start now only if the head still starts
+by its *latest start* = reservation + relax factor × the head's expected wait, fixed when the head
+first blocks and carried between passes in :class:`Carry` (the operator persists it on the
+VirtualCluster). EASY is a relax factor of 0; adaptive scales the factor with the queue length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from qosmos.extender.core import genie
+from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
+from qosmos.extender.core.backfill import relax_factor
+from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.ordering import Decision, OrderContext, OrderingPolicy, get_policy
+from qosmos.extender.core.placement import Placer, default_shape, get_placer
+from qosmos.extender.core.types import Allocation, Job, PlacementRequest, Shape
+
+# Why a job waits (WaitReason.code).
+BEHIND = "behind-head"  # a blocked job ahead of it in a non-backfilling queue
+NO_FIT = "no-fit"  # does not fit the free resources now
+RESERVED = "reserved"  # would fit now, but would delay the head's reservation
+BLOCKED = "policy"  # the policy holds it (Capacity share, ...)
+QUOTA = "quota"  # the partition's GPU quota is used up
+HEAD = "head"  # the blocked head itself, with a reservation
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A VirtualCluster as the core sees it."""
+
+    name: str
+    policy: str = "fifo"
+    placement: str = "consolidate"
+    backfill: str = "none"
+    relax_factor: float = 0.1
+    gpu_quota: int | None = None  # GPUs its running jobs may hold in all; None = its nodes
+    theta: float = genie.DEFAULT_THETA
+
+    def __post_init__(self) -> None:
+        get_policy(self.policy)
+        get_placer(self.placement)
+        if self.backfill not in BACKFILL_MODES:
+            raise InvalidInput("backfill", self.backfill, f"expected one of {', '.join(BACKFILL_MODES)}")
+        if not (math.isfinite(self.relax_factor) and self.relax_factor >= 0):
+            raise InvalidInput("relax_factor", self.relax_factor, "must be a finite number >= 0")
+        if self.gpu_quota is not None and self.gpu_quota < 0:
+            raise InvalidInput("gpu_quota", self.gpu_quota, "must be >= 0")
+
+
+@dataclass(slots=True)
+class RunningJob:
+    """A running job as the pass sees it: when it is expected to end (predicted, user estimate or
+    oracle, as the caller chooses) and what it holds."""
+
+    job: Job
+    start: float
+    expected_end: float
+    allocation: Allocation | None
+
+
+@dataclass(slots=True)
+class HeadReservation:
+    """The blocked head's promised start (seed 004 §VI-B)."""
+
+    job_id: str
+    start: float  # projected start on the reserved nodes
+    latest: float  # start + factor × expected wait, fixed when the head first blocked
+    allocation: Allocation | None  # the nodes/GPUs it is projected to get (None: never, with what runs)
+    backfilled: tuple[str, ...] = ()  # jobs started behind it while it held the reservation
+
+
+@dataclass(slots=True)
+class Carry:
+    """What one pass hands the next for a partition (persist it to survive restarts)."""
+
+    reservation: HeadReservation | None = None
+    max_queue_len: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job: Job
+    allocation: Allocation | None  # None only for a job that needs nothing (no GPU, CPU or memory)
+    shape: Shape | None  # the GENIE ⟨d_node, d_gpn⟩ it was placed with, when the policy chose one
+    backfilled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    job: Job
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    """Why a job is still waiting after the pass, structured and as one readable line."""
+
+    job: Job
+    code: str
+    message: str
+    position: int  # 0-based position in the policy's order
+    needs: str = ""
+    blocking: str = ""  # the job or rule that blocks it
+    waiting_allowance: float | None = None  # GENIE Eq. 13, for SWAF-ordered jobs
+
+
+@dataclass(slots=True)
+class AdmissionResult:
+    starts: list[Start] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    waiting: list[WaitReason] = field(default_factory=list)
+    carry: Carry = field(default_factory=Carry)
+    order: list[str] = field(default_factory=list)  # job ids in policy order (explain only)
+
+
+class FitMemo:
+    """Remembers, per partition, placement refusals until the partition releases something.
+
+    Allocations only shrink free space, so a plain whole-GPU request refused since the last release
+    is refused again; single-node requests are monotone in the GPU count (no node with g free means
+    none with g' > g), multi-node ones are remembered exactly. A pure speed-up: dropping it changes
+    no decision.
+    """
+
+    __slots__ = ("exact", "release", "smallest")
+
+    def __init__(self) -> None:
+        self.release = -1
+        self.smallest = 1 << 62
+        self.exact: set[int] = set()
+
+    @staticmethod
+    def plain(job: Job) -> bool:
+        return (
+            job.gpu_milli == 1000
+            and job.gpus > 0
+            and not job.cpu_milli
+            and not job.memory_mib
+            and not job.gpu_models
+            and not job.nodes
+        )
+
+    def _sync(self, cluster: ClusterState, vc: int) -> None:
+        rel = int(cluster.vc_releases[vc])
+        if rel != self.release:
+            self.release, self.smallest, self.exact = rel, 1 << 62, set()
+
+    def refused(self, job: Job, cluster: ClusterState, vc: int, biggest: int) -> bool:
+        self._sync(cluster, vc)
+        g = job.gpus
+        return (self.smallest <= g <= biggest) or g in self.exact
+
+    def note(self, job: Job, cluster: ClusterState, vc: int, biggest: int) -> None:
+        self._sync(cluster, vc)
+        if job.gpus <= biggest:
+            self.smallest = min(self.smallest, job.gpus)
+        else:
+            self.exact.add(job.gpus)
+
+
+class PartitionRuntime:
+    """A partition's policy, placer and caches (GENIE tables, fit memo): what the caller keeps per
+    partition between passes. Losing it changes no decision, only speed."""
+
+    def __init__(self, partition: Partition, ctx: OrderContext | None = None) -> None:
+        self.partition = partition
+        self.policy: OrderingPolicy = get_policy(partition.policy)
+        self.placer: Placer = get_placer(partition.placement)
+        self.ctx = ctx or OrderContext(theta=partition.theta)
+        self.memo = FitMemo()
+
+
+# Expected run seconds of a job if started now on ``allocation`` (backfilling's estimate).
+Estimate = Callable[[Job, Allocation | None], float]
+
+
+def _request(job: Job, shape: Shape | None) -> PlacementRequest:
+    return PlacementRequest.for_job(job, shape)
+
+
+def _needs(job: Job, shape: Shape | None) -> str:
+    if job.gpus == 0:
+        return f"{job.cpu_milli}m CPU"
+    if job.gpu_milli < 1000:
+        return f"{job.gpu_milli / 1000:g} of a GPU"
+    what = f"{shape.d_node} node(s) × {shape.d_gpn} GPUs" if shape is not None else f"{job.gpus} GPUs"
+    if job.gpu_models:
+        what += " of " + "|".join(job.gpu_models)
+    return what
+
+
+def _free_text(cluster: ClusterState, job: Job, shape: Shape | None) -> str:
+    """What is free where, for a waiting job's message."""
+    vc = cluster.vc_index(job.vc)
+    free = int(cluster.vc_free[vc]) if vc >= 0 else 0
+    if job.gpus == 0 or job.gpu_milli < 1000:
+        return f"{free} whole GPUs free in {job.vc}"
+    per = shape.d_gpn if shape is not None else min(job.gpus, max(cluster.biggest_node(job.vc, job.gpu_models), 1))
+    req = _request(job, shape)
+    nodes = int(cluster.fit_mask(req, per, req.gpus).sum())
+    return f"{free} GPUs free in {job.vc}; {nodes} node(s) have {per} free"
+
+
+class _Pass:
+    """State of one admission pass (kept off the public function for readability)."""
+
+    def __init__(
+        self,
+        rt: PartitionRuntime,
+        cluster: ClusterState,
+        now: float,
+        running: Sequence[RunningJob] | Callable[[], Sequence[RunningJob]],
+        estimate: Estimate | None,
+        carry: Carry,
+        queue_len: int,
+        explain: bool,
+    ) -> None:
+        self.rt = rt
+        self.part = rt.partition
+        self.cluster = cluster
+        self.now = now
+        self._running = running
+        self._running_list: Sequence[RunningJob] | None = None
+        self.estimate = estimate
+        self.explain = explain
+        self.result = AdmissionResult(carry=Carry(carry.reservation, max(carry.max_queue_len, queue_len)))
+        self.queue_len = queue_len
+        self.vc = cluster.vc_index(self.part.name)
+        self.biggest = cluster.biggest_node(self.part.name) if self.vc >= 0 else 0
+        self.held = -1  # GPUs held by the partition's running jobs (computed on demand, for quotas)
+        self.started: list[tuple[Job, Allocation | None, float]] = []  # (job, allocation, expected end)
+        self.scratch: ClusterState | None = None  # the cluster with this pass's starts booked
+
+    # -- helpers -------------------------------------------------------------------------------
+    def running(self) -> Sequence[RunningJob]:
+        if self._running_list is None:
+            r = self._running
+            self._running_list = r() if callable(r) else r
+        return self._running_list
+
+    def state(self) -> ClusterState:
+        """The cluster with this pass's starts booked (a copy once the first job starts)."""
+        return self.scratch if self.scratch is not None else self.cluster
+
+    def _book(self, alloc: Allocation | None) -> None:
+        if alloc is None:
+            return
+        if self.scratch is None:
+            self.scratch = self.cluster.copy()
+        self.scratch.allocate(alloc)
+
+    def quota_left(self) -> int | None:
+        q = self.part.gpu_quota
+        if q is None:
+            return None
+        if self.held < 0:
+            self.held = sum(r.allocation.gpus for r in self.running() if r.allocation is not None)
+        return q - self.held
+
+    def place(self, job: Job, shape: Shape | None) -> Allocation | None:
+        """The partition placer's allocation now, or None (fit memo first for plain requests)."""
+        st = self.state()
+        memo = self.rt.memo if shape is None and self.vc >= 0 and FitMemo.plain(job) else None
+        if memo is not None and (job.gpus > int(st.vc_free[self.vc]) or memo.refused(job, st, self.vc, self.biggest)):
+            return None
+        alloc = self.rt.placer.place(_request(job, shape), st)
+        if alloc is None and memo is not None:
+            memo.note(job, st, self.vc, self.biggest)
+        return alloc
+
+    def start(self, job: Job, alloc: Allocation | None, shape: Shape | None, backfilled: bool) -> None:
+        self._book(alloc)
+        if self.part.gpu_quota is not None and alloc is not None:
+            self.quota_left()
+            self.held += alloc.gpus
+        end = self.now + self.estimate(job, alloc) if self.estimate is not None else math.inf
+        self.started.append((job, alloc, end))
+        self.result.starts.append(Start(job, alloc, shape, backfilled))
+
+    def wait(self, d: Decision, pos: int, code: str, why: str, blocking: str = "") -> None:
+        if not self.explain:
+            return
+        job = d.job
+        msg = f"needs {_needs(job, d.shape)} in {job.vc}; {_free_text(self.state(), job, d.shape)}; {why}"
+        if d.waiting_allowance is not None and math.isfinite(d.waiting_allowance):
+            msg += f"; waiting allowance {d.waiting_allowance:+.0f} s"
+        self.result.waiting.append(WaitReason(job, code, msg, pos, _needs(job, d.shape), blocking, d.waiting_allowance))
+
+    # -- backfilling ---------------------------------------------------------------------------
+    def project(
+        self, head: Job, shape: Shape | None, extra: Iterable[tuple[Allocation | None, float]] = ()
+    ) -> tuple[float, Allocation | None]:
+        """When and where the head could start: release running jobs (and ``extra`` hypothetical
+        ones) in order of expected end on a copy of the cluster, placing the head after each."""
+        st = self.state().copy()
+        req = _request(head, shape)
+        place = self.rt.placer.place
+        releases = [(max(r.expected_end, self.now), r.allocation) for r in self.running()]
+        releases += [(max(e, self.now), a) for _, a, e in self.started]
+        releases += [(max(e, self.now), a) for a, e in extra]
+        # allocations started in this pass are booked in ``st`` already (state() includes them);
+        # hypothetical extras are not: book them so their release is meaningful.
+        for a, _ in extra:
+            if a is not None:
+                st.allocate(a)
+        releases.sort(key=lambda x: x[0])
+        alloc = place(req, st)
+        if alloc is not None:
+            return self.now, alloc
+        k = 0
+        while k < len(releases):
+            t = releases[k][0]
+            while k < len(releases) and releases[k][0] == t:  # everything ending at t is released at t
+                a = releases[k][1]
+                if a is not None:
+                    st.release(a)
+                k += 1
+            alloc = place(req, st)
+            if alloc is not None:
+                return t, alloc
+        return math.inf, None
+
+    def reserve(self, d: Decision, pos: int) -> HeadReservation:
+        """The head's reservation: kept (latest start fixed) when it already held one."""
+        head = d.job
+        start, alloc = self.project(head, d.shape)
+        prev = self.result.carry.reservation
+        if prev is not None and prev.job_id == head.id:
+            res = HeadReservation(head.id, start, prev.latest, alloc, prev.backfilled)
+        else:
+            factor = relax_factor(
+                self.part.backfill, self.part.relax_factor, self.queue_len, max(self.result.carry.max_queue_len, 1)
+            )
+            # relaxed bound: a fraction of the head's expected wait (004 §VI-B, after Ward et al.)
+            slack = factor * max(start - head.submit_time, 0.0) if math.isfinite(start) else 0.0
+            res = HeadReservation(head.id, start, start + slack, alloc)
+        self.result.carry.reservation = res
+        return res
+
+    def may_backfill(self, res: HeadReservation, head: Decision, job: Job, alloc: Allocation) -> bool:
+        """Whether starting ``job`` on ``alloc`` now keeps the head's start by its latest start."""
+        if not math.isfinite(res.start):
+            return True  # the head cannot start with what runs now; nothing to protect yet
+        end = self.now + (self.estimate(job, alloc) if self.estimate is not None else math.inf)
+        if end <= res.start + 1e-9:
+            return True  # released before the head needs anything
+        if res.allocation is not None and not _overlaps(alloc, res.allocation):
+            return True  # takes nothing the head is projected to get
+        start, _ = self.project(head.job, head.shape, [(alloc, end)])
+        return start <= res.latest + 1e-9
+
+    def avoid(self, res: HeadReservation, job: Job, shape: Shape | None) -> Allocation | None:
+        """Place ``job`` away from the head's reserved GPUs (those free now are held aside)."""
+        if res.allocation is None:
+            return None
+        st = self.state().copy()
+        for g in res.allocation.grants:
+            free = [i for i in g.gpu_ids if st.gpu_free_milli[g.node, i] == 1000]
+            if free:
+                st.allocate(Allocation((type(g)(g.node, tuple(free), 1000, 0, 0),)))
+        return self.rt.placer.place(_request(job, shape), st)
+
+
+def _overlaps(a: Allocation, b: Allocation) -> bool:
+    held = {(g.node, i) for g in b.grants for i in g.gpu_ids}
+    return any((g.node, i) in held for g in a.grants for i in g.gpu_ids)
+
+
+def admit(
+    runtime: PartitionRuntime,
+    waiting: Iterable[Job],
+    running: Sequence[RunningJob] | Callable[[], Sequence[RunningJob]],
+    cluster: ClusterState,
+    now: float,
+    *,
+    carry: Carry | None = None,
+    estimate: Estimate | None = None,
+    presorted: bool = False,
+    queue_len: int | None = None,
+    explain: bool = True,
+) -> AdmissionResult:
+    """One admission pass over a partition's queue.
+
+    ``waiting``: the partition's waiting jobs; in the policy's order when ``presorted`` (callers of a
+    ``static`` policy keep it sorted by ``policy.key``), else in arrival order. ``running``: its
+    running jobs, or a callable producing them (only backfilling and preemption need them).
+    ``estimate``: expected run seconds of a job if started now on an allocation (backfilling and the
+    expected ends of jobs started in this pass); required when the partition backfills.
+    ``carry``: what the previous pass returned (the head's reservation, the longest queue seen).
+    ``explain``: build a WaitReason for every job left waiting (the operator; the simulator skips it).
+    """
+    rt = runtime
+    part = rt.partition
+    policy = rt.policy
+    carry = carry or Carry()
+    if part.backfill != "none" and estimate is None:
+        raise InvalidInput("estimate", None, "backfilling needs expected run times")
+    ctx = rt.ctx
+    ctx.now = now
+    if policy.preemptive:
+        return _preemptive(rt, list(waiting), running, cluster, now, carry, estimate, explain)
+    if presorted:
+        if not policy.static:
+            raise InvalidInput("presorted", policy.name, "only a static policy's queue can be kept sorted")
+        decisions: Iterable[Decision] = (Decision(j) for j in waiting)
+        n = queue_len if queue_len is not None else -1
+    else:
+        jobs = list(waiting)
+        decisions = policy.order(jobs, ctx)
+        n = len(jobs)
+    p = _Pass(rt, cluster, now, running, estimate, carry, max(n, 0), explain)
+    backfill = part.backfill != "none"
+    blocked_sub: dict[str, str] = {}  # sub-queue -> the job blocking it (no backfilling)
+    res: HeadReservation | None = None
+    head: Decision | None = None
+    for pos, d in enumerate(decisions):
+        job = d.job
+        if explain:
+            p.result.order.append(job.id)
+        if d.blocked is not None:
+            p.wait(d, pos, BLOCKED, d.blocked, part.policy)
+            continue
+        if d.queue in blocked_sub:
+            if not explain:
+                if d.queue == "" and not backfill:
+                    break
+                continue
+            p.wait(d, pos, BEHIND, f"behind {blocked_sub[d.queue]} (the queue does not backfill)", blocked_sub[d.queue])
+            continue
+        left = p.quota_left()
+        if left is not None and job.gpus > left:
+            p.wait(d, pos, QUOTA, f"the partition's GPU quota of {part.gpu_quota} has {max(left, 0)} left", part.name)
+            if not backfill:
+                blocked_sub[d.queue] = job.id
+            continue
+        alloc = p.place(job, d.shape)
+        if res is not None and head is not None:  # behind a reserved head: backfill or wait
+            if alloc is not None and not p.may_backfill(res, head, job, alloc):
+                alloc = p.avoid(res, job, d.shape)
+                if alloc is not None and not p.may_backfill(res, head, job, alloc):
+                    alloc = None
+                if alloc is None:
+                    p.wait(
+                        d,
+                        pos,
+                        RESERVED,
+                        f"would delay {head.job.id} past its latest start {res.latest:.0f} s",
+                        head.job.id,
+                    )
+                    continue
+            if alloc is None:
+                p.wait(d, pos, NO_FIT, "does not fit the free resources now")
+                continue
+            p.start(job, alloc, d.shape, True)
+            res.backfilled = (*res.backfilled, job.id)
+            # the head's projection may move (an earlier estimate ended); keep it current
+            continue
+        if alloc is None:
+            if not backfill:
+                blocked_sub[d.queue] = job.id
+                p.wait(d, pos, HEAD, "does not fit the free resources now")
+                if not explain and d.queue == "":
+                    break
+                continue
+            res = p.reserve(d, pos)
+            head = d
+            when = (
+                f"reserved to start at {res.start:.0f} s"
+                if math.isfinite(res.start)
+                else "cannot start until more is released"
+            )
+            p.wait(d, pos, HEAD, f"head of the queue; {when}")
+            continue
+        p.start(job, alloc, d.shape, False)
+    if res is None:  # no head is blocked after this pass: any earlier reservation is over
+        p.result.carry.reservation = None
+    return p.result
+
+
+def _preemptive(
+    rt: PartitionRuntime,
+    waiting: list[Job],
+    running: Sequence[RunningJob] | Callable[[], Sequence[RunningJob]],
+    cluster: ClusterState,
+    now: float,
+    carry: Carry,
+    estimate: Estimate | None,
+    explain: bool,
+) -> AdmissionResult:
+    """Preemptive policies (SRTF, LAS, RR, MLFQ): order waiting and running jobs together; keep the
+    prefix that fits the partition's GPUs; preempt running jobs outside it; start the waiting ones in
+    it; then fill what still fits in policy order (work-conserving: fragmentation may keep a desired
+    job out, and its GPUs should not idle until the next event)."""
+    p = _Pass(rt, cluster, now, running, estimate, carry, len(waiting), explain)
+    run = list(p.running())
+    if not waiting:
+        return p.result
+    by_id = {r.job.id: r for r in run}
+    ds = rt.policy.order(waiting + [r.job for r in run], rt.ctx)
+    vc = p.vc
+    budget = int(cluster.gpu_cap[cluster.vc_id == vc].sum()) if vc >= 0 else 0
+    if rt.partition.gpu_quota is not None:
+        budget = min(budget, rt.partition.gpu_quota)
+    keep: set[str] = set()
+    for d in ds:
+        if d.job.gpus <= budget:
+            budget -= d.job.gpus
+            keep.add(d.job.id)
+    if not any(j.id in keep for j in waiting):
+        for pos, d in enumerate(ds):
+            if d.job.id not in by_id:
+                p.wait(d, pos, NO_FIT, "the jobs ahead of it in the policy's order hold the partition's GPUs")
+        return p.result
+    # preempt running jobs outside the kept prefix (on a scratch copy: the caller books for real)
+    for r in run:
+        if r.job.id not in keep:
+            p.result.preemptions.append(Preemption(r.job, f"outranked under {rt.policy.name}"))
+            if r.allocation is not None:
+                if p.scratch is None:
+                    p.scratch = cluster.copy()
+                p.scratch.release(r.allocation)
+    started: set[str] = set()
+    for d in ds:
+        if d.job.id in keep and d.job.id not in by_id:
+            alloc = p.place(d.job, d.shape)
+            if alloc is not None:
+                p.start(d.job, alloc, d.shape, False)
+                started.add(d.job.id)
+    for d in ds:
+        if d.job.id not in by_id and d.job.id not in started:
+            alloc = p.place(d.job, d.shape)
+            if alloc is not None:
+                p.start(d.job, alloc, d.shape, False)
+                started.add(d.job.id)
+    for pos, d in enumerate(ds):
+        if d.job.id not in by_id and d.job.id not in started:
+            p.wait(d, pos, NO_FIT, "does not fit the free resources now")
+    return p.result
+
+
+def gang_shape(job: Job, cluster: ClusterState, shape: Shape | None = None) -> Shape | None:
+    """The ⟨nodes, GPUs per node⟩ a whole-GPU job is placed with (the operator's gang size)."""
+    if job.gpus == 0 or job.gpu_milli < 1000:
+        return None
+    return default_shape(_request(job, shape), cluster)
+
+
+__all__ = [
+    "BEHIND",
+    "BLOCKED",
+    "HEAD",
+    "NO_FIT",
+    "QUOTA",
+    "RESERVED",
+    "AdmissionResult",
+    "Carry",
+    "FitMemo",
+    "HeadReservation",
+    "Partition",
+    "PartitionRuntime",
+    "Preemption",
+    "RunningJob",
+    "Start",
+    "WaitReason",
+    "admit",
+    "gang_shape",
+]
