@@ -91,7 +91,8 @@ class SimConfig:
     # expected run times behind a blocked head (seed 004 assumes predictions or user estimates)
     backfill_estimates: str = "predicted"
     truth_noise: float = 0.0  # σ of a seeded per-job log-normal factor on realised GENIE throughput
-    predictor: str = "qssf"  # qosmos.predictors.make_duration_predictor name
+    # a qosmos.predictors.make_duration_predictor name, or any DurationPredictor (a fresh one per run)
+    predictor: str | DurationPredictor = "qssf"
     predictor_fallback: bool = False  # on predictor failure use the log-normal stand-in (said in notes)
 
     def validate(self) -> None:
@@ -156,6 +157,14 @@ class _Queue:
         return len(self.items) if self.static else len(self.waiting)
 
 
+def _predictor(spec: str | DurationPredictor) -> DurationPredictor:
+    if not isinstance(spec, str):
+        return spec
+    from qosmos.predictors import make_duration_predictor
+
+    return make_duration_predictor(spec)
+
+
 class _Fallback:
     """The configured predictor, or — once it fails, and only when ``predictor_fallback`` is set —
     the recorded duration times a seeded log-normal error (Helios §4.2.3's stand-in for Philly)."""
@@ -168,9 +177,7 @@ class _Fallback:
         self.notes = notes
         self.inner: DurationPredictor | None = None
         try:
-            from qosmos.predictors import make_duration_predictor
-
-            self.inner = make_duration_predictor(cfg.predictor)
+            self.inner = _predictor(cfg.predictor)
             self.name = self.inner.name
         except Exception as exc:  # asked for: fall back and say so
             self._fail("creating", exc)
@@ -374,9 +381,7 @@ class Simulator:
         if not cfg.uses_predictions() or all(self.supplied):
             return None
         if not cfg.predictor_fallback:
-            from qosmos.predictors import make_duration_predictor
-
-            pred = make_duration_predictor(cfg.predictor)
+            pred = _predictor(cfg.predictor)
             self.notes.append(
                 f"durations predicted online by {pred.name} (predict at submit, observe at simulated end)"
             )

@@ -509,6 +509,7 @@ NATIVE_COLUMNS = [
     "start",
     "end",
     "predicted_duration",
+    "requested_duration",
     "name",
 ]
 
@@ -564,6 +565,7 @@ def load_native(path: Path, nodes: list[Node] | None = None, progress: Progress 
         seen.add(opt["id"])
         dur = rows.num(line, r, "duration", optional=True) if "duration" in r else math.nan
         pd_ = rows.num(line, r, "predicted_duration", optional=True) if opt["predicted_duration"] else math.nan
+        rd = rows.num(line, r, "requested_duration", optional=True) if opt["requested_duration"] else math.nan
         try:
             job = Job(
                 opt["id"],
@@ -584,6 +586,7 @@ def load_native(path: Path, nodes: list[Node] | None = None, progress: Progress 
                 end_state=JobEnd(opt["end_state"].lower()) if opt["end_state"] else JobEnd.COMPLETED,
                 duration=None if math.isnan(dur) else dur,
                 predicted_duration=None if math.isnan(pd_) else pd_,
+                requested_duration=None if math.isnan(rd) else rd,
                 name=opt["name"] or None,
             )
         except InvalidInput as exc:

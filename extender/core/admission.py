@@ -359,10 +359,15 @@ class _Pass:
         end = self.now + (self.estimate(job, alloc) if self.estimate is not None else math.inf)
         if end <= res.start + 1e-9:
             return True  # released before the head needs anything
-        if res.allocation is not None and not _overlaps(alloc, res.allocation):
-            return True  # takes nothing the head is projected to get
-        start, _ = self.project(head.job, head.shape, [(alloc, end)])
-        return start <= res.latest + 1e-9
+        # Not "takes none of the head's projected GPUs, so fine": a placer may still need those other
+        # GPUs free to choose that allocation (a gang of 7 over 4-GPU nodes wants two nodes with 4
+        # free). Re-projecting is exact whatever the placer.
+        start, head_alloc = self.project(head.job, head.shape, [(alloc, end)])
+        if start > res.latest + 1e-9:
+            return False
+        if start > res.start:  # allowed, and the head now starts later (still by its latest start)
+            res.start, res.allocation = start, head_alloc
+        return True
 
     def avoid(self, res: HeadReservation, job: Job, shape: Shape | None) -> Allocation | None:
         """Place ``job`` away from the head's reserved GPUs (those free now are held aside)."""
@@ -374,11 +379,6 @@ class _Pass:
             if free:
                 st.allocate(Allocation((type(g)(g.node, tuple(free), 1000, 0, 0),)))
         return self.rt.placer.place(_request(job, shape), st)
-
-
-def _overlaps(a: Allocation, b: Allocation) -> bool:
-    held = {(g.node, i) for g in b.grants for i in g.gpu_ids}
-    return any((g.node, i) in held for g in a.grants for i in g.gpu_ids)
 
 
 def admit(
@@ -428,6 +428,7 @@ def admit(
     blocked_sub: dict[str, str] = {}  # sub-queue -> the job blocking it (no backfilling)
     res: HeadReservation | None = None
     head: Decision | None = None
+    head_pos = head_at = 0
     for pos, d in enumerate(decisions):
         job = d.job
         if explain:
@@ -459,7 +460,7 @@ def admit(
                         d,
                         pos,
                         RESERVED,
-                        f"would delay {head.job.id} past its latest start {res.latest:.0f} s",
+                        f"would delay {head.job.id} past its latest start {res.latest:g} s",
                         head.job.id,
                     )
                     continue
@@ -468,7 +469,6 @@ def admit(
                 continue
             p.start(job, alloc, d.shape, True)
             res.backfilled = (*res.backfilled, job.id)
-            # the head's projection may move (an earlier estimate ended); keep it current
             continue
         if alloc is None:
             if not backfill:
@@ -478,17 +478,19 @@ def admit(
                     break
                 continue
             res = p.reserve(d, pos)
-            head = d
-            when = (
-                f"reserved to start at {res.start:.0f} s"
-                if math.isfinite(res.start)
-                else "cannot start until more is released"
-            )
-            p.wait(d, pos, HEAD, f"head of the queue; {when}")
+            head, head_pos, head_at = d, pos, len(p.result.waiting)
             continue
         p.start(job, alloc, d.shape, False)
     if res is None:  # no head is blocked after this pass: any earlier reservation is over
         p.result.carry.reservation = None
+    elif explain and head is not None:  # said last: backfills may have moved its projected start
+        when = (
+            f"reserved to start at {res.start:g} s, at the latest {res.latest:g} s"
+            if math.isfinite(res.start)
+            else "cannot start until more is released"
+        )
+        p.wait(head, head_pos, HEAD, f"head of the queue; {when}")
+        p.result.waiting.insert(head_at, p.result.waiting.pop())
     return p.result
 
 

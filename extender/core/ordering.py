@@ -241,7 +241,7 @@ class _GeniePolicy(_Base):
     """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple, list[genie.PlacementRow]] = {}
+        self._cache: dict[tuple[str, int, int, JobKind, Platform, float], list[genie.PlacementRow]] = {}
 
     def _need(self, ctx: OrderContext) -> tuple[Platform, ModelDB]:
         if ctx.platform is None or ctx.modeldb is None:
@@ -331,7 +331,7 @@ class TetrisPerf(_Tetris):
     name = "tetris-perf"
 
     @staticmethod
-    def metric(r: genie.PlacementRow) -> tuple[float, int, int]:  # type: ignore[override]
+    def metric(r: genie.PlacementRow) -> tuple[float, int, int]:
         return (r.pr, -r.shape.gpus, -r.shape.d_node)
 
 
@@ -339,7 +339,7 @@ class TetrisCER(_Tetris):
     name = "tetris-cer"
 
     @staticmethod
-    def metric(r: genie.PlacementRow) -> tuple[float, int, int]:  # type: ignore[override]
+    def metric(r: genie.PlacementRow) -> tuple[float, int, int]:
         return (r.cer, -r.shape.gpus, -r.shape.d_node)
 
 

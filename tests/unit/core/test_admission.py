@@ -1,0 +1,304 @@
+"""The admission cycle (extender/core/admission.py), with hand-computed expectations.
+
+Each case is small enough to check on paper; the comments give the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from qosmos.extender.core import genie
+from qosmos.extender.core.admission import (
+    BEHIND,
+    BLOCKED,
+    HEAD,
+    NO_FIT,
+    QUOTA,
+    RESERVED,
+    AdmissionResult,
+    Carry,
+    Partition,
+    PartitionRuntime,
+    RunningJob,
+    admit,
+)
+from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.ordering import OrderContext, get_policy
+from qosmos.extender.core.placement import get_placer
+from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant, PlacementRequest, Platform, Shape
+
+
+def oracle(job: Job, alloc: Allocation | None) -> float:
+    assert job.duration is not None
+    return job.duration
+
+
+def run(cluster: ClusterState, job: Job, start: float, node: int | None = None) -> RunningJob:
+    """Book ``job`` on the cluster (first fit, or on ``node``) and describe it as running."""
+    alloc = on_node(cluster, node, job.gpus) if node is not None else None
+    if alloc is None:
+        alloc = get_placer("first-fit").place(PlacementRequest.for_job(job, None), cluster)
+    assert alloc is not None
+    cluster.allocate(alloc)
+    assert job.duration is not None
+    return RunningJob(job, start, start + job.duration, alloc)
+
+
+def on_node(cluster: ClusterState, node: int, gpus: int) -> Allocation | None:
+    free = [i for i in range(int(cluster.gpu_cap[node])) if cluster.gpu_free_milli[node, i] == 1000]
+    return Allocation((NodeGrant(node, tuple(free[:gpus])),)) if len(free) >= gpus else None
+
+
+def started(res: AdmissionResult) -> list[str]:
+    return [s.job.id for s in res.starts]
+
+
+def reasons(res: AdmissionResult) -> dict[str, str]:
+    return {w.job.id: w.code for w in res.waiting}
+
+
+def nodes_of(alloc: Allocation | None) -> list[int]:
+    assert alloc is not None
+    return [g.node for g in alloc.grants]
+
+
+# ---- relaxed backfilling: the latest start is fixed when the head first blocks (004 §VI-B) --------
+
+
+def test_relaxed_bound_is_fixed_when_the_head_first_blocks() -> None:
+    # One node of 4 GPUs. J0 (submit 0, 2 GPUs, 100 s) runs; H (1, 4, 10) blocks at t=1:
+    # reservation 100, latest start 100 + 0.1 × (100 − 1) = 109.9.
+    c = ClusterState([Node("n0", 4)])
+    j0 = run(c, Job("J0", 0, 2, duration=100), 0)
+    h, b1 = Job("H", 1, 4, duration=10), Job("B1", 2, 2, duration=107)
+    b2, b3 = Job("B2", 50, 2, duration=19), Job("B3", 60, 2, duration=21)
+    rt = PartitionRuntime(Partition("default", backfill="relaxed", relax_factor=0.1))
+
+    first = admit(rt, [h], [j0], c, 1.0, estimate=oracle)
+    res = first.carry.reservation
+    assert first.starts == [] and res is not None
+    assert (res.job_id, res.start, res.latest) == ("H", 100, pytest.approx(109.9))
+
+    # t=2: B1 ends at 109 <= 109.9, so it may run although it delays H from 100 to 109.
+    second = admit(rt, [h, b1], [j0], c, 2.0, carry=first.carry, estimate=oracle)
+    assert started(second) == ["B1"] and second.starts[0].backfilled
+    res = second.carry.reservation
+    assert res is not None and res.start == 109 and res.latest == pytest.approx(109.9)
+    assert res.backfilled == ("B1",)
+    assert "at the latest 109.9 s" in next(w.message for w in second.waiting if w.job.id == "H")
+    c.allocate(second.starts[0].allocation)  # type: ignore[arg-type]
+    b1_run = RunningJob(b1, 2, 109, second.starts[0].allocation)
+
+    # t=100: J0 ended, 2 GPUs free. B2 (ends 119) and B3 (ends 121) would push H past 109.9.
+    c.release(j0.allocation)  # type: ignore[arg-type]
+    third = admit(rt, [h, b2, b3], [b1_run], c, 100.0, carry=second.carry, estimate=oracle)
+    assert third.starts == []
+    assert reasons(third) == {"H": HEAD, "B2": RESERVED, "B3": RESERVED}
+    assert third.carry.reservation is not None and third.carry.reservation.latest == pytest.approx(109.9)
+    # Re-deriving the bound at t=100 (109 + 0.1 × 108 = 119.8) would have let B2 overrun it: the carry matters.
+    fresh = admit(rt, [h, b2, b3], [b1_run], c, 100.0, estimate=oracle)
+    assert started(fresh) == ["B2"]
+
+
+def test_easy_is_a_relax_factor_of_zero() -> None:
+    # Same start as above under EASY: B1 (ends 109) would delay H past its reservation at 100.
+    c = ClusterState([Node("n0", 4)])
+    j0 = run(c, Job("J0", 0, 2, duration=100), 0)
+    rt = PartitionRuntime(Partition("default", backfill="easy"))
+    res = admit(rt, [Job("H", 1, 4, duration=10), Job("B1", 2, 2, duration=107)], [j0], c, 2.0, estimate=oracle)
+    assert res.starts == [] and reasons(res) == {"H": HEAD, "B1": RESERVED}
+    # ... while a job that ends by 100 runs (98 s from t=2).
+    res = admit(rt, [Job("H", 1, 4, duration=10), Job("B0", 2, 2, duration=98)], [j0], c, 2.0, estimate=oracle)
+    assert started(res) == ["B0"]
+
+
+def test_adaptive_factor_scales_with_the_queue() -> None:
+    # 004 §VI-B (1): factor = base × queue length / longest queue seen. Longest seen 4, queue now 2:
+    # factor 0.5 × 2/4 = 0.25 and latest = 100 + 0.25 × (100 − 0) = 125.
+    c = ClusterState([Node("n0", 4)])
+    j0 = run(c, Job("J0", 0, 2, duration=100), 0)
+    rt = PartitionRuntime(Partition("default", backfill="adaptive", relax_factor=0.5))
+    res = admit(
+        rt,
+        [Job("H", 0, 4, duration=10), Job("B", 1, 2, duration=200)],
+        [j0],
+        c,
+        1.0,
+        carry=Carry(max_queue_len=4),
+        estimate=oracle,
+    )
+    assert res.carry.reservation is not None and res.carry.reservation.latest == pytest.approx(125)
+    assert res.starts == []  # B ends at 201 > 125
+
+
+# ---- node-aware reservations ---------------------------------------------------------------
+
+
+def test_reservation_is_for_the_nodes_the_head_will_get() -> None:
+    # n0: R0 holds 3 of 4 GPUs until 100; n1: R1 holds 2 of 4 until 200. H needs 4 GPUs on one node.
+    # By GPU count, 6 are free at 100 and a long 1-GPU job B looks harmless; first fit would put B on
+    # n0 and H could start only at 200. Node-aware: H is reserved n0 at 100 and B goes to n1.
+    c = ClusterState([Node("n0", 4), Node("n1", 4)])
+    r0 = run(c, Job("R0", 0, 3, duration=100), 0, node=0)
+    r1 = run(c, Job("R1", 0, 2, duration=200), 0, node=1)
+    rt = PartitionRuntime(Partition("default", placement="first-fit", backfill="easy"))
+    h, b = Job("H", 1, 4, duration=10), Job("B", 2, 1, duration=1000)
+    res = admit(rt, [h, b], [r0, r1], c, 2.0, estimate=oracle)
+    assert started(res) == ["B"] and res.starts[0].backfilled
+    assert nodes_of(res.starts[0].allocation) == [1]
+    reservation = res.carry.reservation
+    assert reservation is not None and reservation.start == 100 and nodes_of(reservation.allocation) == [0]
+
+
+def test_a_head_that_can_never_start_with_what_runs_protects_nothing() -> None:
+    # H needs 8 GPUs on a 4-GPU partition: no projected start, so B runs now.
+    c = ClusterState([Node("n0", 4)])
+    j0 = run(c, Job("J0", 0, 2, duration=100), 0)
+    rt = PartitionRuntime(Partition("default", backfill="easy"))
+    res = admit(rt, [Job("H", 1, 8, duration=10), Job("B", 2, 1, duration=500)], [j0], c, 2.0, estimate=oracle)
+    assert started(res) == ["B"]
+    assert res.carry.reservation is not None and math.isinf(res.carry.reservation.start)
+
+
+def test_without_backfilling_the_head_blocks_the_queue() -> None:
+    c = ClusterState([Node("n0", 4)])
+    j0 = run(c, Job("J0", 0, 2, duration=100), 0)
+    rt = PartitionRuntime(Partition("default"))
+    res = admit(rt, [Job("H", 1, 4), Job("B", 2, 1)], [j0], c, 2.0)
+    assert res.starts == [] and reasons(res) == {"H": HEAD, "B": BEHIND}
+    assert "behind H" in res.waiting[1].message
+    assert res.carry.reservation is None
+
+
+def test_backfilling_needs_estimates_and_the_pass_never_mutates_the_cluster() -> None:
+    c = ClusterState([Node("n0", 4)])
+    rt = PartitionRuntime(Partition("default", backfill="easy"))
+    with pytest.raises(InvalidInput, match="estimate"):
+        admit(rt, [Job("A", 0, 1)], [], c, 0.0)
+    before = c.gpu_free_milli.copy()
+    res = admit(PartitionRuntime(Partition("default")), [Job("A", 0, 1), Job("B", 0, 2)], [], c, 0.0)
+    assert started(res) == ["A", "B"]
+    assert (c.gpu_free_milli == before).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    running=st.lists(st.tuples(st.integers(0, 1), st.integers(1, 4), st.floats(1, 500)), min_size=1, max_size=4),
+    head=st.tuples(st.integers(3, 8), st.floats(0, 50)),
+    queue=st.lists(st.tuples(st.integers(1, 4), st.floats(1, 1000)), max_size=6),
+    mode=st.sampled_from(["easy", "relaxed", "adaptive"]),
+    placement=st.sampled_from(["first-fit", "best-fit", "consolidate"]),
+)
+def test_backfilled_jobs_never_push_the_head_past_its_latest_start(running, head, queue, mode, placement) -> None:
+    """Whatever the pass backfills, the head's start re-projected with those jobs running stays by
+    its latest start (estimates exact here, as 004's guarantee assumes)."""
+    c = ClusterState([Node("n0", 4), Node("n1", 4)])
+    runs = []
+    for k, (node, gpus, dur) in enumerate(running):
+        alloc = on_node(c, node, gpus)
+        if alloc is None:
+            continue
+        c.allocate(alloc)
+        runs.append(RunningJob(Job(f"R{k}", 0, gpus, duration=dur), 0, dur, alloc))
+    now = 60.0
+    waiting = [Job("H", head[1], head[0], duration=10)]
+    waiting += [Job(f"Q{k}", 51 + k, g, duration=d) for k, (g, d) in enumerate(queue)]
+    rt = PartitionRuntime(Partition("default", placement=placement, backfill=mode, relax_factor=0.2))
+    res = admit(rt, waiting, runs, c, now, estimate=oracle)
+    reservation = res.carry.reservation
+    if reservation is None or math.isinf(reservation.start):
+        return
+    # Project again from scratch: the running jobs plus what the pass started, none of them touched.
+    after = c.copy()
+    extra = []
+    for s in res.starts:
+        assert s.allocation is not None
+        after.allocate(s.allocation)
+        extra.append(RunningJob(s.job, now, now + oracle(s.job, None), s.allocation))
+    head_job = next(j for j in waiting if j.id == reservation.job_id)
+    check = admit(PartitionRuntime(rt.partition), [head_job], runs + extra, after, now, estimate=oracle)
+    assert check.carry.reservation is not None
+    assert check.carry.reservation.start <= reservation.latest + 1e-6
+
+
+# ---- quotas and policy blocks --------------------------------------------------------------
+
+
+def test_capacity_share_blocks_a_model_type_at_its_share() -> None:
+    # 8 GPUs, two model types with half each. resnet already holds 4: its next job waits, bert's runs.
+    c = ClusterState([Node("n0", 8)])
+    ctx = OrderContext(total_gpus=8, usage_by_model={"resnet": 4}, capacity_shares={"resnet": 0.5, "bert": 0.5})
+    rt = PartitionRuntime(Partition("default", policy="capacity"), ctx)
+    res = admit(rt, [Job("r", 0, 1, model="resnet"), Job("b", 1, 2, model="bert")], [], c, 5.0)
+    assert started(res) == ["b"] and reasons(res) == {"r": BLOCKED}
+    assert "holds 4 of its 4-GPU share" in res.waiting[0].message
+
+
+def test_partition_quota() -> None:
+    c = ClusterState([Node("n0", 8)])
+    r = run(c, Job("R", 0, 3, duration=100), 0)
+    rt = PartitionRuntime(Partition("default", gpu_quota=4))
+    res = admit(rt, [Job("A", 1, 1), Job("B", 2, 1)], [r], c, 5.0)
+    assert started(res) == ["A"] and reasons(res) == {"B": QUOTA}  # 3 held + 1 = the quota of 4
+
+
+# ---- GENIE shapes -----------------------------------------------------------------------------
+
+
+def test_swaf_starts_jobs_with_the_shape_it_chose() -> None:
+    # SWAF (seed 001 Alg. 1) picks a ⟨d_node, d_gpn⟩ by CER; the start realises exactly that shape.
+    platform = Platform(nodes=4, gpus_per_node=4)
+    db = ModelDB.builtin()
+    c = ClusterState([Node(f"n{k}", 4) for k in range(4)])
+    job = Job("t", 0, 1, model="ResNet50", batch=256, iters=2000, qos="Urgent")
+    ctx = OrderContext(platform=platform, modeldb=db)
+    rt = PartitionRuntime(Partition("default", policy="swaf", placement="cer"), ctx)
+    task, profile = genie.Task.from_job(job), db.get("ResNet50")
+    ranked = genie.by_cer(genie.placement_table(task, profile, platform, ctx.theta))
+    want = genie.choose(ranked, 0.0, genie.deadline(task, profile)).shape
+    assert want != Shape(1, 1)  # the case only tests something when SWAF's shape differs from the request
+    res = admit(rt, [job], [], c, 0.0)
+    (s,) = res.starts
+    assert s.shape == want
+    assert s.allocation is not None and len(s.allocation.grants) == want.d_node
+    assert all(len(g.gpu_ids) == want.d_gpn for g in s.allocation.grants)
+
+
+# ---- preemptive policies ----------------------------------------------------------------------
+
+
+def test_preemptive_pass_preempts_the_most_served_and_fills_what_still_fits() -> None:
+    # LAS on 2 nodes × 4 GPUs. R1 (attained 100) and R2 (200) hold 2 GPUs on each node; X (4 GPUs,
+    # attained 0) ranks first but no node has 4 free; Y (1 GPU, 500 attained... waiting) is outside
+    # the GPU budget (4 + 2 + 2 = 8), yet fits now: the fill starts it rather than idle 4 GPUs.
+    c = ClusterState([Node("n0", 4), Node("n1", 4)])
+    r1 = run(c, Job("R1", 0, 2, duration=1000, attained=100), 0, node=0)
+    r2 = run(c, Job("R2", 0, 2, duration=1000, attained=200), 0, node=1)
+    rt = PartitionRuntime(Partition("default", policy="las", placement="consolidate"))
+    x, y = Job("X", 5, 4, attained=0), Job("Y", 6, 1, attained=500)
+    res = admit(rt, [x, y], [r1, r2], c, 10.0)
+    assert res.preemptions == [] and started(res) == ["Y"] and reasons(res) == {"X": NO_FIT}
+
+
+def test_preemptive_pass_preempts_outranked_running_jobs() -> None:
+    # One node of 4: R (attained 8000 GPU-s) holds all 4; N (attained 0, 2 GPUs) outranks it.
+    c = ClusterState([Node("n0", 4)])
+    r = run(c, Job("R", 0, 4, duration=5000, attained=8000), 0)
+    rt = PartitionRuntime(Partition("default", policy="las"))
+    res = admit(rt, [Job("N", 100, 2)], [r], c, 100.0)
+    assert [p.job.id for p in res.preemptions] == ["R"] and started(res) == ["N"]
+    assert get_policy("las").preemptive and not get_policy("fifo").preemptive
+
+
+def test_partition_validates_its_fields() -> None:
+    with pytest.raises(InvalidInput, match="policy"):
+        Partition("p", policy="bogus")
+    with pytest.raises(InvalidInput, match="backfill"):
+        Partition("p", backfill="aggressive")
+    with pytest.raises(InvalidInput, match="relax_factor"):
+        Partition("p", relax_factor=-1)
