@@ -110,4 +110,4 @@ def test_no_bare_operator_package_is_installed() -> None:
     assert Path(operator.__file__).parent != ROOT / "operator"
     import qosmos.operator
 
-    assert Path(qosmos.operator.__file__).parent == ROOT / "operator"
+    assert Path(qosmos.operator.__file__).resolve().parent == (ROOT / "operator").resolve()
