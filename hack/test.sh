@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one test command (README and .ci/run both call it): installs the package with its
 # test extras, builds the Kubernetes control plane for the integration tier (cached in
-# ~/.cache/qosmos/k8s, a no-op when already built), then runs the whole suite.
+# ~/.cache/qosmos/k8s, a no-op when already built), checks the layers, then runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +23,10 @@ if [ "$(id -u)" -eq 0 ] && command -v go >/dev/null 2>&1; then
   bash hack/node/build.sh
 fi
 # ----------------------------------------------------------------------------------------------
+
+# Layers (issue 9 §6; pyproject.toml [tool.importlinter], [tool.mypy]): a broken contract or type error fails the run.
+python3 hack/layers.py imports  # core <- predictors <- simulator; no k8s/RPC/HTTP there; no qosmos.testing in production
+python3 hack/layers.py types    # mypy --strict on the pure core, extender/core
 
 set +e
 pytest "$@"

@@ -59,19 +59,22 @@ def render_builtin_module(profiles: list[ThroughputProfile]) -> str:
         "(samples/s); gamma, lam, nu: documented assumptions until multi-GPU runs are profiled.",
         '"""',
         "",
+        "from qosmos.extender.core.genie import ThroughputProfile",
+        "",
         "PROFILE_ASSUMPTIONS = {",
         f'    "gamma": {DEFAULT_GAMMA!r},',
         f'    "lam": {DEFAULT_LAMBDA!r},',
         f'    "nu": {DEFAULT_NU!r},',
         "}",
         "",
-        "BUILTIN_PROFILES: list[dict[str, object]] = [",
+        # instances, not dicts: mypy checks every field of the shipped profiles against ThroughputProfile
+        "BUILTIN_PROFILES: tuple[ThroughputProfile, ...] = (",
     ]
     for p in profiles:
         lines.append(
-            f'    {{"model": {p.model!r}, "k0": {p.k0!r}, "k1": {p.k1!r}, "k2": {p.k2!r}, '
-            f'"gamma": {p.gamma!r}, "lam": {p.lam!r}, "nu": {p.nu!r}, '
-            f'"b_min": {p.b_min!r}, "b_max": {p.b_max!r},\n     "source": {p.source!r}}},'
+            f"    ThroughputProfile(model={p.model!r}, k0={p.k0!r}, k1={p.k1!r}, k2={p.k2!r}, "
+            f"gamma={p.gamma!r}, lam={p.lam!r}, nu={p.nu!r}, "
+            f"b_min={p.b_min!r}, b_max={p.b_max!r},\n     source={p.source!r}),"
         )
-    lines += ["]", ""]
+    lines += [")", ""]
     return "\n".join(lines)

@@ -50,7 +50,7 @@ class ModelDB:
 
     @classmethod
     def builtin(cls) -> ModelDB:
-        return cls(ThroughputProfile(**row) for row in BUILTIN_PROFILES)
+        return cls(BUILTIN_PROFILES)
 
     def add(self, profile: ThroughputProfile) -> None:
         self._by_key[_key(profile.model)] = profile

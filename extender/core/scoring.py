@@ -209,7 +209,7 @@ def _raw_scores(cluster: ClusterState, ask: PodAsk, cand: np.ndarray, planned: C
     fit = 1.0 - np.clip(free - ask.gpus, 0, None) / width
     switches: Sequence[int] = [int(cluster.switch_id[i]) for i in (ask.peer_nodes or tuple(planned))]
     topo = np.isin(cluster.switch_id[cand], np.asarray(switches, dtype=np.int64)) if switches else np.zeros(cand.size)
-    raw = np.minimum(1.0 + FIT_WEIGHT * fit + TOPOLOGY_WEIGHT * topo, PLAN_SCORE - 1)
+    raw: np.ndarray = np.minimum(1.0 + FIT_WEIGHT * fit + TOPOLOGY_WEIGHT * topo, PLAN_SCORE - 1)
     if planned:
         raw[np.isin(cand, np.asarray(list(planned), dtype=np.int64))] = PLAN_SCORE
     raw[free < ask.gpus] = 0.0
@@ -226,7 +226,8 @@ def score_nodes(
     cand = np.asarray(candidates, dtype=np.int64)
     if cand.size == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.rint(_raw_scores(cluster, ask, cand, planned)).astype(np.int64)
+    rounded: np.ndarray = np.rint(_raw_scores(cluster, ask, cand, planned))
+    return rounded.astype(np.int64)
 
 
 def shortlist(cluster: ClusterState, ask: PodAsk, fits: np.ndarray, planned: Collection[int], limit: int) -> np.ndarray:
@@ -241,7 +242,7 @@ def shortlist(cluster: ClusterState, ask: PodAsk, fits: np.ndarray, planned: Col
     if limit <= 0 or cand.size == 0:
         return cand
     raw = _raw_scores(cluster, ask, cand, planned)
-    top = cand[raw >= raw.max() - 1e-9]
+    top: np.ndarray = cand[raw >= raw.max() - 1e-9]
     return top[:limit]
 
 
