@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -296,6 +297,19 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
     # Admit / ExplainQueue (the core's admission cycle) will be added here by the same pattern.
 
 
+def check_port_free(host: str, port: int, address: str) -> None:
+    """A one-line error for a port already taken: gRPC's own bind failure also prints a C-core log line."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise InvalidInput("grpc_port", address, f"cannot listen there: {exc.strerror or exc}") from None
+
+
 class GRPCServer:
     """A grpc.Server with the Extender service, health checking and reflection.
 
@@ -320,6 +334,8 @@ class GRPCServer:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qosmos-grpc"),
             maximum_concurrent_rpcs=workers * 4,
+            # gRPC shares a port with SO_REUSEPORT by default: a second extender would split the calls
+            options=[("grpc.so_reuseport", 0)],
         )
         self.servicer = ExtenderServicer(service, profiles, request_timeout_s, self.stopping)
         pb_grpc.add_ExtenderServicer_to_server(self.servicer, self.server)
@@ -330,6 +346,7 @@ class GRPCServer:
             self.server,
         )
         address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+        check_port_free(host, port, address)
         try:
             if tls is None:
                 self.port = self.server.add_insecure_port(address)
