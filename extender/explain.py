@@ -48,8 +48,6 @@ def load_profiles(db: str | Path | None = None) -> Profiles:
     from qosmos.predictors.profiler import load_modeldb, modeldb_path
 
     explicit = Path(db).expanduser() if db is not None else None
-    if explicit is not None and not explicit.is_file():
-        raise InvalidInput("db", str(db), "no such model database file")
     path = modeldb_path(explicit)
     if path.exists() and not path.is_file():
         raise InvalidInput("db", str(path), "is not a file")

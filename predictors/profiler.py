@@ -209,6 +209,13 @@ def load_modeldb(path: Path | None = None, *, resolve: bool = False) -> ModelDB:
         default = modeldb_path(None)
         if default.is_file():
             path = default
+    elif path is not None:
+        # read_db reads a missing file as empty (for upsert): a file the caller named must be there
+        path = Path(path).expanduser()
+        if path.is_dir():
+            raise InvalidInput("db", str(path), "is a directory, expected a model database file")
+        if not path.is_file():
+            raise InvalidInput("db", str(path), "no such model database file")
     if path is not None:
         for p in read_db(path):
             db.add(p)

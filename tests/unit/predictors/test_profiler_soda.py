@@ -120,3 +120,15 @@ def test_table_i_steps() -> None:
     rows = table_i_report()
     assert len(rows) == 8
     assert all(r["found"] == r["assumed_best_fit"] and r["steps"] <= 4 for r in rows)
+
+
+def test_load_modeldb_refuses_a_named_file_that_is_missing_a_folder_or_binary(tmp_path) -> None:
+    """A database the caller names must be there (read_db alone reads a missing file as empty)."""
+    with pytest.raises(InvalidInput, match=r"nope\.json.*no such model database file"):
+        load_modeldb(tmp_path / "nope.json")
+    with pytest.raises(InvalidInput, match="is a directory"):
+        load_modeldb(tmp_path)
+    (tmp_path / "db.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    with pytest.raises(InvalidInput, match=r"db\.bin.*binary file"):
+        load_modeldb(tmp_path / "db.bin")
+    assert "ResNet50" in load_modeldb(None)  # nothing named: the built-ins
