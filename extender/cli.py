@@ -1,10 +1,11 @@
-"""CLI commands of the extender component: ``qosmos explain``, ``qosmos extender serve``, ``qosmos bench``."""
+"""CLI commands of the extender component: ``qosmos explain`` (one task, or ``explain queue``),
+``qosmos extender serve``, ``qosmos bench``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from qosmos.extender.config import LOG_LEVELS
@@ -35,8 +36,15 @@ def _coeffs(text: str | None) -> tuple[float, float, float] | None:
 
 @clean_errors()
 def explain(
-    batch: Annotated[int, typer.Option(help="global batch size: samples per iteration over all GPUs")],
-    iters: Annotated[int, typer.Option(help="training iterations (or inference batches) the task runs")],
+    ctx: typer.Context,
+    batch: Annotated[
+        int | None,
+        typer.Option(help="global batch size: samples per iteration over all GPUs (default: none; required)"),
+    ] = None,
+    iters: Annotated[
+        int | None,
+        typer.Option(help="training iterations (or inference batches) the task runs (default: none; required)"),
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="model type, looked up in the model database (see --db); or use --coeffs")
     ] = None,
@@ -81,7 +89,14 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="print the whole table and decision as JSON")] = False,
 ) -> None:
     """Every placement ⟨nodes, GPUs per node⟩ of a task with its rate, latency, cost, cost-efficiency (CER)
-    and whether it meets the QoS deadline; the placement GENIE chooses and how long the task may wait."""
+    and whether it meets the QoS deadline; the placement GENIE chooses and how long the task may wait.
+    `qosmos explain queue` explains a whole queue instead."""
+    if ctx.invoked_subcommand is not None:
+        return
+    for name, value in (("batch", batch), ("iters", iters)):
+        if value is None:
+            raise InvalidInput(name, None, f"--{name} is required (or explain a queue: qosmos explain queue --file)")
+    assert batch is not None and iters is not None
     if rows < 0:
         raise InvalidInput("rows", rows, "must be >= 0 (0: all)")
     profiles = load_profiles(db) if model is not None else None
@@ -133,6 +148,79 @@ def explain(
 
 def _fmt(x: float | None, digits: int) -> str:
     return "inf" if x is None else f"{x:.{digits}f}"
+
+
+explain_app = typer.Typer(
+    help="Why a task is placed as it is, or why the jobs of a queue wait.", invoke_without_command=True
+)
+explain_app.callback(invoke_without_command=True)(explain)
+
+
+def _read_json(path: Path) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput("file", str(path), getattr(exc, "strerror", None) or str(exc)) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput("file", str(path), f"not JSON: {exc.msg} at line {exc.lineno}") from None
+
+
+def _grants(spec: Any) -> str:
+    return " ".join(f"{g.node}:{','.join(map(str, g.gpu_ids)) or 'cpu'}" for g in spec.grants)
+
+
+@explain_app.command("queue")
+@clean_errors()
+def explain_queue(
+    file: Annotated[
+        Path,
+        typer.Option(
+            "--file",
+            help="JSON queue description: partition, nodes, waiting and running jobs, now, carry (gRPC "
+            "AdmitRequest in protobuf's JSON form; see the extender README)",
+        ),
+    ],
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            help="model database file for GENIE policies "
+            "(default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json when present; built-in profiles otherwise)"
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the answer as JSON, as gRPC ExplainQueue returns it")
+    ] = False,
+) -> None:
+    """The policy's order of a queue and, for every job, what one admission pass decides (start, backfill,
+    wait, preempt) and why it waits: the core's admission cycle, as gRPC ExplainQueue answers. Nothing starts."""
+    from qosmos.extender.admission_api import admit_input, explain_queue_response, request_from_json, response_json
+
+    req = request_from_json(_read_json(file), "file", str(file))
+    inp = admit_input(req, load_profiles(db).db)
+    resp = explain_queue_response(inp.admit(explain=True), inp)
+    if as_json:
+        typer.echo(json.dumps(response_json(resp), indent=2))
+        return
+    part = inp.runtime.partition
+    table = Table(title=f"{part.name}: {part.policy}, backfill {part.backfill}, now {inp.now:g} s")
+    for col in ("#", "job", "decision", "code", "placement", "reason"):
+        table.add_column(col, justify="right" if col == "#" else "left", overflow="fold")
+    styles = {"start": "green", "backfill": "cyan", "preempt": "red"}
+    for e in resp.jobs:
+        where = _grants(e.allocation)
+        if e.HasField("d_node"):
+            where = f"<{e.d_node},{e.d_gpn}> {where}"
+        table.add_row(str(e.position), e.job_id, e.decision, e.code, where, e.message, style=styles.get(e.decision))
+    console = Console()
+    console.print(table)
+    if resp.carry.HasField("reservation"):
+        r = resp.carry.reservation
+        console.print(
+            f"reservation: {r.job_id} projected to start at {r.start:g} s, at the latest {r.latest:g} s"
+            + (f"; backfilled behind it: {', '.join(r.backfilled)}" if r.backfilled else "")
+        )
 
 
 extender_app = typer.Typer(
@@ -324,6 +412,6 @@ def bench_scheduling(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("explain")(explain)
+    app.add_typer(explain_app, name="explain")
     app.add_typer(extender_app, name="extender")
     app.add_typer(bench_app, name="bench")

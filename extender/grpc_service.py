@@ -1,9 +1,11 @@
-"""gRPC API (``qosmos.v1alpha1.Extender``): Score, Rank and Explain, plus health checking and reflection.
+"""gRPC API (``qosmos.v1alpha1.Extender``): Score, Rank, Explain, Admit and ExplainQueue, plus health
+checking and reflection.
 
 Each call translates messages into the core's domain types and calls the core: Score the
 same scoring as the HTTP extender (over its cache), Rank an ordering policy (SWAF by
-default), Explain ``qosmos.extender.explain`` (the same table as ``qosmos explain``).
-Invalid input becomes INVALID_ARGUMENT with the core's message.
+default), Explain ``qosmos.extender.explain`` (the same table as ``qosmos explain``), Admit and
+ExplainQueue one admission pass (``core.admission.admit`` through ``qosmos.extender.admission_api``,
+as ``qosmos explain queue``). Invalid input becomes INVALID_ARGUMENT with the core's message.
 """
 
 from __future__ import annotations
@@ -22,12 +24,22 @@ import grpc
 import orjson
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from qosmos.extender.admission_api import (
+    MAX_GENIE_ROWS,
+    MAX_JOBS,
+    NodeCacheView,
+    admit_input,
+    admit_response,
+    check_queue,
+    explain_queue_response,
+    job_from_spec,
+)
 from qosmos.extender.cache import PodInfo, pod_info
 from qosmos.extender.core import genie
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.ordering import OrderContext, get_policy
-from qosmos.extender.core.types import Job, Platform
-from qosmos.extender.explain import MAX_BATCH, MAX_ITERS, Profiles, check_limits, describe, resolve_profile
+from qosmos.extender.core.types import Platform
+from qosmos.extender.explain import Profiles, check_limits, describe, resolve_profile
 from qosmos.extender.explain import explain as explain_task
 from qosmos.extender.proto import qosmos_pb2 as pb
 from qosmos.extender.proto import qosmos_pb2_grpc as pb_grpc
@@ -126,25 +138,6 @@ def response_to_dict(resp: pb.ExplainResponse) -> dict[str, Any]:
     }
 
 
-def job_from_spec(spec: pb.JobSpec) -> Job:
-    return Job(
-        id=spec.id,
-        submit_time=spec.submit_time,
-        gpus=spec.gpus,
-        kind=spec.kind or "training",  # type: ignore[arg-type]
-        user=spec.user,
-        vc=spec.vc or "default",
-        model=spec.model,
-        batch=int(spec.batch),
-        iters=int(spec.iters),
-        qos=spec.qos or "normal",  # type: ignore[arg-type]
-        predicted_duration=_opt(spec, "predicted_duration"),
-        duration=_opt(spec, "duration"),
-        attained=spec.attained,
-        executed=spec.executed,
-    )
-
-
 def pod_from_spec(spec: pb.PodSpec) -> PodInfo:
     if spec.gpus < 0 or spec.cpu_milli < 0 or spec.memory_mib < 0:
         raise InvalidInput("pod", spec.name, "resources must be >= 0")
@@ -172,8 +165,8 @@ class _Abort(Exception):
         self.code = code
 
 
-MAX_RANK_JOBS = 10_000
-MAX_RANK_ROWS = 200_000  # GENIE placement rows one Rank may evaluate (jobs x shapes)
+MAX_RANK_JOBS = MAX_JOBS
+MAX_RANK_ROWS = MAX_GENIE_ROWS  # GENIE placement rows one Rank may evaluate (jobs x shapes)
 DEFAULT_REQUEST_TIMEOUT_S = 5.0
 
 
@@ -257,15 +250,8 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
             if len(request.jobs) > MAX_RANK_JOBS:
                 raise InvalidInput("jobs", len(request.jobs), f"at most {MAX_RANK_JOBS:,} jobs per call")
             platform = Platform(request.nodes or 4, request.gpus_per_node or 4)
-            jobs = [job_from_spec(j) for j in request.jobs]
-            rows = 0
-            for j in jobs:
-                if j.batch > MAX_BATCH or j.iters > MAX_ITERS:
-                    raise InvalidInput(f"jobs[{j.id}].batch/iters", (j.batch, j.iters), "past the explain limits")
-                if j.gpus > 0 and j.batch > 0:
-                    rows += genie.count_shapes(platform, j.batch)
-            if rows > MAX_RANK_ROWS:
-                raise InvalidInput("jobs", len(jobs), f"{rows:,} GENIE placements to evaluate; split the queue")
+            jobs = [job_from_spec(j, f"jobs[{j.id or i}]") for i, j in enumerate(request.jobs)]
+            check_queue(jobs, platform)
             check_limits(genie.Task("rank", 1, 1), platform, request.now)
             ctx = OrderContext(
                 now=request.now,
@@ -294,7 +280,30 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
 
         return self._run(context, explain)
 
-    # Admit / ExplainQueue (the core's admission cycle) will be added here by the same pattern.
+    def _cache_view(self) -> NodeCacheView | None:
+        """The extender's node cache now, for requests without nodes (None: no cache or no nodes yet)."""
+        if self.service is None:
+            return None
+        cache = self.service.cache
+        with cache.lock:
+            st = cache.state()
+            return None if st is None else NodeCacheView.of(st)
+
+    def Admit(self, request: pb.AdmitRequest, context: grpc.ServicerContext) -> pb.AdmitResponse:
+        def admit(cancel: Callable[[], None]) -> pb.AdmitResponse:
+            inp = admit_input(request, self.profiles.db, self._cache_view, cancel)
+            cancel()
+            return admit_response(inp.admit(explain=not request.no_reasons), inp)
+
+        return self._run(context, admit)
+
+    def ExplainQueue(self, request: pb.AdmitRequest, context: grpc.ServicerContext) -> pb.ExplainQueueResponse:
+        def explain_queue(cancel: Callable[[], None]) -> pb.ExplainQueueResponse:
+            inp = admit_input(request, self.profiles.db, self._cache_view, cancel)
+            cancel()
+            return explain_queue_response(inp.admit(explain=True), inp)
+
+        return self._run(context, explain_queue)
 
 
 def check_port_free(host: str, port: int, address: str) -> None:

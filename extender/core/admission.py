@@ -514,6 +514,8 @@ def _preemptive(
         return p.result
     by_id = {r.job.id: r for r in run}
     ds = rt.policy.order(waiting + [r.job for r in run], rt.ctx)
+    if explain:  # the order of waiting and running jobs together: what the positions refer to
+        p.result.order = [d.job.id for d in ds]
     vc = p.vc
     budget = int(cluster.gpu_cap[cluster.vc_id == vc].sum()) if vc >= 0 else 0
     if rt.partition.gpu_quota is not None:

@@ -49,6 +49,16 @@ class ExtenderStub:
                 request_serializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.ExplainRequest.SerializeToString,
                 response_deserializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.ExplainResponse.FromString,
                 _registered_method=True)
+        self.Admit = channel.unary_unary(
+                '/qosmos.v1alpha1.Extender/Admit',
+                request_serializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.AdmitRequest.SerializeToString,
+                response_deserializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.AdmitResponse.FromString,
+                _registered_method=True)
+        self.ExplainQueue = channel.unary_unary(
+                '/qosmos.v1alpha1.Extender/ExplainQueue',
+                request_serializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.AdmitRequest.SerializeToString,
+                response_deserializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.ExplainQueueResponse.FromString,
+                _registered_method=True)
 
 
 class ExtenderServicer:
@@ -75,6 +85,22 @@ class ExtenderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Admit(self, request, context):
+        """One admission pass of a partition: the core's admit(), the function the simulator runs.
+        Pure: nothing is booked or held; the caller books the decisions and passes `carry` back.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExplainQueue(self, request, context):
+        """The same pass explained job by job: the policy's order, what the pass decides for each job
+        and why each waiting job waits. Nothing is booked or held.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExtenderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +118,16 @@ def add_ExtenderServicer_to_server(servicer, server):
                     servicer.Explain,
                     request_deserializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.ExplainRequest.FromString,
                     response_serializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.ExplainResponse.SerializeToString,
+            ),
+            'Admit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Admit,
+                    request_deserializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.AdmitRequest.FromString,
+                    response_serializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.AdmitResponse.SerializeToString,
+            ),
+            'ExplainQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainQueue,
+                    request_deserializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.AdmitRequest.FromString,
+                    response_serializer=qosmos_dot_extender_dot_proto_dot_qosmos__pb2.ExplainQueueResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +211,60 @@ class Extender:
             '/qosmos.v1alpha1.Extender/Explain',
             qosmos_dot_extender_dot_proto_dot_qosmos__pb2.ExplainRequest.SerializeToString,
             qosmos_dot_extender_dot_proto_dot_qosmos__pb2.ExplainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Admit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/qosmos.v1alpha1.Extender/Admit',
+            qosmos_dot_extender_dot_proto_dot_qosmos__pb2.AdmitRequest.SerializeToString,
+            qosmos_dot_extender_dot_proto_dot_qosmos__pb2.AdmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/qosmos.v1alpha1.Extender/ExplainQueue',
+            qosmos_dot_extender_dot_proto_dot_qosmos__pb2.AdmitRequest.SerializeToString,
+            qosmos_dot_extender_dot_proto_dot_qosmos__pb2.ExplainQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,

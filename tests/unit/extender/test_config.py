@@ -137,10 +137,11 @@ def test_every_option_has_help_with_its_default() -> None:
     root = typer.main.get_command(extender_cli())
     commands = {
         "explain": root.commands["explain"],  # type: ignore[attr-defined]
+        "explain queue": root.commands["explain"].commands["queue"],  # type: ignore[attr-defined]
         **{f"extender {k}": c for k, c in root.commands["extender"].commands.items()},  # type: ignore[attr-defined]
         **{f"bench {k}": c for k, c in root.commands["bench"].commands.items()},  # type: ignore[attr-defined]
     }
-    assert {"explain", "extender serve", "bench extender", "bench scheduling"} <= set(commands)
+    assert {"explain", "explain queue", "extender serve", "bench extender", "bench scheduling"} <= set(commands)
     for name, cmd in commands.items():
         assert cmd.help and len(cmd.help) > 20, name
         for param in cmd.params:

@@ -25,4 +25,4 @@ def test_package_and_services() -> None:
 
     assert qosmos_pb2.DESCRIPTOR.package == "qosmos.v1alpha1"
     methods = {m.name for m in qosmos_pb2.DESCRIPTOR.services_by_name["Extender"].methods}
-    assert methods == {"Score", "Rank", "Explain"}
+    assert methods == {"Score", "Rank", "Explain", "Admit", "ExplainQueue"}
