@@ -9,6 +9,7 @@ from setuptools import find_packages, setup
 
 COMPONENTS = {
     "qosmos": "qosmos",
+    "qosmos.dev": "dev",
     "qosmos.extender": "extender",
     "qosmos.predictors": "predictors",
     "qosmos.operator": "operator",

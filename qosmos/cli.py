@@ -43,7 +43,7 @@ def _root(
     """QoS-aware, prediction-driven scheduling for multi-tenant GPU clusters."""
 
 
-COMPONENTS = ("extender", "predictors", "simulator", "operator", "sidecar")
+COMPONENTS = ("extender", "predictors", "simulator", "operator", "sidecar", "dev")
 
 for _component in COMPONENTS:
     try:

@@ -1,0 +1,169 @@
+"""``qosmos dev up`` / ``qosmos dev down``: a local cluster without Docker."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from qosmos.dev.binaries import BIN_DIR_ENV, BinariesMissing, ControlPlaneError
+from qosmos.dev.cluster import (
+    DEFAULT_GPU_MODEL,
+    DEFAULT_GPUS_PER_NODE,
+    DEFAULT_NODES,
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    DevError,
+    DevOptions,
+)
+from qosmos.extender.core.errors import InvalidInput
+from rich.console import Console
+
+dev_app = typer.Typer(
+    help="A local Kubernetes cluster with qosmos and fake GPU nodes, without Docker.", no_args_is_help=True
+)
+
+
+class _RichProgress:
+    """A spinner naming what ``up`` waits for, and one line per component once it is ready."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.status = console.status("starting")
+        self.t0 = time.monotonic()
+        self.since: dict[str, float] = {}
+
+    def begin(self, what: str) -> None:
+        self.since.setdefault(what, time.monotonic())
+        self.status.update(f"waiting for {what}")
+
+    def done(self, what: str, detail: str = "") -> None:
+        took = time.monotonic() - self.since.get(what, self.t0)
+        self.console.print(f"[green]✓[/green] {what} ready ({took:.1f} s){' — ' + detail if detail else ''}")
+
+
+def _fail(message: str, code: int, suffix: str = "") -> typer.Exit:
+    """One line on stderr (a component's log tail stays in its log file, which the line names)."""
+    first = message.strip().splitlines()[0].removesuffix("; last log lines:") if message.strip() else "failed"
+    typer.echo(f"error: {first}{suffix}", err=True)
+    return typer.Exit(code)
+
+
+@dev_app.command("up")
+def up(
+    dir: Annotated[
+        Path, typer.Option("--dir", help="folder for the cluster's state, certificates, kubeconfig and logs")
+    ],
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            help=f"fake GPU nodes, 1 to {MAX_NODES:,} (default: {DEFAULT_NODES}; with --node-list every row, "
+            "or this many spread over the list)"
+        ),
+    ] = None,
+    gpus_per_node: Annotated[
+        int, typer.Option(help=f"GPUs per synthetic node, 0 to {MAX_GPUS_PER_NODE}")
+    ] = DEFAULT_GPUS_PER_NODE,
+    gpu_model: Annotated[
+        str,
+        typer.Option(help="GPU model label of the synthetic nodes (openb names: V100M32, V100M16, P100, T4, G2...)"),
+    ] = DEFAULT_GPU_MODEL,
+    node_list: Annotated[
+        Path | None,
+        typer.Option(
+            help="openb node list CSV (sn,cpu_milli,memory_mib,gpu,model) naming the nodes instead of node-0..N-1"
+        ),
+    ] = None,
+    no_operator: Annotated[
+        bool, typer.Option("--no-operator", help="do not start the operator (`qosmos operator run`)")
+    ] = False,
+    api_port: Annotated[int, typer.Option(help="kube-apiserver port on 127.0.0.1 (0: any free port)")] = 0,
+    bin_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"folder with the Kubernetes binaries and kwok (default: ${BIN_DIR_ENV}, else the "
+            "hack/k8s/build.sh cache ~/.cache/qosmos/k8s/<version>/bin)"
+        ),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="longest wait for one component to become ready, seconds")] = 90.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='print {"kubeconfig": PATH, "pids": {COMPONENT: PID}, ...} as one line')
+    ] = False,
+) -> None:
+    """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the qosmos-scheduler
+    (kube-scheduler calling the extender over TLS), the extender, KWOK with fake GPU nodes, the
+    CRDs and the operator; return once all are ready. The processes keep running: stop them with
+    `qosmos dev down --dir DIR`."""
+    from qosmos.dev import cluster
+
+    err = Console(stderr=True)
+    opts = DevOptions(
+        dir=dir,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        gpu_model=gpu_model,
+        node_list=node_list,
+        operator=not no_operator,
+        api_port=api_port,
+        bin_dir=bin_dir,
+        start_timeout=timeout,
+    )
+    progress = _RichProgress(err)
+    try:
+        with progress.status:
+            state, already = cluster.up(opts, progress)
+    except (InvalidInput, DevError, BinariesMissing, OSError) as exc:
+        raise _fail(str(exc), 2) from None
+    except ControlPlaneError as exc:
+        raise _fail(str(exc), 1, "; everything started was stopped") from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted — everything started was stopped", 130) from None
+    summary = state.summary(already)
+    if already:
+        err.print(f"already up in {state.dir} (since {state.started_at}); `qosmos dev down --dir {dir}` stops it")
+    else:
+        _print_next_steps(err, summary)
+    if as_json:
+        typer.echo(json.dumps(summary))
+
+
+def _print_next_steps(err: Console, s: dict[str, Any]) -> None:
+    op = s["operator"]
+    if not op.get("started"):
+        err.print(f"[yellow]operator not started:[/yellow] {op.get('reason', '')}")
+    err.print(f"cluster up in {s['dir']}: {s['nodes']} nodes, API {s['server']}")
+    err.print(f"  kubectl --kubeconfig {s['kubeconfig']} get nodes")
+    err.print(f"  qosmos dev down --dir {s['dir']}")
+
+
+@dev_app.command("down")
+def down(
+    dir: Annotated[Path, typer.Option("--dir", help="the folder given to `qosmos dev up`")],
+    grace: Annotated[
+        float, typer.Option(help="seconds between SIGTERM and SIGKILL for a process that does not stop")
+    ] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print what was stopped as one line of JSON")] = False,
+) -> None:
+    """Stop everything `qosmos dev up --dir DIR` started (SIGTERM, then SIGKILL after --grace).
+    Running it again, or on a folder where nothing runs, does nothing."""
+    from qosmos.dev import cluster
+
+    if not 0 <= grace <= 600:
+        raise _fail(f"invalid grace={grace!r}: must be in [0, 600] seconds", 2)
+    try:
+        result = cluster.down(dir, grace)
+    except (InvalidInput, DevError, OSError) as exc:
+        raise _fail(str(exc), 2) from None
+    if as_json:
+        typer.echo(json.dumps(result))
+    elif result["was_running"]:
+        extra = f" ({', '.join(result['killed'])} needed SIGKILL)" if result["killed"] else ""
+        typer.echo(f"stopped {len(result['stopped'])} processes in {result['dir']}{extra}", err=True)
+    else:
+        typer.echo(f"nothing running in {result['dir']}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(dev_app, name="dev")

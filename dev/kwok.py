@@ -1,0 +1,65 @@
+"""KWOK on a loopback cluster: it keeps the fake nodes alive (node leases) and plays their pods'
+lifecycle from the Stages in ``kwok-stages.yaml`` (bound -> Running; ``qosmos.io/run-duration``
+-> Succeeded after that long; deleted -> gone).
+
+The same Stages file is applied as ``Stage`` objects to an in-cluster KWOK (``hack/kind``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from qosmos.dev.controlplane import ControlPlane
+from qosmos.dev.fakenodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
+from qosmos.dev.process import LOOPBACK, Component, free_port
+
+STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
+RUN_DURATION_ANNOTATION = "qosmos.io/run-duration"
+POD_CIDR = "10.244.0.0/16"  # pod IPs KWOK hands out; apart from the service range
+NODE_LEASE_SECONDS = 40  # as kwokctl and KWOK's in-cluster manifests
+
+
+def stages() -> list[dict[str, Any]]:
+    """The KWOK Stage objects (dicts) of ``kwok-stages.yaml``."""
+    return [d for d in yaml.safe_load_all(STAGES_FILE.read_text()) if d]
+
+
+def kwok_config() -> str:
+    """A kwok ``--config`` file holding the Stages (KWOK runs no Stage unless given one).
+
+    Options go on the command line: a ``KwokConfiguration`` in the file would replace KWOK's
+    defaults wholesale (its worker counts would be 0).
+    """
+    return yaml.safe_dump_all(stages(), sort_keys=False)
+
+
+def start_kwok(cp: ControlPlane, timeout: float | None = None, name: str = "kwok") -> Component:
+    """Start kwok against ``cp`` (cluster-admin kubeconfig), serving /healthz on a loopback port.
+
+    Its HOME is a folder of the cluster's own, so a user's ``~/.kwok/kwok.yaml`` (which kwok
+    would load first) cannot add Stages or change options.
+    """
+    home = cp.workdir / "kwok-home"
+    home.mkdir(exist_ok=True)
+    config = cp.workdir / "kwok.yaml"
+    config.write_text(kwok_config())
+    port = free_port()
+    comp = cp.spawn(
+        name,
+        [
+            cp.bin("kwok"),
+            f"--kubeconfig={cp.kubeconfig_path}",
+            f"--config={config}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
+            f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+            f"--cidr={POD_CIDR}",
+            f"--server-address={LOOPBACK}:{port}",
+        ],
+        f"http://{LOOPBACK}:{port}/healthz",
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+    )
+    cp.wait_ready(comp, None, timeout)
+    return comp
