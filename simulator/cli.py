@@ -17,6 +17,8 @@ from typing import Annotated, Any
 import typer
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.explain import load_profiles
 from qosmos.predictors import DURATION_PREDICTORS
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, SimResult, simulate
 from qosmos.simulator.metrics import summarize
@@ -158,9 +160,9 @@ def load(
     return tr, time.perf_counter() - t0
 
 
-def run_one(tr: Trace, cfg: SimConfig, phases: Phases) -> SimResult:
+def run_one(tr: Trace, cfg: SimConfig, phases: Phases, modeldb: ModelDB | None = None) -> SimResult:
     with phases.phase(f"simulating {cfg.policy}", len(tr.jobs)) as update:
-        return simulate(tr, cfg, progress=update if phases.enabled else None)
+        return simulate(tr, cfg, modeldb, progress=update if phases.enabled else None)
 
 
 def write_outputs(out: Path, res: SimResult, summary: dict[str, object], plots: bool, phases: Phases) -> None:
@@ -202,6 +204,7 @@ def run_simulation(
     truth_noise: float = 0.0,
     predictor: str = "qssf",
     predictor_fallback: bool = False,
+    db: str | None = None,
     plots: bool = True,
     quiet: bool = True,
     console: Console | None = None,
@@ -213,6 +216,9 @@ def run_simulation(
         raise InvalidInput("compare", "", "names no policy")
     check_sizes(scale=scale, density=density, hours=hours)
     notes = cluster_notes(fmt or infer_format(trace), nodes, gpus_per_node)
+    profiles = load_profiles(db)  # the one model database, as explain and the extender read it
+    if profiles.file is not None:
+        notes.append(f"model database {profiles.file} over the built-in profiles")
     cfgs = []
     for pol in policies:
         cfg = SimConfig(
@@ -257,8 +263,11 @@ def run_simulation(
                 include_cpu=include_cpu,
             )
             check_partitions(tr, cfg.partition_policy)
-            res = run_one(tr, cfg, phases)
-            summary = summarize(res)
+            if not quiet and not summaries:
+                for n in tr.notes:  # defaults the trace reader applied (e.g. a cluster of 4 x 8 GPUs), said once
+                    typer.echo(f"note: {n}")
+            res = run_one(tr, cfg, phases, profiles.db)
+            summary = summarize(res, profiles.db)
             summary["load_s"] = load_s
             summary["notes"] = [*notes, *summary.get("notes", [])]  # type: ignore[misc]
             target = out / pol if compare else out
@@ -309,6 +318,12 @@ TRACE_HELP = (
     "the trace: a file or folder, or one of "
     + ", ".join(f"builtin:{b}" for b in BUILTINS)
     + " (openb pod CSV or folder, Helios cluster_log.csv, Philly JSON, native CSV)"
+)
+
+
+DB_HELP = (
+    "model database with the GENIE throughput profiles of genie jobs, e.g. from qosmos profile fit "
+    "(default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json when present; built-in profiles otherwise)"
 )
 
 
@@ -423,6 +438,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="node CSV for openb or native traces (default: the one beside the trace)")
         ] = None,
         include_cpu: Annotated[bool, typer.Option(help="helios traces: keep CPU-only jobs too")] = False,
+        db: Annotated[str | None, typer.Option(help=DB_HELP)] = None,
         plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors: no progress bars, notes or table")] = False,
     ) -> None:
@@ -454,6 +470,7 @@ def register(app: typer.Typer) -> None:
             truth_noise=truth_noise,
             predictor=_value(predictor),
             predictor_fallback=predictor_fallback,
+            db=db,
             plots=plots,
             quiet=quiet,
         )

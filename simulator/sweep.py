@@ -97,6 +97,7 @@ def cell_config(cell: Cell, options: Mapping[str, Any]) -> SimConfig:
 
 def run_cell(cell: Cell, options: Mapping[str, Any]) -> dict[str, object]:
     """Load, simulate and summarise one cell (in a worker process or a Ray task)."""
+    from qosmos.extender.explain import load_profiles
     from qosmos.simulator.traces import load_trace, scale_nodes
 
     cfg = cell_config(cell, options)
@@ -112,7 +113,9 @@ def run_cell(cell: Cell, options: Mapping[str, Any]) -> dict[str, object]:
     )
     if options.get("scale") is not None:
         scale_nodes(tr, options["scale"])
-    summary = summarize(simulate(tr, cfg))
+    # the database file the sweep resolved (None: built-ins), so every worker reads the same profiles
+    modeldb = load_profiles(options["db"]).db if options.get("db") else None
+    summary = summarize(simulate(tr, cfg, modeldb), modeldb)
     summary["cell"] = asdict(cell)
     summary["ran_on"] = _where()
     return summary
@@ -389,10 +392,18 @@ def register(app: typer.Typer) -> None:
         truth_noise: Annotated[
             float, typer.Option(min=0.0, help="spread of real GPU throughput around the model (0 = exact)")
         ] = 0.0,
+        db: Annotated[
+            str | None,
+            typer.Option(
+                help="model database for every cell, e.g. from qosmos profile fit (default: $QOSMOS_MODELDB, "
+                "else ~/.config/qosmos/models.json when present; built-in profiles otherwise)"
+            ),
+        ] = None,
         plot: Annotated[bool, typer.Option(help="write sweep.png")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors")] = False,
     ) -> None:
         """Run a grid of simulations (every trace × policy × placement × seed); resumable: finished cells are kept."""
+        from qosmos.extender.explain import load_profiles
         from qosmos.simulator.cli import cluster_notes, comma_list
 
         traces = list(dict.fromkeys(comma_list("trace", trace)))
@@ -418,6 +429,7 @@ def register(app: typer.Typer) -> None:
             "relax_factor": relax_factor,
             "backfill_estimates": backfill_estimates,
             "truth_noise": truth_noise,
+            "db": load_profiles(db).file,  # checked here, before any cell runs
         }
         rows, failed, ran = run_sweep(cells, options, out, workers=jobs, ray_address=ray, plot=plot, quiet=quiet)
         if not quiet:

@@ -40,6 +40,8 @@ def sim(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
         (["--truth-noise", "-1"], "--truth-noise"),
         (["--backfill-estimates", "psychic"], "--backfill-estimates"),
         (["--scale", "0"], "scale"),
+        (["--tick", "-1"], "--tick"),
+        (["--db", "no-such-models.json"], "no-such-models.json"),
     ],
 )
 def test_nonsense_is_an_error_and_writes_nothing(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -144,3 +146,36 @@ def test_version() -> None:
     r = runner.invoke(app, ["--version"])
     assert r.exit_code == 0
     assert r.output.strip() == f"qosmos {version('qosmos')}"
+
+
+def test_native_trace_without_nodes_prints_its_default_cluster(tmp_path: Path) -> None:
+    (tmp_path / "jobs.csv").write_text("id,submit,gpus,duration\na,0,1,10\nb,5,2,20\n")
+    r = runner.invoke(
+        app, ["simulate", "--trace", str(tmp_path / "jobs.csv"), "--out", str(tmp_path / "o"), "--no-plots"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "note: no node list for jobs.csv: default cluster of 4 nodes x 8 GPUs" in r.output
+
+
+def test_simulate_reads_the_one_model_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `qosmos profile fit` writes is what simulate runs GENIE jobs with: --db, else $QOSMOS_MODELDB."""
+    from qosmos.extender.core.genie import ThroughputProfile
+    from qosmos.predictors.profiler import write_db
+
+    db = tmp_path / "models.json"  # ResNet50 measured at 4 samples/s on this (imaginary) cluster
+    write_db(db, [ThroughputProfile("ResNet50", 4.0, 0.0, 0.0, b_min=32, b_max=128, source="a slow cluster")])
+    genie = ["simulate", "--trace", "builtin:genie", "--no-plots"]
+
+    def avg_jct(out: Path, *args: str) -> tuple[float, list[str], str]:
+        r = runner.invoke(app, [*genie, "--out", str(out), *args])
+        assert r.exit_code == 0, r.output
+        s = json.loads((out / "summary.json").read_text())
+        return s["avg_jct_s"], s["notes"], r.output
+
+    base, base_notes, _ = avg_jct(tmp_path / "builtin")
+    slow, notes, output = avg_jct(tmp_path / "db", "--db", str(db))
+    assert slow > 10 * base
+    assert f"model database {db} over the built-in profiles" in notes and "model database" in output
+    assert not any("model database" in n for n in base_notes)
+    monkeypatch.setenv("QOSMOS_MODELDB", str(db))
+    assert avg_jct(tmp_path / "env")[0] == slow

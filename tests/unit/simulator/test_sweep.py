@@ -176,3 +176,17 @@ def test_sweep_on_a_real_ray_cluster(tmp_path: Path, ray_head: str) -> None:
     # resume on Ray too
     r = runner.invoke(app, [*args, "--ray", ray_head, "--out", str(out)])
     assert r.exit_code == 0 and "4 already finished, 0 to run" in r.output
+
+
+def test_cells_read_the_model_database_the_sweep_resolved(tmp_path: Path) -> None:
+    from qosmos.extender.core.genie import ThroughputProfile
+    from qosmos.predictors.profiler import write_db
+    from qosmos.simulator.sweep import run_cell
+
+    db = tmp_path / "models.json"
+    write_db(db, [ThroughputProfile("ResNet50", 4.0, 0.0, 0.0, b_min=32, b_max=128, source="a slow cluster")])
+    cell = Cell("builtin:genie", "fifo", "consolidate", 0)
+    base = run_cell(cell, {})["avg_jct_s"]
+    assert run_cell(cell, {"db": str(db)})["avg_jct_s"] > 10 * base  # type: ignore[operator]
+    r = runner.invoke(app, ["sweep", "--trace", "builtin:genie", "--out", str(tmp_path / "sw"), "--db", "nope.json"])
+    assert r.exit_code == 2 and "nope.json" in r.output and not (tmp_path / "sw").exists()
