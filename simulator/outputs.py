@@ -501,6 +501,8 @@ def compare_figure(results: Mapping[str, SimResult], summaries: Mapping[str, Map
         ax.set_ylabel(f"{label.split(' (')[0]} ({unit})")
         if unit == "%":
             ax.set_ylim(0, 110)
+        else:
+            ax.set_ylim(bottom=0)  # bars start at zero, also when every policy's value is 0
         ax.grid(alpha=0.3, axis="y")
     first = next(iter(results.values()), None)
     if first is not None:

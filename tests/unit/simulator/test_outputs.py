@@ -102,8 +102,13 @@ def test_compare_one_panel_per_metric_with_titles_and_labels(tmp_path: Path) -> 
     qos = fig.axes[titles.index(next(t for t in titles if t.startswith("QoS")))]
     heights = [b.get_height() for b in qos.patches]
     assert heights == pytest.approx([summaries[p]["qos_guarantee"] for p in ("fifo", "swaf")])
+    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes[1:])  # bars start at zero
     outputs.plot_compare(tmp_path / "c.png", results, summaries)
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    # no queuing under either policy: the panel still starts at 0 (not at -0.05)
+    idle = {p: {**s, "avg_queue_s": 0.0} for p, s in summaries.items()}
+    queue = next(ax for ax in outputs.compare_figure(results, idle).axes if ax.get_title() == "average queuing delay")
+    assert queue.get_ylim()[0] == 0
 
 
 def test_summary_json_is_plain_json_with_nulls(tmp_path: Path) -> None:
