@@ -1,0 +1,687 @@
+"""The ``qosmos.io/v1alpha1`` custom resources as pydantic models, and the CRDs generated from them.
+
+A cluster admin defines **VirtualCluster** objects (cluster-scoped partitions: their nodes, ordering
+policy, placer, backfilling and GPU quota, AnalySIM §3.1); users submit **DLJob** objects (a gang of
+pods with GENIE's task ⟨type, b, iters⟩, seed 001 Eq. 2, and a QoS class, §5.2.1).
+
+The models are the single source: ``qosmos crds generate`` renders them into ``crds/*.yaml`` as
+structural OpenAPI v3 schemas. Allowed values come from the core's registries (ordering policies,
+placers, backfilling modes, QoS classes, job kinds), so the CRD enums cannot drift from the code that
+acts on them. Rules spanning fields are CEL (``x-kubernetes-validations``) and live only here, in the
+CRD: the apiserver is the one place that refuses bad objects, naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.alias_generators import to_camel
+from qosmos.extender.cache import parse_quantity
+from qosmos.extender.core import genie
+from qosmos.extender.core.admission import Partition
+from qosmos.extender.core.backfill import MODES
+from qosmos.extender.core.ordering import POLICIES
+from qosmos.extender.core.placement import PLACERS
+from qosmos.extender.core.types import JobKind, QoSClass
+
+GROUP = "qosmos.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CATEGORY = "qosmos"  # `kubectl get qosmos` lists both kinds
+LABEL_VC = "qosmos.io/vc"  # the node label the operator keeps in sync and the extender reads
+LABEL_JOB = "qosmos.io/job"  # the pod label naming its DLJob
+
+# Allowed values, read from the core's registries.
+POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+PLACEMENT_NAMES: tuple[str, ...] = tuple(PLACERS)
+BACKFILL_MODES: tuple[str, ...] = tuple(MODES)
+QOS_CLASSES: tuple[str, ...] = tuple(q.name.capitalize() for q in QoSClass)  # Urgent, Prior, Normal
+JOB_KINDS: tuple[str, ...] = tuple(k.value for k in JobKind)
+DEFAULT_POLICY = "swaf"
+DEFAULT_PLACEMENT = "cer"
+DEFAULT_BACKFILL = "none"
+DEFAULT_BACKOFF_LIMIT = 3  # each retry restarts the whole gang, so fewer than batch/v1 Job's 6
+
+PolicyName = Literal[POLICY_NAMES]  # type: ignore[valid-type]
+PlacementName = Literal[PLACEMENT_NAMES]  # type: ignore[valid-type]
+BackfillMode = Literal[BACKFILL_MODES]  # type: ignore[valid-type]
+QoSClassName = Literal[QOS_CLASSES]  # type: ignore[valid-type]
+JobKindName = Literal[JOB_KINDS]  # type: ignore[valid-type]
+
+# A DNS-1123 name that is also a label value (≤ 63): VirtualCluster names become the node label
+# qosmos.io/vc=<name>, DLJob names the pod label qosmos.io/job=<name>.
+LABEL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+# resource.Quantity as Kubernetes' own CRDs spell it (controller-gen's schema for resource.Quantity).
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+MAX_LIST = 64  # bounds lists and maps so the apiserver can bound the cost of CEL rules over them
+
+for _name, _default, _allowed in (
+    ("policy", DEFAULT_POLICY, POLICY_NAMES),
+    ("placement", DEFAULT_PLACEMENT, PLACEMENT_NAMES),
+    ("backfill", DEFAULT_BACKFILL, BACKFILL_MODES),
+):
+    if _default not in _allowed:  # a renamed registry entry must fail loudly, not ship a bad default
+        raise ImportError(f"default {_name} {_default!r} is not in the core registry {_allowed}")
+
+
+def cel(rule: str, message: str, field_path: str | None = None, reason: str | None = None) -> dict[str, str]:
+    """One ``x-kubernetes-validations`` entry; ``field_path`` is what the apiserver's error names."""
+    out = {"rule": rule, "message": message}
+    if field_path:
+        out["fieldPath"] = field_path
+    if reason:
+        out["reason"] = reason
+    return out
+
+
+def _validations(*rules: dict[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+Quantity = Annotated[
+    int | str,
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+            "x-kubernetes-validations": [
+                cel(  # a malformed quantity is the pattern's to refuse, not a CEL evaluation error
+                    "!isQuantity(string(self)) || quantity(string(self)).isGreaterThan(quantity('0'))",
+                    "must be a quantity > 0, e.g. 4, 500m, 16Gi",
+                )
+            ],
+        }
+    ),
+]
+
+
+class _Model(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields are the apiserver's to prune."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Condition(_Model):
+    """A condition as metav1.Condition defines it."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+    )
+    status: Literal["True", "False", "Unknown"]
+    observed_generation: int | None = Field(None, ge=0)
+    last_transition_time: datetime
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = Field(max_length=32768)
+
+
+Conditions = Annotated[
+    list[Condition],
+    Field(
+        max_length=MAX_LIST,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    ),
+]
+
+
+# --------------------------------------------------------------------------- VirtualCluster
+
+
+class Quota(_Model):
+    """GPUs the VirtualCluster's running jobs may hold."""
+
+    gpus: int = Field(ge=0, description="nominal GPU quota: GPUs its own running jobs may hold")
+    borrowing_limit: int = Field(
+        0,
+        ge=0,
+        description="GPUs it may borrow beyond its quota from idle VirtualClusters; reclaimed by preempting "
+        "the borrowed job submitted last, which is requeued",
+    )
+
+
+class VirtualClusterSpec(_Model):
+    """A partition of the cluster with its own queue, ordering policy, placer, backfilling and quota."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            cel(
+                "!has(self.relaxFactor) || self.backfill in ['relaxed', 'adaptive']",
+                "relaxFactor applies only to backfill relaxed or adaptive",
+                ".relaxFactor",
+            )
+        )
+    )
+
+    node_selector: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]] = Field(
+        default_factory=dict,
+        max_length=MAX_LIST,
+        description=f"labels choosing its nodes (all nodes when empty); the operator keeps the label {LABEL_VC}=<name> "
+        "in sync on them for the extender",
+        json_schema_extra=_validations(
+            cel(f"!('{LABEL_VC}' in self)", f"must not select on {LABEL_VC}: the operator writes that label"),
+        ),
+    )
+    policy: PolicyName = Field(DEFAULT_POLICY, description="ordering policy of its queue (the core's registry)")
+    placement: PlacementName = Field(DEFAULT_PLACEMENT, description="placer choosing a starting job's nodes and GPUs")
+    backfill: BackfillMode = Field(
+        DEFAULT_BACKFILL,
+        description="backfilling behind a blocked head: none, easy, relaxed (slack = relaxFactor x the head's "
+        "expected wait) or adaptive (slack scaled by the queue length)",
+    )
+    relax_factor: float | None = Field(
+        None, ge=0, description="relaxed/adaptive backfilling factor (the core's default when unset)"
+    )
+    theta: float = Field(
+        genie.DEFAULT_THETA, ge=0, description="weight of the nodes used against the GPUs used in a placement's cost"
+    )
+    quota: Quota | None = Field(None, description="GPU quota; without one its nodes are its limit")
+
+    def partition(self, name: str) -> Partition:
+        """The core's view of this VirtualCluster."""
+        kw: dict[str, Any] = {} if self.relax_factor is None else {"relax_factor": self.relax_factor}
+        return Partition(
+            name=name,
+            policy=self.policy,
+            placement=self.placement,
+            backfill=self.backfill,
+            gpu_quota=self.quota.gpus if self.quota else None,
+            theta=self.theta,
+            **kw,
+        )
+
+
+class VirtualClusterGPUs(_Model):
+    """GPU accounting of the VirtualCluster."""
+
+    total: int = Field(0, ge=0, description="GPUs on its nodes")
+    used: int = Field(0, ge=0, description="GPUs held by its running jobs")
+    borrowed: int = Field(0, ge=0, description="GPUs its running jobs hold beyond its quota")
+    lent: int = Field(0, ge=0, description="GPUs of its quota other VirtualClusters hold")
+
+
+class VirtualClusterStatus(_Model):
+    """Observed state, written by the operator."""
+
+    gpus: VirtualClusterGPUs | None = None
+    queued: int | None = Field(None, ge=0, description="DLJobs waiting in its queue")
+    running: int | None = Field(None, ge=0, description="DLJobs admitted and not finished")
+    oldest_wait_seconds: int | None = Field(None, ge=0, description="wait so far of its longest-queued DLJob")
+    observed_generation: int | None = Field(None, ge=0)
+    conditions: Conditions | None = None
+
+
+class VirtualCluster(_Model):
+    """A partition of the cluster's nodes with its own queue of DLJobs, ordering policy, placer,
+    backfilling and GPU quota."""
+
+    api_version: Literal["qosmos.io/v1alpha1"] = "qosmos.io/v1alpha1"
+    kind: Literal["VirtualCluster"] = "VirtualCluster"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: VirtualClusterSpec
+    status: VirtualClusterStatus | None = None
+
+
+# --------------------------------------------------------------------------- DLJob
+
+
+class DLJobPhase(StrEnum):
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class DLJobSpec(_Model):
+    """A gang of pods (one per node of its placement) admitted together by its VirtualCluster's queue."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            cel("self.kind == 'cpu' || self.gpus > 0", "a training or inference DLJob needs gpus > 0", ".gpus"),
+            cel("self.kind != 'cpu' || self.gpus == 0", "a cpu DLJob requests no GPUs", ".gpus"),
+            cel(
+                "!has(self.gpusPerNode) || self.gpusPerNode < 1 || self.gpus % self.gpusPerNode == 0",
+                "gpusPerNode must divide gpus",
+                ".gpusPerNode",
+            ),
+            cel("self.kind != 'cpu' || !has(self.gpusPerNode)", "a cpu DLJob has no gpusPerNode", ".gpusPerNode"),
+            cel("self.kind != 'cpu' || has(self.cpus)", "a cpu DLJob needs cpus", ".cpus"),
+            cel(
+                "has(self.globalBatchSize) == has(self.iterations)",
+                "globalBatchSize and iterations are given together (GENIE's task <modelType, batch, iterations>)",
+                ".iterations",
+            ),
+            cel(
+                "!has(self.iterations) || has(self.modelType)",
+                "globalBatchSize and iterations need modelType (GENIE's task <modelType, batch, iterations>)",
+                ".modelType",
+            ),
+        )
+    )
+
+    virtual_cluster: str = Field(
+        max_length=63, pattern=LABEL_NAME_PATTERN, description="name of the VirtualCluster whose queue admits it"
+    )
+    kind: JobKindName = Field(
+        JobKind.TRAINING.value,
+        description="training, batch inference, or cpu (no GPUs); online serving is an InferenceService",
+    )
+    model_type: str | None = Field(
+        None, min_length=1, max_length=253, description="model type, looked up in the model database (GENIE profile)"
+    )
+    global_batch_size: int | None = Field(None, ge=1, description="samples per iteration over all GPUs")
+    iterations: int | None = Field(None, ge=1, description="training iterations (or inference batches) it runs")
+    gpus: int = Field(0, ge=0, description="GPUs of the whole gang (0 for a cpu job)")
+    gpus_per_node: int | None = Field(
+        None, ge=1, description="GPUs of each pod (one pod per node); the placer chooses when unset"
+    )
+    cpus: Quantity | None = Field(None, description="CPU request of each pod")
+    memory: Quantity | None = Field(None, description="memory request of each pod")
+    qos_class: QoSClassName = Field(
+        QoSClass.NORMAL.name.capitalize(),
+        description="GENIE QoS class (Eq. 9): Urgent (expected done at once: no waiting allowance), Prior (done "
+        "within 1x its single-GPU run time) or Normal (within 2x)",
+    )
+    gpu_models: (
+        Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_VALUE_PATTERN)]],
+            Field(max_length=MAX_LIST, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        ]
+        | None
+    ) = Field(None, description="GPU models it may run on (node label qosmos.io/gpu-model); any when unset")
+    template: dict[str, Any] | None = Field(
+        None,
+        description="PodTemplateSpec of each pod; its labels and annotations are copied to the pods",
+        json_schema_extra={"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    )
+    backoff_limit: int = Field(
+        DEFAULT_BACKOFF_LIMIT, ge=0, description="times the whole gang is recreated after a failed pod"
+    )
+
+    @property
+    def qos(self) -> QoSClass:
+        return QoSClass.parse(self.qos_class, "spec.qosClass")
+
+    @property
+    def cpu_milli(self) -> int:
+        return (
+            0
+            if self.cpus is None
+            else int((parse_quantity(self.cpus, "spec.cpus") * 1000).to_integral_value("ROUND_CEILING"))
+        )
+
+    @property
+    def memory_mib(self) -> int:
+        if self.memory is None:
+            return 0
+        return int((parse_quantity(self.memory, "spec.memory") / Decimal(2**20)).to_integral_value("ROUND_CEILING"))
+
+
+class DLJobPlacement(_Model):
+    """Where the admitted gang runs."""
+
+    nodes: int = Field(ge=0, description="nodes of the gang (one pod each)")
+    gpus_per_node: int = Field(ge=0, description="GPUs of each pod")
+    node_names: Annotated[list[str], Field(max_length=4096)] | None = Field(None, description="the nodes chosen")
+    shape: str | None = Field(None, max_length=32, description="nodes x gpusPerNode, e.g. 2x8, for kubectl get")
+
+
+class DLJobStatus(_Model):
+    """Observed state, written by the operator."""
+
+    phase: DLJobPhase | None = Field(None, description="Queued, Admitted (gang ungated), Running, Succeeded, Failed")
+    placement: DLJobPlacement | None = None
+    waiting_allowance_seconds: int | None = Field(
+        None, description="GENIE's waiting allowance (Eq. 13): how long it may still wait; negative when overdue"
+    )
+    deadline: datetime | None = Field(None, description="latest finish its QoS class allows (GENIE Eq. 12)")
+    predicted_duration_seconds: float | None = Field(None, ge=0, description="predicted run time")
+    eta: datetime | None = Field(None, description="predicted start, from a forward simulation of its VirtualCluster")
+    queue_position: int | None = Field(None, ge=0, description="0-based position in its VirtualCluster's order")
+    admitted_at: datetime | None = None
+    start_time: datetime | None = Field(None, description="when all its pods were Running")
+    completion_time: datetime | None = None
+    restarts: int | None = Field(None, ge=0, description="times the gang was recreated after a failed pod")
+    observed_generation: int | None = Field(None, ge=0)
+    conditions: Conditions | None = None
+
+
+class DLJob(_Model):
+    """A deep-learning (or CPU) job: a gang of pods admitted at once by its VirtualCluster's queue,
+    with a QoS class and GENIE's task <modelType, globalBatchSize, iterations>."""
+
+    api_version: Literal["qosmos.io/v1alpha1"] = "qosmos.io/v1alpha1"
+    kind: Literal["DLJob"] = "DLJob"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: DLJobSpec
+    status: DLJobStatus | None = None
+
+    def admitted(self) -> bool:
+        """True once the spec is frozen: any phase after Queued."""
+        return self.status is not None and self.status.phase not in (None, DLJobPhase.QUEUED)
+
+
+# --------------------------------------------------------------------------- CRD rendering
+
+
+def _immutable_after_admission(fields: list[str]) -> list[dict[str, str]]:
+    """Root transition rules: a spec field may change only while the DLJob has no phase or is Queued.
+
+    On the root, a rule sees status; a spec update keeps the stored status (status subresource), so
+    ``oldSelf.status.phase`` is the phase the change is judged against. One rule per field so the
+    refusal names the field.
+    """
+    queued = f"!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == '{DLJobPhase.QUEUED}'"
+    return [
+        cel(
+            f"{queued} || (has(self.spec.{f}) ? has(oldSelf.spec.{f}) && self.spec.{f} == oldSelf.spec.{f}"
+            f" : !has(oldSelf.spec.{f}))",
+            f"spec.{f} cannot change once the DLJob is admitted",
+            f".spec.{f}",
+            "FieldValueForbidden",
+        )
+        for f in fields
+    ]
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    name: str
+    type: str
+    json_path: str
+    description: str = ""
+    priority: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "type": self.type, "jsonPath": self.json_path}
+        if self.description:
+            out["description"] = self.description
+        if self.priority:
+            out["priority"] = self.priority
+        return out
+
+
+AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One custom resource: its names, scope, models, root rules and printer columns."""
+
+    kind: str
+    plural: str
+    short_names: tuple[str, ...]
+    scope: Literal["Namespaced", "Cluster"]
+    model: type[_Model]
+    columns: tuple[PrinterColumn, ...]
+    name_label: str  # the label whose value is the object's name, so names are at most 63 characters
+    root_rules: tuple[dict[str, str], ...] = field(default=())
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.crd_name}.yaml"
+
+
+VIRTUAL_CLUSTER = Resource(
+    kind="VirtualCluster",
+    plural="virtualclusters",
+    short_names=("qvc",),  # not "vc": Volcano's vcjob and the multi-tenancy VirtualCluster use it
+    scope="Cluster",
+    model=VirtualCluster,
+    columns=(
+        PrinterColumn("Policy", "string", ".spec.policy", "ordering policy"),
+        PrinterColumn("Placement", "string", ".spec.placement", "placer"),
+        PrinterColumn("Quota", "integer", ".spec.quota.gpus", "nominal GPU quota"),
+        PrinterColumn("GPUs", "integer", ".status.gpus.total", "GPUs on its nodes"),
+        PrinterColumn("Used", "integer", ".status.gpus.used", "GPUs held by its running jobs"),
+        PrinterColumn("Queued", "integer", ".status.queued", "DLJobs waiting"),
+        PrinterColumn("Running", "integer", ".status.running", "DLJobs admitted and not finished"),
+        PrinterColumn("Oldest-Wait", "integer", ".status.oldestWaitSeconds", "seconds its oldest DLJob has waited"),
+        PrinterColumn("Backfill", "string", ".spec.backfill", "backfilling mode", priority=1),
+        PrinterColumn("Borrowed", "integer", ".status.gpus.borrowed", "GPUs borrowed", priority=1),
+        PrinterColumn("Lent", "integer", ".status.gpus.lent", "GPUs lent", priority=1),
+        AGE,
+    ),
+    name_label=LABEL_VC,
+)
+
+DL_JOB = Resource(
+    kind="DLJob",
+    plural="dljobs",
+    short_names=("dlj",),
+    scope="Namespaced",
+    model=DLJob,
+    columns=(
+        PrinterColumn("Phase", "string", ".status.phase", "Queued, Admitted, Running, Succeeded or Failed"),
+        PrinterColumn("VC", "string", ".spec.virtualCluster", "VirtualCluster"),
+        PrinterColumn("QoS", "string", ".spec.qosClass", "QoS class"),
+        PrinterColumn("GPUs", "integer", ".spec.gpus", "GPUs of the gang"),
+        PrinterColumn("Placement", "string", ".status.placement.shape", "nodes x GPUs per node"),
+        PrinterColumn("Allowance", "integer", ".status.waitingAllowanceSeconds", "waiting allowance, seconds"),
+        # a string, not a date: kubectl prints a future date as <invalid>
+        PrinterColumn("ETA", "string", ".status.eta", "predicted start"),
+        PrinterColumn("Position", "integer", ".status.queuePosition", "position in its queue", priority=1),
+        PrinterColumn("Restarts", "integer", ".status.restarts", "gang restarts", priority=1),
+        AGE,
+    ),
+    name_label=LABEL_JOB,
+    root_rules=tuple(
+        _immutable_after_admission([DLJobSpec.model_fields[f].alias or f for f in DLJobSpec.model_fields])
+    ),
+)
+
+RESOURCES: tuple[Resource, ...] = (VIRTUAL_CLUSTER, DL_JOB)
+
+# Keys a structural schema node may carry (apiextensions.k8s.io/v1 JSONSchemaProps we use).
+_ALLOWED_KEYS = frozenset(
+    {
+        "type",
+        "format",
+        "description",
+        "default",
+        "enum",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+        "minProperties",
+        "maxProperties",
+        "items",
+        "properties",
+        "required",
+        "additionalProperties",
+        "anyOf",
+    }
+)
+
+
+class SchemaError(ValueError):
+    """The pydantic schema has a construct the CRD generator does not translate."""
+
+
+def _structural(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str, Any]:
+    """Translate one pydantic JSON-schema node into a structural OpenAPI v3 node (no $ref, no null)."""
+    node = dict(node)
+    ref = node.pop("$ref", None)
+    if ref is None and "allOf" in node and len(node["allOf"]) == 1 and "$ref" in node["allOf"][0]:
+        ref = node.pop("allOf")[0]["$ref"]
+    if ref is not None:
+        target = dict(defs[ref.rsplit("/", 1)[-1]])
+        target.update(node)  # the field's own description, default and rules win over the model's
+        node = target
+    if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
+        branches = [b for b in node.pop("anyOf") if b != {"type": "null"}]
+        if len(branches) != 1:
+            raise SchemaError(f"{where}: a union other than Optional[X] has no structural form")
+        inner = dict(branches[0])
+        inner.update(node)
+        return _structural(inner, defs, where)
+    node.pop("title", None)
+    if "description" in node:  # docstrings wrap; one line reads better in kubectl explain
+        node["description"] = " ".join(node["description"].split())
+    if node.get("default", 0) is None:
+        del node["default"]
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    for key in ("exclusiveMinimum", "exclusiveMaximum"):  # JSON Schema 2020 numbers -> OpenAPI v3.0 booleans
+        if key in node and not isinstance(node[key], bool):
+            node["minimum" if key == "exclusiveMinimum" else "maximum"] = node[key]
+            node[key] = True
+    if node.get("additionalProperties") in (True, False):
+        del node["additionalProperties"]
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key.startswith("x-kubernetes-"):
+            out[key] = copy.deepcopy(value)
+        elif key not in _ALLOWED_KEYS:
+            raise SchemaError(f"{where}: {key!r} has no structural translation")
+        elif key == "properties":
+            out[key] = {name: _structural(sub, defs, f"{where}.{name}") for name, sub in value.items()}
+        elif key in ("items", "additionalProperties"):
+            out[key] = _structural(value, defs, f"{where}[]")
+        else:
+            out[key] = copy.deepcopy(value)
+    if "properties" in out or "additionalProperties" in out:
+        out.setdefault("type", "object")
+    if "type" not in out and not (
+        out.get("x-kubernetes-int-or-string") or out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        raise SchemaError(f"{where}: no type")
+    return out
+
+
+def _ordered(node: dict[str, Any]) -> dict[str, Any]:
+    """Keys in a fixed reading order (description first), recursively: stable, reviewable diffs."""
+    first = ("description", "type", "format")
+    keys = [k for k in first if k in node] + sorted(k for k in node if k not in first)
+    out: dict[str, Any] = {}
+    for k in keys:
+        v = node[k]
+        if k == "properties":
+            v = {name: _ordered(sub) for name, sub in v.items()}
+        elif k in ("items", "additionalProperties") and isinstance(v, dict):
+            v = _ordered(v)
+        elif k == "anyOf":
+            v = [_ordered(b) for b in v]
+        elif k == "x-kubernetes-validations":  # pydantic sorts keys; rule first reads better
+            v = [{key: r[key] for key in ("rule", "message", "fieldPath", "reason") if key in r} for r in v]
+        out[k] = v
+    return out
+
+
+def open_api_schema(resource: Resource) -> dict[str, Any]:
+    """The structural ``openAPIV3Schema`` of a resource, from its pydantic model."""
+    schema = resource.model.model_json_schema(by_alias=True, mode="validation")
+    defs = schema.get("$defs", {})
+    props = schema["properties"]
+    spec = _structural(props["spec"], defs, "spec")
+    status = _structural(props["status"], defs, "status")
+    root: dict[str, Any] = {
+        "description": " ".join((resource.model.__doc__ or "").split()),
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {  # the apiserver owns ObjectMeta's schema; a CRD may only narrow name
+                "type": "object",
+                "properties": {
+                    "name": {
+                        "description": f"at most 63 characters: it is the label value {resource.name_label}=<name>",
+                        "type": "string",
+                        "maxLength": 63,
+                    }
+                },
+            },
+            "spec": spec,
+            "status": status,
+        },
+        "required": ["spec"],
+    }
+    if resource.root_rules:
+        root["x-kubernetes-validations"] = [dict(r) for r in resource.root_rules]
+    return _ordered(root)
+
+
+def crd(resource: Resource) -> dict[str, Any]:
+    """The CustomResourceDefinition object of a resource."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": resource.crd_name},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": resource.kind,
+                "listKind": f"{resource.kind}List",
+                "plural": resource.plural,
+                "singular": resource.kind.lower(),
+                "shortNames": list(resource.short_names),
+                "categories": [CATEGORY],
+            },
+            "scope": resource.scope,
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [c.to_dict() for c in resource.columns],
+                    "schema": {"openAPIV3Schema": open_api_schema(resource)},
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `qosmos crds generate` from qosmos.operator.crds: do not edit by hand.\n"
+
+
+def render(resource: Resource) -> str:
+    """The CRD as the YAML text checked in under crds/."""
+    return HEADER + str(yaml.safe_dump(crd(resource), sort_keys=False, width=4096, allow_unicode=True))
+
+
+def render_all() -> dict[str, str]:
+    """File name -> YAML text of every CRD."""
+    return {r.file_name: render(r) for r in RESOURCES}
+
+
+def write(out: Path) -> list[Path]:
+    """Write every CRD into ``out`` (created); returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render_all().items():
+        path = out / name
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def stale(out: Path) -> list[Path]:
+    """CRD files in ``out`` that are missing or differ from a fresh generation."""
+    return [
+        out / name
+        for name, text in render_all().items()
+        if not (out / name).is_file() or (out / name).read_text() != text
+    ]
