@@ -355,11 +355,20 @@ def up(opts: DevOptions, progress: Progress | None = None) -> tuple[DevState, bo
         state.save()
         progress.begin(comp.name)
 
-    cp = ControlPlane(bin_dir, directory, opts.start_timeout, api_port=opts.api_port, detached=True, on_spawn=record)
+    def ready(comp: Component) -> None:
+        progress.done(comp.name, f"pid {comp.pid}")
+
+    cp = ControlPlane(
+        bin_dir,
+        directory,
+        opts.start_timeout,
+        api_port=opts.api_port,
+        detached=True,
+        on_spawn=record,
+        on_ready=ready,
+    )
     try:
         cp.start()
-        for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
-            progress.done(name, f"pid {state.pids()[name]}")
         kubeconfig = directory / KUBECONFIG
         write_private(kubeconfig, cp.kubeconfig_path.read_bytes())
         state.kubeconfig, state.server = str(kubeconfig), cp.server_url
