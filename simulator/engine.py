@@ -41,7 +41,7 @@ from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.ordering import OrderContext, OrderingPolicy
+from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy
 from qosmos.extender.core.placement import get_placer
 from qosmos.extender.core.types import Allocation, DurationPredictor, Job, PlacementRequest, Platform, Shape
 from qosmos.simulator.traces import Trace
@@ -355,10 +355,11 @@ class Simulator:
                 backfill=config.backfill,
                 relax_factor=config.relax_factor,
                 theta=config.theta,
+                array_split=self._array_split(vc) if get_policy(pname).arrays else 0.5,
             )
             self.queues.append(_Queue(PartitionRuntime(part, ctx)))
         self.drf = any(q.policy.name == "soda" for q in self.queues)
-        self.track_progress = any(q.preemptive for q in self.queues) or config.migration
+        self.track_progress = any(q.preemptive or q.policy.arrays for q in self.queues) or config.migration
         self.order = sorted(range(n), key=lambda i: (self.jobs[i].submit_time, i))
         self.withdraw = trace.withdraw_at
         self.exp_end = [nan] * n  # expected end of the current segment (backfilling's view)
@@ -387,6 +388,21 @@ class Simulator:
             )
             return pred
         return _Fallback(cfg, self.notes)
+
+    def _array_split(self, vc: str) -> float:
+        """SODA's 4-GPU resource array share from the trace's statistics (seed 002 §V-C: "derived
+        from historical statistical information"): the share of requested GPUs in >=4-GPU jobs."""
+        big = total = 0
+        for j in self.jobs:
+            if j.vc == vc and j.gpus and j.gpu_milli == 1000:
+                total += j.gpus
+                big += j.gpus if j.gpus >= 4 else 0
+        split = big / total if total else 0.5
+        self.notes.append(
+            f"SODA arrays in {vc}: {split:.0%} of its GPUs in the >=4-GPU array "
+            "(the trace's share of GPUs requested by >=4-GPU jobs)"
+        )
+        return split
 
     def _truth_noise(self) -> list[float] | None:
         """Per-job factor on realised GENIE throughput (seeded), so GENIE's model can be wrong."""

@@ -21,12 +21,13 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from qosmos.extender.core import genie
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.backfill import relax_factor
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.ordering import Decision, OrderContext, OrderingPolicy, get_policy
+from qosmos.extender.core.ordering import Decision, OrderContext, OrderingPolicy, get_policy, soda_array
 from qosmos.extender.core.placement import Placer, default_shape, get_placer
 from qosmos.extender.core.types import Allocation, Job, PlacementRequest, Shape
 
@@ -50,6 +51,9 @@ class Partition:
     relax_factor: float = 0.1
     gpu_quota: int | None = None  # GPUs its running jobs may hold in all; None = its nodes
     theta: float = genie.DEFAULT_THETA
+    # SODA (policies with job arrays): the share of the partition's GPUs in the >=4-GPU resource
+    # array, "derived from historical statistical information" (seed 002 §V-C)
+    array_split: float = 0.5
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
@@ -60,6 +64,8 @@ class Partition:
             raise InvalidInput("relax_factor", self.relax_factor, "must be a finite number >= 0")
         if self.gpu_quota is not None and self.gpu_quota < 0:
             raise InvalidInput("gpu_quota", self.gpu_quota, "must be >= 0")
+        if not 0 <= self.array_split <= 1:
+            raise InvalidInput("array_split", self.array_split, "must be a fraction in [0, 1]")
 
 
 @dataclass(slots=True)
@@ -183,6 +189,51 @@ class PartitionRuntime:
         self.placer: Placer = get_placer(partition.placement)
         self.ctx = ctx or OrderContext(theta=partition.theta)
         self.memo = FitMemo()
+        self.pools: dict[str, str] = {}  # SODA job array -> node pool name (set per cluster)
+        self._pools_of: int | None = None
+
+    def array_pools(self, cluster: ClusterState) -> dict[str, str]:
+        """SODA's resource arrays as node pools on ``cluster`` (defined once per cluster)."""
+        if self._pools_of != id(cluster.pools):
+            self.pools = soda_pools(self.partition, cluster)
+            self._pools_of = id(cluster.pools)
+        return self.pools
+
+
+SODA_ARRAYS = ("cpu", "gpu-1", "gpu-4")
+# Where each job array may run, own resource array first (seed 002 §V-C, Fig. 11): CPU jobs borrow
+# the cores reserved on GPU nodes; the 1-GPU and 4-GPU arrays overflow into each other.
+SODA_LENDERS = {"cpu": ("cpu", "gpu-1", "gpu-4"), "gpu-1": ("gpu-1", "gpu-4"), "gpu-4": ("gpu-4", "gpu-1")}
+
+
+def soda_pools(partition: Partition, cluster: ClusterState) -> dict[str, str]:
+    """Split the partition's nodes into SODA's resource arrays (seed 002 §V-C, Fig. 11): GPU-less
+    nodes for CPU jobs; GPU nodes between the 1-GPU and the 4-GPU array, the largest nodes to the
+    4-GPU array until it holds ``array_split`` of the GPUs (both non-empty given two GPU nodes and
+    a split strictly between 0 and 1). Defined on the cluster as node pools ``<partition>/<array>``."""
+    mine = cluster.eligible(partition.name)
+    cap = cluster.gpu_cap
+    gpu_nodes = np.flatnonzero(mine & (cap > 0))
+    ranked = gpu_nodes[np.argsort(-cap[gpu_nodes], kind="stable")]
+    want = partition.array_split * float(cap[gpu_nodes].sum())
+    four = np.zeros(len(cluster.nodes), dtype=bool)
+    held = 0
+    for n in ranked:
+        if held >= want:
+            break
+        four[n] = True
+        held += int(cap[n])
+    if 0 < partition.array_split < 1 and len(ranked) > 1:
+        if four[ranked].all():
+            four[ranked[-1]] = False
+        if not four[ranked].any():
+            four[ranked[0]] = True
+    one = mine & (cap > 0) & ~four
+    names = {a: f"{partition.name}/{a}" for a in SODA_ARRAYS}
+    cluster.define_pool(names["cpu"], mine & (cap == 0))
+    cluster.define_pool(names["gpu-1"], one)
+    cluster.define_pool(names["gpu-4"], four)
+    return names
 
 
 # Expected run seconds of a job if started now on ``allocation`` (backfilling's estimate).
@@ -245,6 +296,7 @@ class _Pass:
         self.held = -1  # GPUs held by the partition's running jobs (computed on demand, for quotas)
         self.started: list[tuple[Job, Allocation | None, float]] = []  # (job, allocation, expected end)
         self.scratch: ClusterState | None = None  # the cluster with this pass's starts booked
+        self.reclaimed: set[str] = set()  # running jobs this pass preempts to reclaim lent resources
 
     # -- helpers -------------------------------------------------------------------------------
     def running(self) -> Sequence[RunningJob]:
@@ -274,6 +326,8 @@ class _Pass:
 
     def place(self, job: Job, shape: Shape | None) -> Allocation | None:
         """The partition placer's allocation now, or None (fit memo first for plain requests)."""
+        if self.rt.policy.arrays:
+            return self.place_arrays(job, shape)
         st = self.state()
         memo = self.rt.memo if shape is None and self.vc >= 0 and FitMemo.plain(job) else None
         if memo is not None and (job.gpus > int(st.vc_free[self.vc]) or memo.refused(job, st, self.vc, self.biggest)):
@@ -281,6 +335,52 @@ class _Pass:
         alloc = self.rt.placer.place(_request(job, shape), st)
         if alloc is None and memo is not None:
             memo.note(job, st, self.vc, self.biggest)
+        return alloc
+
+    def place_arrays(self, job: Job, shape: Shape | None) -> Allocation | None:
+        """SODA: the job's own resource array, then the arrays that lend to it; a GPU job that fits
+        nowhere reclaims its own array from borrowers, which are preempted and re-enter the head of
+        their job array (seed 002 §V-C)."""
+        pools = self.rt.array_pools(self.cluster)
+        array = soda_array(job)
+        st = self.state()
+        for lender in SODA_LENDERS[array]:
+            if job.gpus and lender == "cpu":
+                continue
+            alloc = self.rt.placer.place(PlacementRequest.for_job(job, shape, pool=pools[lender]), st)
+            if alloc is not None:
+                return alloc
+        if array == "cpu":
+            return None  # CPU jobs only borrow; they never reclaim
+        own = self.cluster.pools[pools[array]]
+        borrowers = [
+            r
+            for r in self.running()
+            if r.allocation is not None
+            and r.job.id not in self.reclaimed
+            and soda_array(r.job) != array
+            and any(own[g.node] for g in r.allocation.grants)
+        ]
+        if not borrowers:
+            return None
+        trial = st.copy()
+        for r in borrowers:
+            trial.release(r.allocation)  # type: ignore[arg-type]
+        alloc = self.rt.placer.place(PlacementRequest.for_job(job, shape, pool=pools[array]), trial)
+        if alloc is None:
+            return None
+        # only the borrowers on the nodes it takes lose them: those nodes' free state is as in the trial
+        nodes = {g.node for g in alloc.grants}
+        if self.scratch is None:
+            self.scratch = self.cluster.copy()
+        for r in borrowers:
+            assert r.allocation is not None
+            if any(g.node in nodes for g in r.allocation.grants):
+                self.reclaimed.add(r.job.id)
+                self.scratch.release(r.allocation)
+                self.result.preemptions.append(
+                    Preemption(r.job, f"{array} array reclaims what it lent to {soda_array(r.job)} for {job.id}")
+                )
         return alloc
 
     def start(self, job: Job, alloc: Allocation | None, shape: Shape | None, backfilled: bool) -> None:

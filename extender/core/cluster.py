@@ -49,8 +49,10 @@ class ClusterState:
         switches = sorted({nd.switch for nd in self.nodes})
         self.switch_id = np.array([switches.index(nd.switch) for nd in self.nodes], dtype=np.int64)
         self.n_switches = len(switches)
-        self._masks: dict[tuple[str | None, tuple[str, ...]], np.ndarray] = {}
-        self._biggest: dict[tuple[str | None, tuple[str, ...]], int] = {}
+        self._masks: dict[tuple[str | None, tuple[str, ...], str | None], np.ndarray] = {}
+        self._biggest: dict[tuple[str | None, tuple[str, ...], str | None], int] = {}
+        # Named node subsets (SODA's resource arrays); static, shared by copies like the masks.
+        self.pools: dict[str, np.ndarray] = {}
         # Per partition (VC): wholly free GPUs, and a counter bumped on every release, so callers
         # can remember a refusal until something is released (allocations only shrink free space).
         self.vc_free = np.bincount(self.vc_id, weights=self.gpu_cap, minlength=len(self.vcs)).astype(np.int64)
@@ -76,7 +78,7 @@ class ClusterState:
         """Nodes that can host ``per_node_gpus`` of ``req``'s ``total_gpus`` whole GPUs with their share of
         its CPU and memory: eligible (VC, GPU model) and, with ``now``, free enough; without ``now``,
         large enough (could ever fit). Placement, extender filtering/planning and admission all use it."""
-        mask = self.eligible(req.vc, req.gpu_models).copy()
+        mask = self.eligible(req.vc, req.gpu_models, req.pool).copy()
         share = per_node_gpus / total_gpus if total_gpus else 1.0
         cpu, mem = math.ceil(req.cpu_milli * share), math.ceil(req.memory_mib * share)
         gpus, cpus, mems = (
@@ -110,9 +112,23 @@ class ClusterState:
     def used_nodes(self) -> int:
         return int(np.count_nonzero(self.free_gpus < self.gpu_cap))
 
-    def eligible(self, vc: str | None, gpu_models: tuple[str, ...] = ()) -> np.ndarray:
-        """Nodes a request may use: its VC (logical partition) and allowed GPU models."""
-        key = (vc, gpu_models)
+    def define_pool(self, name: str, mask: np.ndarray) -> None:
+        """Name a static subset of nodes that requests may be confined to (``PlacementRequest.pool``)."""
+        if mask.shape != (len(self.nodes),) or mask.dtype != bool:
+            raise InvalidInput("pool", name, f"needs a boolean mask over the {len(self.nodes)} nodes")
+        prev = self.pools.get(name)
+        if prev is not None and np.array_equal(prev, mask):
+            return
+        frozen = mask.copy()
+        frozen.setflags(write=False)
+        self.pools[name] = frozen
+        for cache in (self._masks, self._biggest):
+            for key in [k for k in cache if k[2] == name]:
+                del cache[key]
+
+    def eligible(self, vc: str | None, gpu_models: tuple[str, ...] = (), pool: str | None = None) -> np.ndarray:
+        """Nodes a request may use: its VC (logical partition), allowed GPU models and node pool."""
+        key = (vc, gpu_models, pool)
         mask = self._masks.get(key)
         if mask is None:
             mask = np.ones(len(self.nodes), dtype=bool)
@@ -121,16 +137,20 @@ class ClusterState:
             if gpu_models:
                 ids = [self.gpu_models.index(m) for m in gpu_models if m in self.gpu_models]
                 mask &= np.isin(self.model_id, ids)
+            if pool is not None:
+                if pool not in self.pools:
+                    raise InvalidInput("pool", pool, f"no such node pool (known: {', '.join(self.pools) or 'none'})")
+                mask &= self.pools[pool]
             mask.setflags(write=False)
             self._masks[key] = mask
         return mask
 
-    def biggest_node(self, vc: str | None, gpu_models: tuple[str, ...] = ()) -> int:
+    def biggest_node(self, vc: str | None, gpu_models: tuple[str, ...] = (), pool: str | None = None) -> int:
         """GPUs of the largest node a request may use (static, so cached per partition)."""
-        key = (vc, gpu_models)
+        key = (vc, gpu_models, pool)
         size = self._biggest.get(key)
         if size is None:
-            mask = self.eligible(vc, gpu_models)
+            mask = self.eligible(vc, gpu_models, pool)
             size = self._biggest[key] = int(self.gpu_cap[mask].max()) if mask.any() else 0
         return size
 
@@ -140,7 +160,7 @@ class ClusterState:
 
     def could_ever_fit(self, req: PlacementRequest) -> str | None:
         """None when an empty cluster could host ``req``; else the reason it never can."""
-        mask = self.eligible(req.vc, req.gpu_models)
+        mask = self.eligible(req.vc, req.gpu_models, req.pool)
         if not mask.any():
             return f"no node in vc={req.vc!r} with GPU model in {list(req.gpu_models) or 'any'}"
         caps = self.gpu_cap[mask]

@@ -55,11 +55,14 @@ class OrderingPolicy(Protocol):
     callers may keep the queue sorted instead of calling ``order`` each pass. ``preemptive``: the
     admission cycle orders waiting and running jobs together and may stop running ones;
     ``requeue_after(job)`` then gives the run seconds until a running job's turn ends (an MLFQ
-    demotion, a round-robin quantum), None when it never does."""
+    demotion, a round-robin quantum), None when it never does. ``arrays``: Decisions name SODA job
+    arrays (``Decision.queue``) that the admission cycle places on their own node pools, lending
+    idle pools to other arrays and reclaiming them by preemption (seed 002 §V-C)."""
 
     name: str
     preemptive: bool
     static: bool
+    arrays: bool
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]: ...
 
@@ -77,6 +80,7 @@ class _Base:
     name = ""
     preemptive = False
     static = False
+    arrays = False  # SODA: independent job arrays over named node pools, lent and reclaimed
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         raise NotImplementedError
@@ -404,20 +408,28 @@ class MultiArray(_Base):
     """SODA multi-array scheduling: independent job arrays, DRF inside each (seed 002 §V-C).
 
     Dominant share of a user = max(GPUs used / total GPUs, CPU used / total CPU); the user
-    with the smallest dominant share goes first, arrival order within a user.
+    with the smallest dominant share goes first, arrival order within a user. A job that lost
+    borrowed resources re-enters its array's head. The resource arrays, lending and reclaiming
+    are the admission cycle's (``arrays``).
     """
 
     name = "soda"
+    arrays = True
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
-        if ctx.total_gpus <= 0 or ctx.total_cpu_milli <= 0:
-            raise InvalidInput("context", "totals", "DRF needs the cluster's GPU and CPU totals")
+        if ctx.total_gpus <= 0 and ctx.total_cpu_milli <= 0:
+            raise InvalidInput("context", "totals", "DRF needs the cluster's GPU or CPU totals")
+        # a resource the cluster does not count (traces without CPU figures) is no one's dominant one
+        gpus, cpus = max(ctx.total_gpus, 0) or math.inf, max(ctx.total_cpu_milli, 0) or math.inf
 
         def dominant(user: str) -> float:
             g, c = ctx.usage_by_user.get(user, (0, 0))
-            return max(g / ctx.total_gpus, c / ctx.total_cpu_milli)
+            return max(g / gpus, c / cpus)
 
-        decided = sorted(queue, key=lambda j: (soda_array(j), dominant(j.user), j.submit_time))
+        def requeued(j: Job) -> bool:  # aborted when its borrowed resources were reclaimed
+            return j.enqueued > j.submit_time  # NaN (never requeued) compares False
+
+        decided = sorted(queue, key=lambda j: (soda_array(j), not requeued(j), dominant(j.user), j.submit_time))
         return [Decision(j, queue=soda_array(j)) for j in decided]
 
 

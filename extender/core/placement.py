@@ -40,7 +40,7 @@ def default_shape(req: PlacementRequest, cluster: ClusterState) -> Shape:
         if req.gpus % req.nodes:
             raise InvalidInput("nodes", req.nodes, f"{req.gpus} GPUs do not split evenly over {req.nodes} nodes")
         return Shape(req.nodes, req.gpus // req.nodes)
-    biggest = cluster.biggest_node(req.vc, req.gpu_models)
+    biggest = cluster.biggest_node(req.vc, req.gpu_models, req.pool)
     if biggest <= 0 or req.gpus <= biggest:
         return Shape(1, max(req.gpus, 1))
     d_node = -(-req.gpus // biggest)
@@ -80,7 +80,8 @@ def _shared_gpu(req: PlacementRequest, cluster: ClusterState) -> Allocation | No
 
 def _cpu_only(req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
     """CPU jobs: best fit on CPU, GPU-less nodes first so GPU nodes keep their cores (SODA §V-C)."""
-    mask = cluster.fit_mask(PlacementRequest(0, vc=req.vc, cpu_milli=req.cpu_milli, memory_mib=req.memory_mib), 0, 0)
+    ask = PlacementRequest(0, vc=req.vc, cpu_milli=req.cpu_milli, memory_mib=req.memory_mib, pool=req.pool)
+    mask = cluster.fit_mask(ask, 0, 0)
     if not mask.any():
         return None
     score = np.where(mask, cluster.free_cpu + (cluster.gpu_cap > 0) * (1 << 40), np.iinfo(np.int64).max)

@@ -259,6 +259,7 @@ class PlacementRequest:
     cpu_milli: int = 0
     memory_mib: int = 0
     nodes: int = 0
+    pool: str | None = None  # a named node subset of the cluster (SODA's resource arrays); None: all
 
     def __post_init__(self) -> None:
         _require(isinstance(self.gpus, int) and self.gpus >= 0, "gpus", self.gpus, "must be an integer >= 0")
@@ -266,7 +267,9 @@ class PlacementRequest:
             _require(self.shape.gpus == self.gpus, "shape", self.shape, f"must cover exactly {self.gpus} GPUs")
 
     @classmethod
-    def for_job(cls, job: Job, shape: Shape | None = None, *, use_vc: bool = True) -> PlacementRequest:
+    def for_job(
+        cls, job: Job, shape: Shape | None = None, *, use_vc: bool = True, pool: str | None = None
+    ) -> PlacementRequest:
         gpus = shape.gpus if shape is not None else job.gpus
         return cls(
             gpus=gpus,
@@ -277,6 +280,7 @@ class PlacementRequest:
             cpu_milli=job.cpu_milli,
             memory_mib=job.memory_mib,
             nodes=job.nodes,
+            pool=pool,
         )
 
 

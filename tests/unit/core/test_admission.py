@@ -302,3 +302,75 @@ def test_partition_validates_its_fields() -> None:
         Partition("p", backfill="aggressive")
     with pytest.raises(InvalidInput, match="relax_factor"):
         Partition("p", relax_factor=-1)
+
+
+# ---- SODA multi-array (seed 002 §V-C) ---------------------------------------------------------
+
+
+def soda_runtime(cluster: ClusterState, split: float = 0.5) -> PartitionRuntime:
+    ctx = OrderContext(total_gpus=cluster.total_gpus, total_cpu_milli=int(cluster.cpu_cap.sum()))
+    return PartitionRuntime(Partition("default", policy="soda", placement="best-fit", array_split=split), ctx)
+
+
+def test_soda_splits_gpu_nodes_into_arrays() -> None:
+    # 3 GPU nodes (8, 4, 4 GPUs) and a CPU node; split 0.5 of 16 GPUs: the 8-GPU node is the 4-GPU array.
+    c = ClusterState([Node("g8", 8), Node("g4a", 4), Node("g4b", 4), Node("cpu", 0, cpu_milli=8000)])
+    pools = soda_runtime(c).array_pools(c)
+    assert [list(map(bool, c.pools[pools[a]])) for a in ("gpu-4", "gpu-1", "cpu")] == [
+        [True, False, False, False],
+        [False, True, True, False],
+        [False, False, False, True],
+    ]
+
+
+def test_soda_arrays_block_independently_and_overflow() -> None:
+    # g8 (4-GPU array) is full until 500; a 4-GPU job overflows to the free 4-GPU node of the 1-GPU
+    # array; a second one waits, blocking only its own array: the 1-GPU job behind it still starts.
+    # The CPU array's head (20 cores, more than any node has free) blocks only the CPU array.
+    c = ClusterState([Node("g8", 8, cpu_milli=16000), Node("g4a", 4, cpu_milli=16000), Node("g4b", 4, cpu_milli=16000)])
+    rt = soda_runtime(c)
+    big = run(c, Job("big", 0, 8, duration=500), 0, node=0)
+    small = run(c, Job("small", 0, 3, duration=500), 0, node=2)
+    jobs = [Job("A4", 1, 4), Job("B4", 2, 4), Job("C1", 3, 1)]
+    jobs += [Job("cpu-big", 0, 0, cpu_milli=20000), Job("cpu-small", 1, 0, cpu_milli=1000)]
+    res = admit(rt, jobs, [big, small], c, 5.0)
+    # arrays in name order: cpu, gpu-1, gpu-4
+    assert started(res) == ["C1", "A4"]
+    assert reasons(res) == {"cpu-big": HEAD, "cpu-small": BEHIND, "B4": HEAD}
+    assert nodes_of(res.starts[0].allocation) == [2] and nodes_of(res.starts[1].allocation) == [1]
+    assert res.preemptions == []
+
+
+def test_soda_gpu_job_reclaims_cores_lent_to_cpu_jobs() -> None:
+    # A CPU node of 4 cores and a GPU node with 4 GPUs and 8 cores. C1 fills the CPU node; C2 borrows
+    # 4 cores on the GPU node. G needs 4 GPUs and 6 cores: only 4 are free, so C2 is aborted for it.
+    c = ClusterState([Node("cpu", 0, cpu_milli=4000), Node("gpu", 4, cpu_milli=8000)])
+    rt = soda_runtime(c)
+    first = admit(rt, [Job("C1", 0, 0, cpu_milli=4000), Job("C2", 1, 0, cpu_milli=4000)], [], c, 1.0)
+    assert started(first) == ["C1", "C2"]
+    assert [nodes_of(s.allocation) for s in first.starts] == [[0], [1]]
+    runs = []
+    for s in first.starts:
+        c.allocate(s.allocation)  # type: ignore[arg-type]
+        runs.append(RunningJob(s.job, 1.0, 1000.0, s.allocation))
+    res = admit(rt, [Job("G", 10, 4, cpu_milli=6000)], runs, c, 10.0)
+    assert [p.job.id for p in res.preemptions] == ["C2"] and started(res) == ["G"]
+    assert "reclaims" in res.preemptions[0].reason
+    # a CPU job never reclaims: with the GPU node's cores taken, C3 waits instead of preempting G
+    c.release(runs[1].allocation)  # type: ignore[arg-type]
+    c.allocate(res.starts[0].allocation)  # type: ignore[arg-type]
+    g = RunningJob(res.starts[0].job, 10.0, 500.0, res.starts[0].allocation)
+    again = admit(rt, [Job("C3", 11, 0, cpu_milli=4000)], [runs[0], g], c, 11.0)
+    assert again.starts == [] and again.preemptions == []
+
+
+def test_soda_requeued_job_goes_to_its_array_head_and_drf_orders_the_rest() -> None:
+    # u1 already holds 4 of 8 GPUs: u2's job goes before u1's; an aborted job (requeued) goes first.
+    ctx = OrderContext(total_gpus=8, total_cpu_milli=8000, usage_by_user={"u1": (4, 0)})
+    jobs = [
+        Job("u1-a", 0, 1, user="u1"),
+        Job("u2-a", 1, 1, user="u2"),
+        Job("u1-back", 0.5, 1, user="u1", enqueued=9.0),
+    ]
+    order = [d.job.id for d in get_policy("soda").order(jobs, ctx)]
+    assert order == ["u1-back", "u2-a", "u1-a"]

@@ -179,6 +179,18 @@ def test_finished_jobs_enter_history_at_their_simulated_end(tiny) -> None:  # ty
     assert res.end[1] == pytest.approx(110)
 
 
+def test_soda_gpu_job_reclaims_cores_a_cpu_job_borrowed(tiny) -> None:  # type: ignore[no-untyped-def]
+    # cpu0: 4 cores; g0: 4 GPUs, 8 cores. C1 takes cpu0, C2 borrows 4 cores of g0 at 1. G (4 GPUs,
+    # 6 cores) at 10 reclaims them: C2 is aborted after 9 s, back at its array's head, and resumes
+    # on g0 when G ends at 60: 91 s left + 8 s overhead -> 159.
+    nodes = "name,gpus,cpu_milli\ncpu0,0,4000\ng0,4,8000"
+    jobs = "id,submit,gpus,cpu_milli,duration\nC1,0,0,4000,100\nC2,1,0,4000,100\nG,10,4,6000,50"
+    res = simulate(load_native(tiny(jobs, nodes)), SimConfig(policy="soda"))
+    assert res.start[2] == pytest.approx(10) and res.end[2] == pytest.approx(60)
+    assert res.preemptions == [0, 1, 0] and res.end[1] == pytest.approx(159)
+    assert any("SODA arrays" in n for n in res.notes)
+
+
 def test_cross_switch_penalty(tiny) -> None:  # type: ignore[no-untyped-def]
     nodes = "name,gpus,switch\nn0,1,s0\nn1,1,s1"
     res = simulate(load_native(tiny("id,submit,gpus,duration\nA,0,2,100", nodes)), SimConfig(cross_switch_penalty=1.5))
