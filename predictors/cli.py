@@ -192,7 +192,7 @@ class Blend(StrEnum):
 @_clean_errors
 def predict_qssf(
     pods: Annotated[
-        Path | None, typer.Option(help="openb pod list CSV [default: the shared data's openb_pod_list_default.csv]")
+        Path | None, typer.Option(help="openb pod list CSV (default: the shared data's openb_pod_list_default.csv)")
     ] = None,
     train_frac: Annotated[
         float, typer.Option(help="share of pods (by creation time) that only warm the history up; the rest are scored")
@@ -209,7 +209,10 @@ def predict_qssf(
     retrain_every: Annotated[int, typer.Option(min=1, help="finished jobs between retrainings")] = 1000,
     rounds: Annotated[int, typer.Option(min=1, help="LightGBM boosting rounds")] = 150,
     save: Annotated[
-        Path | None, typer.Option(help="save the predictor as trained at the end of the replay into this folder")
+        Path | None,
+        typer.Option(
+            help="save the predictor as trained at the end of the replay into this folder (default: not saved)"
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="let --save overwrite a predictor saved there before")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
@@ -324,7 +327,7 @@ def profile_fit(
     db: Annotated[
         Path | None,
         typer.Option(
-            help="model database to update [default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json]; "
+            help="model database to update (default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json); "
             "qosmos explain, simulate, the extender and the operator read the same file"
         ),
     ] = None,

@@ -39,25 +39,53 @@ def load_history(path: Path | None) -> dict[str, list[tuple[str, int]]]:
 @sidecar_app.command("run")
 @clean_errors(FileNotFoundError)
 def run(
-    node: Annotated[str, typer.Option(help="this node's name")],
-    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default: in-cluster)")] = None,
-    cgroup_root: Annotated[Path, typer.Option(help="cgroup mount")] = Path("/sys/fs/cgroup"),
-    cgroup_driver: Annotated[str, typer.Option(help="auto | cgroupfs | systemd")] = "auto",
-    cgroup_parent: Annotated[str, typer.Option(help="the kubelet's --cgroup-root below the mount")] = "",
+    node: Annotated[str, typer.Option(help="the name of the node this agent manages (as in kubectl get nodes)")],
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="kubeconfig file of the cluster (default: the in-cluster service account)")
+    ] = None,
+    cgroup_root: Annotated[Path, typer.Option(help="where the cgroup file system is mounted")] = Path("/sys/fs/cgroup"),
+    cgroup_driver: Annotated[
+        str, typer.Option(help="the kubelet's cgroup driver: auto (detected) | cgroupfs | systemd")
+    ] = "auto",
+    cgroup_parent: Annotated[
+        str, typer.Option(help="the kubelet's --cgroup-root below the mount (default: none, pods directly below it)")
+    ] = "",
     gpu_util: Annotated[
         str, typer.Option(help="GPU utilisation: auto (NVML if a GPU answers) | nvml | FILE | http://127.0.0.1:..")
     ] = "auto",
     membw: Annotated[str, typer.Option(help="memory bandwidth: auto (resctrl MBM) | FILE | http://.. | none")] = "auto",
-    membw_peak: Annotated[float | None, typer.Option(help="node peak memory bandwidth, bytes/s")] = None,
-    resctrl_root: Annotated[Path, typer.Option(help="resctrl mount")] = Path("/sys/fs/resctrl"),
-    tc_dev: Annotated[str, typer.Option(help="device for the §V-E HTB split ('' disables)")] = "",
-    link_mbit: Annotated[int, typer.Option(help="that device's link rate, Mbit/s")] = 0,
-    step_seconds: Annotated[float, typer.Option(help="measurement per core count (§V-B-2)")] = 60.0,
-    warmup_seconds: Annotated[float, typer.Option(help="samples ignored after a change")] = 10.0,
-    interval: Annotated[float, typer.Option(help="seconds between passes")] = 5.0,
-    history: Annotated[Path | None, typer.Option(help="JSON owner -> [[category, cores]]")] = None,
-    metrics_port: Annotated[int, typer.Option(help="Prometheus port on 127.0.0.1 (0: off)")] = 0,
-    dry_run: Annotated[bool, typer.Option(help="log actions, write nothing")] = False,
+    membw_peak: Annotated[
+        float | None,
+        typer.Option(
+            help="the node's peak memory bandwidth in bytes/s, for sources that do not report it (default: none: the source's own peak; without one, contention is never detected)"
+        ),
+    ] = None,
+    resctrl_root: Annotated[
+        Path, typer.Option(help="where the resctrl file system is mounted (memory bandwidth monitoring and MBA)")
+    ] = Path("/sys/fs/resctrl"),
+    tc_dev: Annotated[
+        str,
+        typer.Option(
+            help="network device whose bandwidth is split between multi-node GPU jobs (75 %) and CPU jobs (25 %) while such a GPU job runs (default: none, no split)"
+        ),
+    ] = "",
+    link_mbit: Annotated[int, typer.Option(help="link rate of --tc-dev in Mbit/s; required with it")] = 0,
+    step_seconds: Annotated[
+        float,
+        typer.Option(help="seconds of GPU utilisation measured for each CPU core count tried (the paper uses 60)"),
+    ] = 60.0,
+    warmup_seconds: Annotated[float, typer.Option(help="seconds of samples ignored after a core count changes")] = 10.0,
+    interval: Annotated[float, typer.Option(help="seconds between the agent's passes over the node's pods")] = 5.0,
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            help='JSON file of past core counts per owner, e.g. {"alice": \\[["CV", 3]]}: the start point for their jobs (default: none, start from the model category)'
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int, typer.Option(help="port of the Prometheus metrics on 127.0.0.1 (0: no metrics endpoint)")
+    ] = 0,
+    dry_run: Annotated[bool, typer.Option(help="log what would change, change nothing on the node")] = False,
     passes: Annotated[int, typer.Option(help="stop after this many passes (0: run until SIGTERM)")] = 0,
 ) -> None:
     """Manage this node's pods labelled qosmos.io/node-agent=managed."""

@@ -337,7 +337,7 @@ def register(app: typer.Typer) -> None:
             Format | None,  # type: ignore[valid-type]
             typer.Option(
                 "--format",
-                help="trace format; inferred from builtins, folders and file names when left out",
+                help="trace format (default: inferred from builtins, folder contents, file names and CSV columns)",
             ),
         ] = None,
         policy: Annotated[
@@ -352,7 +352,7 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="several policies, comma-separated (e.g. fifo,sjf,qssf): each runs on the same trace, "
-                "results in OUT/<policy>/ and OUT/compare.png; replaces --policy"
+                "results in OUT/<policy>/ and OUT/compare.png; replaces --policy (default: one run with --policy)"
             ),
         ] = None,
         nodes: Annotated[
@@ -415,7 +415,7 @@ def register(app: typer.Typer) -> None:
             float | None,
             typer.Option(
                 help="shrink the cluster to this fraction (keeps every round(1/F)-th node of each partition) "
-                "so that queues form",
+                "so that queues form (default: the whole cluster)",
             ),
         ] = None,
         preemption_overhead: Annotated[
@@ -429,7 +429,10 @@ def register(app: typer.Typer) -> None:
         ] = 1.1,
         partition_policy: Annotated[
             list[str] | None,
-            typer.Option(help="VC=POLICY: a different policy for one partition (VC) of the trace; repeatable"),
+            typer.Option(
+                help="VC=POLICY: a different policy for one partition (VC) of the trace; repeatable "
+                "(default: every partition uses --policy)"
+            ),
         ] = None,
         tick: Annotated[
             float, typer.Option(min=0.0, help="also run a scheduling pass every this many seconds (0 = only on events)")

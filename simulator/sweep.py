@@ -363,24 +363,29 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="run cells on the existing Ray cluster at this address (e.g. 127.0.0.1:6379 or auto) "
-                "instead of local processes; needs pip install 'qosmos[ray]'"
+                "instead of local processes; needs pip install 'qosmos\\[ray]'"  # rich shows \\[ as [
             ),
         ] = None,
         format: Annotated[
-            str | None, typer.Option("--format", help=f"trace format for every trace, one of: {', '.join(FORMATS)}")
+            str | None,
+            typer.Option(
+                "--format",
+                help=f"trace format for every trace, one of: {', '.join(FORMATS)} (default: inferred per trace)",
+            ),
         ] = None,
         synth_jobs: Annotated[int, typer.Option(min=1, help="helios-synth traces: number of jobs to generate")] = 10000,
         density: Annotated[float, typer.Option(help="genie traces: jobs arriving per hour")] = 10.0,
         hours: Annotated[float, typer.Option(help="genie traces: length of the arrival window (hours)")] = 24.0,
         nodes: Annotated[
-            int | None, typer.Option(min=1, help="replace each trace's cluster by N identical nodes")
+            int | None,
+            typer.Option(min=1, help="replace each trace's cluster by N identical nodes (default: the trace's own)"),
         ] = None,
         gpus_per_node: Annotated[
             int | None, typer.Option(min=1, help="GPUs per node with --nodes (default 8; genie 4)")
         ] = None,
         scale: Annotated[
             float | None,
-            typer.Option(help="shrink each cluster to this fraction of its nodes"),
+            typer.Option(help="shrink each cluster to this fraction of its nodes (default: the whole cluster)"),
         ] = None,
         backfill: Annotated[
             str, typer.Option(help=f"backfilling for every cell, one of: {', '.join(BACKFILL_MODES)}")
