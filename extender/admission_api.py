@@ -364,8 +364,8 @@ def admit_input(
 
     gpn = int(cluster.gpu_cap[mask].max())
     platform = Platform(int(mask.sum()), max(gpn, 1))
-    # GENIE rows bound only the policies that rank GENIE placements (those with a ``ranked`` table)
-    ranks = getattr(get_policy(part.policy), "ranked", None) is not None
+    # GENIE rows bound only the policies that build GENIE placement tables
+    ranks = get_policy(part.policy).genie
     check_queue([*waiting, *(r.job for r in running)], platform, genie_rows=ranks)
     by_model: dict[str, int] = {}
     by_user: dict[str, tuple[int, int]] = {}
