@@ -365,7 +365,7 @@ def admit_input(
     gpn = int(cluster.gpu_cap[mask].max())
     platform = Platform(int(mask.sum()), max(gpn, 1))
     # GENIE rows bound only the policies that build GENIE placement tables
-    ranks = get_policy(part.policy).genie
+    ranks = get_policy(part.policy).uses_genie
     check_queue([*waiting, *(r.job for r in running)], platform, genie_rows=ranks)
     by_model: dict[str, int] = {}
     by_user: dict[str, tuple[int, int]] = {}

@@ -63,7 +63,7 @@ class OrderingPolicy(Protocol):
     preemptive: bool
     static: bool
     arrays: bool
-    genie: bool
+    uses_genie: bool
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]: ...
 
@@ -82,7 +82,7 @@ class _Base:
     preemptive = False
     static = False
     arrays = False  # SODA: independent job arrays over named node pools, lent and reclaimed
-    genie = False  # builds GENIE placement tables (its cost grows with the platform; callers bound it)
+    uses_genie = False  # builds GENIE placement tables (its cost grows with the platform; callers bound it)
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         raise NotImplementedError
@@ -246,7 +246,7 @@ class _GeniePolicy(_Base):
     Caches each task's now-independent placement table ranked by CER.
     """
 
-    genie = True
+    uses_genie = True
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int, int, JobKind, Platform, float], list[genie.PlacementRow]] = {}
