@@ -814,7 +814,7 @@ def _builtin_format(spec: str, fmt: str | None) -> tuple[str, str]:
         raise InvalidInput("trace", spec, f"unknown builtin; expected one of {choices}")
     own = BUILTINS[name]
     if fmt is not None and fmt != own:
-        raise InvalidInput("format", fmt, f"{spec} is a {own} trace; drop --format or use --format {own}")
+        raise InvalidInput("format", fmt, f"{spec} is in {own} format; drop --format or use --format {own}")
     return name, own
 
 

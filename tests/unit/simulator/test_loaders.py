@@ -314,6 +314,9 @@ def test_builtin_messages() -> None:
     with pytest.raises(InvalidInput) as e:
         load_trace("builtin:helios-synth", "helios", jobs=10)
     assert "not found" not in str(e.value) and "--format helios-synth" in str(e.value)
+    with pytest.raises(InvalidInput) as e:
+        load_trace("builtin:openb-sample", "helios")
+    assert str(e.value).endswith("builtin:openb-sample is in openb format; drop --format or use --format openb")
     with pytest.raises(InvalidInput, match="hours") as e:
         load_trace("builtin:genie", "genie", hours=0)
     assert "density" not in str(e.value)
