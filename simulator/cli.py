@@ -239,9 +239,6 @@ def run_simulation(
         )
         cfg.validate()  # every policy checked before anything runs
         cfgs.append(cfg)
-    if not quiet:
-        for n in notes:
-            typer.echo(f"note: {n}")
     summaries: dict[str, dict[str, object]] = {}
     results: dict[str, SimResult] = {}
     compare = len(policies) > 1
@@ -264,7 +261,9 @@ def run_simulation(
             )
             check_partitions(tr, cfg.partition_policy)
             if not quiet and not summaries:
-                for n in tr.notes:  # defaults the trace reader applied (e.g. a cluster of 4 x 8 GPUs), said once
+                # the defaults applied (ours, then the trace reader's, e.g. a cluster of 4 x 8 GPUs), said once
+                # and only once the trace is known good: a bad run prints its one error line alone
+                for n in [*notes, *tr.notes]:
                     typer.echo(f"note: {n}")
             res = run_one(tr, cfg, phases, profiles.db)
             summary = summarize(res, profiles.db)

@@ -179,3 +179,19 @@ def test_simulate_reads_the_one_model_database(tmp_path: Path, monkeypatch: pyte
     assert not any("model database" in n for n in base_notes)
     monkeypatch.setenv("QOSMOS_MODELDB", str(db))
     assert avg_jct(tmp_path / "env")[0] == slow
+
+
+def test_a_refused_run_prints_its_error_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notes (the model database, --nodes defaults) come once the trace is known good, never before an error."""
+    from qosmos.extender.core.genie import ThroughputProfile
+    from qosmos.predictors.profiler import write_db
+
+    db = tmp_path / "models.json"
+    write_db(db, [ThroughputProfile("mynet", 50.0, 1.0, 0.0, b_min=8, b_max=64)])
+    monkeypatch.setenv("QOSMOS_MODELDB", str(db))
+    code, output, _ = sim(tmp_path, "--nodes", "2", "--partition-policy", "novc=sjf")
+    assert code == 2 and output.strip().splitlines() == [
+        "error: invalid partition_policy='novc': no such VC in openb_sample_pods.csv; its VCs: default"
+    ]
+    code, output, _ = sim(tmp_path, "--nodes", "2")
+    assert code == 0 and "note: --nodes 2 without --gpus-per-node" in output and f"model database {db}" in output
