@@ -216,26 +216,36 @@ def test_down_leaves_no_process_behind(dev_cluster: tuple[Path, dict[str, Any]])
 
 
 def test_a_failing_component_stops_everything_started(tmp_path: Path) -> None:
-    """kube-apiserver that cannot start: exit 1 with one line naming its log, etcd stopped, no state left."""
+    """KWOK (started after the control plane, the extender and the qosmos-scheduler) cannot start:
+    exit 1 with one line naming its log, every process started before it stopped, no state left."""
     _need_binaries()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for b in DEV_BINARIES:
         (bin_dir / b).symlink_to(cache_bin_dir() / b)
-    (bin_dir / "kube-apiserver").unlink()
-    (bin_dir / "kube-apiserver").write_text("#!/bin/sh\necho 'apiserver: cannot start' >&2\nexit 7\n")
-    (bin_dir / "kube-apiserver").chmod(0o755)
+    (bin_dir / "kwok").unlink()
+    (bin_dir / "kwok").write_text("#!/bin/sh\necho 'kwok: cannot start' >&2\nexit 7\n")
+    (bin_dir / "kwok").chmod(0o755)
     directory = tmp_path / "c"
-    proc = _qosmos("dev", "up", "--dir", str(directory), "--bin-dir", str(bin_dir), "--no-operator")
+    proc = _qosmos("dev", "up", "--dir", str(directory), "--bin-dir", str(bin_dir), "--nodes", "1", "--no-operator")
     assert proc.returncode == 1, proc.stderr
     error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(error) == 1 and "kube-apiserver exited with code 7" in error[0] and "kube-apiserver.log" in error[0]
-    assert "cannot start" in (directory / "logs" / "kube-apiserver.log").read_text()
+    assert len(error) == 1 and "kwok exited with code 7" in error[0] and "kwok.log" in error[0], proc.stderr
+    assert "cannot start" in (directory / "logs" / "kwok.log").read_text()
+    assert {"etcd.log", "qosmos-extender.log", "qosmos-scheduler.log"} <= {
+        p.name for p in (directory / "logs").iterdir()
+    }
     assert not (directory / "state.json").exists()
-    etcd_pids = [
-        int(p) for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)).startswith(str(bin_dir / "etcd"))
-    ]
-    assert etcd_pids == [], "etcd was left running"
+    _wait(lambda: not _processes_naming(str(tmp_path)), 15, "every process of the failed up to be gone")
+
+
+def _processes_naming(text: str) -> list[str]:
+    """Command lines of live processes that mention ``text`` (a zombie has none)."""
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != os.getpid() and text in (cmd := _cmdline(int(p))):
+            out.append(cmd)
+    return out
 
 
 def _cmdline(pid: int) -> str:
