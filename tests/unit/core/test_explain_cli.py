@@ -18,12 +18,6 @@ register(app)
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _no_user_modeldb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never read the developer's ~/.config/qosmos/models.json."""
-    monkeypatch.setenv("QOSMOS_MODELDB", str(tmp_path_factory.mktemp("db") / "absent.json"))
-
-
 def test_explain_json_contract_matches_the_core() -> None:
     result = runner.invoke(
         app,

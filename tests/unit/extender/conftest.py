@@ -86,9 +86,3 @@ def extender_cli() -> Any:
     app = typer.Typer()
     register(app)
     return app
-
-
-@pytest.fixture(autouse=True)
-def _no_user_modeldb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never read the developer's ~/.config/qosmos/models.json."""
-    monkeypatch.setenv("QOSMOS_MODELDB", str(tmp_path_factory.mktemp("db") / "absent.json"))

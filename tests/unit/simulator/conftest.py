@@ -21,9 +21,3 @@ def tiny(tmp_path: Path):  # type: ignore[no-untyped-def]
         return write(tmp_path / "jobs.csv", jobs)
 
     return make
-
-
-@pytest.fixture(autouse=True)
-def _no_user_modeldb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never read the developer's ~/.config/qosmos/models.json (simulate reads the model database)."""
-    monkeypatch.setenv("QOSMOS_MODELDB", str(tmp_path_factory.mktemp("db") / "absent.json"))
