@@ -283,6 +283,34 @@ def _carry(spec: pb.CarrySpec, cluster: ClusterState) -> Carry:
     return Carry(res, int(spec.max_queue_len))
 
 
+def order_context(
+    part: Partition, cluster: ClusterState, running: Sequence[RunningJob], now: float, modeldb: ModelDB
+) -> OrderContext:
+    """The ordering context of a partition as the simulator keeps it: the platform is the partition's
+    nodes (count x largest node); Capacity's and DRF's usage are the running jobs' requests.
+    The operator builds its contexts here too."""
+    mask = cluster.vc_id == cluster.vc_index(part.name)
+    gpn = int(cluster.gpu_cap[mask].max()) if mask.any() else 1
+    by_model: dict[str, int] = {}
+    by_user: dict[str, tuple[int, int]] = {}
+    for r in running:  # usage as the simulator keeps it: requested GPUs and CPU of running jobs
+        j = r.job
+        if j.model:
+            by_model[j.model] = by_model.get(j.model, 0) + j.gpus
+        g, c = by_user.get(j.user, (0, 0))
+        by_user[j.user] = (g + j.gpus, c + j.cpu_milli)
+    return OrderContext(
+        now=now,
+        platform=Platform(max(int(mask.sum()), 1), max(gpn, 1)),
+        modeldb=modeldb,
+        theta=part.theta,
+        usage_by_model=by_model,
+        usage_by_user=by_user,
+        total_gpus=max(int(cluster.gpu_cap[mask].sum()), 1),
+        total_cpu_milli=max(int(cluster.cpu_cap.sum()), 1),
+    )
+
+
 def admit_input(
     req: pb.AdmitRequest,
     modeldb: ModelDB,
@@ -367,24 +395,7 @@ def admit_input(
     # GENIE rows bound only the policies that build GENIE placement tables
     ranks = get_policy(part.policy).uses_genie
     check_queue([*waiting, *(r.job for r in running)], platform, genie_rows=ranks)
-    by_model: dict[str, int] = {}
-    by_user: dict[str, tuple[int, int]] = {}
-    for r in running:  # usage as the simulator keeps it: requested GPUs and CPU of running jobs
-        j = r.job
-        if j.model:
-            by_model[j.model] = by_model.get(j.model, 0) + j.gpus
-        g, c = by_user.get(j.user, (0, 0))
-        by_user[j.user] = (g + j.gpus, c + j.cpu_milli)
-    ctx = OrderContext(
-        now=now,
-        platform=platform,
-        modeldb=modeldb,
-        theta=part.theta,
-        usage_by_model=by_model,
-        usage_by_user=by_user,
-        total_gpus=max(int(cluster.gpu_cap[mask].sum()), 1),
-        total_cpu_milli=max(int(cluster.cpu_cap.sum()), 1),
-    )
+    ctx = order_context(part, cluster, running, now, modeldb)
     carry = _carry(req.carry, cluster)
     return AdmitInput(PartitionRuntime(part, ctx), waiting, running, cluster, now, carry, estimate)
 
