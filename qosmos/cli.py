@@ -7,13 +7,45 @@ assembles them, so the CLI contract lives next to the code it drives.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
+from typer.core import TyperGroup
+
+
+@contextmanager
+def _usage_error_in_one_line() -> Iterator[None]:
+    """A bad option or argument (``--tick -1``, a missing ``--out``) as one ``error:`` line, exit 2,
+    like every other bad input; typer would draw a five-line box with the usage around it."""
+    try:
+        yield
+    except NoArgsIsHelpError:  # `qosmos extender` alone: the help, as asked for
+        raise
+    except UsageError as exc:
+        hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        typer.echo(f"error: {exc.format_message()}{hint}", err=True)
+        raise typer.Exit(2) from None
+
+
+class QosmosGroup(TyperGroup):
+    """The root command: usage errors of every sub-command (parsed inside ``invoke``) in one line."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        with _usage_error_in_one_line():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _usage_error_in_one_line():
+            return super().invoke(ctx)
+
 
 app = typer.Typer(
     name="qosmos",
+    cls=QosmosGroup,
     help="QoS-aware, prediction-driven scheduling for multi-tenant GPU clusters.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
