@@ -7,14 +7,18 @@ assembles them, so the CLI contract lives next to the code it drives.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
+
+# click's UsageError, wherever this typer takes click from (its own copy since 0.2x, else click)
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+NoArgsIsHelpError = getattr(sys.modules[UsageError.__module__], "NoArgsIsHelpError", ())  # () catches nothing
 
 
 @contextmanager
