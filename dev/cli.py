@@ -13,6 +13,7 @@ from qosmos.dev.cluster import (
     DEFAULT_GPU_MODEL,
     DEFAULT_GPUS_PER_NODE,
     DEFAULT_NODES,
+    DEFAULT_POOLS,
     MAX_GPUS_PER_NODE,
     MAX_NODES,
     DevError,
@@ -76,6 +77,13 @@ def up(
             help="openb node list CSV (sn,cpu_milli,memory_mib,gpu,model) naming the nodes instead of node-0..N-1"
         ),
     ] = None,
+    pools: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated values of the node label qosmos.io/pool, given to the nodes in turn (the "
+            "examples/ VirtualClusters select pools a and b; empty: no pool label)"
+        ),
+    ] = ",".join(DEFAULT_POOLS),
     no_operator: Annotated[
         bool, typer.Option("--no-operator", help="do not start the operator (`qosmos operator run`)")
     ] = False,
@@ -105,6 +113,7 @@ def up(
         gpus_per_node=gpus_per_node,
         gpu_model=gpu_model,
         node_list=node_list,
+        pools=tuple(p.strip() for p in pools.split(",") if p.strip()),
         operator=not no_operator,
         api_port=api_port,
         bin_dir=bin_dir,

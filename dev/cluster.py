@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from qosmos.dev.binaries import DEV_BINARIES, ControlPlaneError, repo_root, require_binaries
 from qosmos.dev.controlplane import ControlPlane
-from qosmos.dev.fakenodes import create_nodes, fake_node_manifests, synthetic_nodes
+from qosmos.dev.fakenodes import create_nodes, fake_node_manifest, synthetic_nodes
 from qosmos.dev.kwok import start_kwok
 from qosmos.dev.pki import PKI, write_private
 from qosmos.dev.process import LOOPBACK, Component, ProcessRef, free_port, port_in_use, stop_all
@@ -42,6 +42,9 @@ STATE_VERSION = 1
 DEFAULT_NODES = 4
 DEFAULT_GPUS_PER_NODE = 8
 DEFAULT_GPU_MODEL = "V100M32"
+# examples/ VirtualClusters select their nodes by this label (vc-a: pool a, vc-b: pool b).
+POOL_LABEL = "qosmos.io/pool"
+DEFAULT_POOLS = ("a", "b")
 MAX_NODES = 5000
 MAX_GPUS_PER_NODE = 64
 OPERATOR_SETTLE_S = 3.0  # the operator has no health endpoint yet: alive this long counts as started
@@ -81,6 +84,7 @@ class DevOptions:
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     gpu_model: str = DEFAULT_GPU_MODEL
     node_list: Path | None = None
+    pools: tuple[str, ...] = DEFAULT_POOLS  # nodes take these POOL_LABEL values in turn; () for none
     operator: bool = True
     api_port: int = 0  # 0: any free port
     bin_dir: Path | None = None
@@ -95,6 +99,11 @@ class DevOptions:
             raise InvalidInput(
                 "gpu_model", self.gpu_model, "must be a label value such as V100M32 (letters, digits, -_.)"
             )
+        for pool in self.pools:
+            if not _GPU_MODEL.match(pool):
+                raise InvalidInput(
+                    "pools", ",".join(self.pools), f"{pool!r} is not a label value (letters, digits, -_.)"
+                )
         if not (self.api_port == 0 or 1024 <= self.api_port <= 65535):
             raise InvalidInput("api_port", self.api_port, "must be 0 (any free port) or in [1024, 65535]")
         if self.node_list is not None and not self.node_list.is_file():
@@ -117,6 +126,13 @@ class DevOptions:
             if r["model"] and not _GPU_MODEL.match(r["model"]):
                 raise InvalidInput("node_list", str(self.node_list), f"GPU model {r['model']!r} is not a label value")
         return spread_sample(rows, self.nodes) if self.nodes else rows
+
+    def node_manifests(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Node objects for ``rows``, each labelled with its pool (round robin over ``pools``)."""
+        return [
+            fake_node_manifest(r, i, extra_labels={POOL_LABEL: self.pools[i % len(self.pools)]} if self.pools else None)
+            for i, r in enumerate(rows)
+        ]
 
 
 @dataclass(slots=True)
@@ -394,7 +410,7 @@ def up(opts: DevOptions, progress: Progress | None = None) -> tuple[DevState, bo
         api = cp.api_client()
         nodes = f"{len(rows)} fake GPU nodes"
         progress.begin(nodes)
-        names = create_nodes(api, fake_node_manifests(rows))
+        names = create_nodes(api, opts.node_manifests(rows))
         state.nodes = len(names)
         start_kwok(cp)
         progress.begin(nodes)

@@ -115,6 +115,11 @@ def test_nodes_have_gpus_and_are_kept_by_kwok(dev_cluster: tuple[Path, dict[str,
         assert n["status"]["capacity"]["nvidia.com/gpu"] == "8"
         assert n["metadata"]["labels"]["qosmos.io/gpu-model"] == "V100M32"
         assert {c["type"]: c["status"] for c in n["status"]["conditions"]}["Ready"] == "True"
+    # The pools the examples/ VirtualClusters select (vc-a: a, vc-b: b).
+    assert {name: n["metadata"]["labels"]["qosmos.io/pool"] for name, n in nodes.items()} == {
+        "node-0": "a",
+        "node-1": "b",
+    }
     leases = {item["metadata"]["name"] for item in kubectl.json("get", "leases", "-n", "kube-node-lease")["items"]}
     assert leases >= set(nodes)
     table = kubectl("get", "nodes")

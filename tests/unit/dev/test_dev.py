@@ -19,7 +19,7 @@ import typer
 from qosmos.dev import cluster
 from qosmos.dev.cli import register
 from qosmos.dev.cluster import DevError, DevOptions, DevState
-from qosmos.dev.fakenodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, fake_node_manifests
+from qosmos.dev.fakenodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 from qosmos.dev.kwok import RUN_DURATION_ANNOTATION, kwok_config, stages
 from qosmos.dev.process import Component, ProcessRef, start_ticks, stop_all
 from qosmos.extender.core.errors import InvalidInput
@@ -43,6 +43,7 @@ runner = CliRunner()
         ({"gpu_model": "A 100"}, "gpu_model"),
         ({"gpu_model": ""}, "gpu_model"),
         ({"api_port": 80}, "api_port"),
+        ({"pools": ("a", "b c")}, "pools"),
         ({"node_list": Path("/nonexistent/nodes.csv")}, "node_list"),
     ],
 )
@@ -53,13 +54,17 @@ def test_bad_options_name_the_field(tmp_path: Path, kw: dict, field: str) -> Non
 
 
 def test_synthetic_nodes_are_named_and_labelled(tmp_path: Path) -> None:
-    rows = DevOptions(dir=tmp_path, nodes=3, gpus_per_node=4, gpu_model="T4").node_rows()
-    manifests = fake_node_manifests(rows)
+    opts = DevOptions(dir=tmp_path, nodes=3, gpus_per_node=4, gpu_model="T4")
+    manifests = opts.node_manifests(opts.node_rows())
     assert [m["metadata"]["name"] for m in manifests] == ["node-0", "node-1", "node-2"]
     for m in manifests:
         assert m["status"]["allocatable"]["nvidia.com/gpu"] == "4"
         assert m["metadata"]["labels"]["qosmos.io/gpu-model"] == "T4"
         assert m["metadata"]["annotations"][KWOK_NODE_ANNOTATION] == KWOK_NODE_VALUE  # KWOK manages it
+    # The examples' VirtualClusters select pools a and b: the nodes alternate between them.
+    assert [m["metadata"]["labels"][cluster.POOL_LABEL] for m in manifests] == ["a", "b", "a"]
+    bare = DevOptions(dir=tmp_path, nodes=1, pools=()).node_manifests(opts.node_rows()[:1])
+    assert cluster.POOL_LABEL not in bare[0]["metadata"]["labels"]
 
 
 def test_default_is_four_nodes_of_eight_gpus(tmp_path: Path) -> None:
