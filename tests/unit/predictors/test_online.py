@@ -22,7 +22,12 @@ def test_factory_builds_protocol_predictors_and_refuses_unknowns() -> None:
     assert isinstance(q, OnlineQSSF) and isinstance(q, DurationPredictor)
     assert (q.lam, q.blend, q.train_after) == (0.25, "log", 10)
     assert isinstance(make_duration_predictor("runtime", keep=5), Last2Elapsed)
-    with pytest.raises(InvalidInput, match="expected one of qssf, runtime"):
+    log = make_duration_predictor("qssf-log", lam=0.25)
+    assert isinstance(log, OnlineQSSF) and (log.lam, log.blend) == (0.25, "log")
+    assert make_duration_predictor("qssf").blend == "linear"  # the paper's blend is the default
+    with pytest.raises(InvalidInput, match="qssf-log fixes"):
+        make_duration_predictor("qssf-log", blend="linear")
+    with pytest.raises(InvalidInput, match="expected one of qssf, qssf-log, runtime"):
         make_duration_predictor("oracle")
     with pytest.raises(InvalidInput, match="train_afer"):
         make_duration_predictor("qssf", train_afer=5)
