@@ -52,38 +52,49 @@ def _fail(message: str, code: int, suffix: str = "") -> typer.Exit:
     return typer.Exit(code)
 
 
+NodesOpt = Annotated[
+    int | None,
+    typer.Option(
+        help=f"fake GPU nodes, 1 to {MAX_NODES:,} (default: {DEFAULT_NODES}; with --node-list every row, "
+        "or this many spread over the list)"
+    ),
+]
+GpusOpt = Annotated[int, typer.Option(help=f"GPUs per synthetic node, 0 to {MAX_GPUS_PER_NODE}")]
+GpuModelOpt = Annotated[
+    str, typer.Option(help="GPU model label of the synthetic nodes (openb names: V100M32, V100M16, P100, T4, G2...)")
+]
+NodeListOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="openb node list CSV (sn,cpu_milli,memory_mib,gpu,model) naming the nodes instead of node-0..N-1"
+    ),
+]
+PoolsOpt = Annotated[
+    str,
+    typer.Option(
+        help="comma-separated values of the node label qosmos.io/pool, given to the nodes in turn (the "
+        "examples/ VirtualClusters select pools a and b; empty: no pool label)"
+    ),
+]
+
+
+DEFAULT_POOLS_TEXT = ",".join(DEFAULT_POOLS)
+
+
+def _pools(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
 @dev_app.command("up")
 def up(
     dir: Annotated[
         Path, typer.Option("--dir", help="folder for the cluster's state, certificates, kubeconfig and logs")
     ],
-    nodes: Annotated[
-        int | None,
-        typer.Option(
-            help=f"fake GPU nodes, 1 to {MAX_NODES:,} (default: {DEFAULT_NODES}; with --node-list every row, "
-            "or this many spread over the list)"
-        ),
-    ] = None,
-    gpus_per_node: Annotated[
-        int, typer.Option(help=f"GPUs per synthetic node, 0 to {MAX_GPUS_PER_NODE}")
-    ] = DEFAULT_GPUS_PER_NODE,
-    gpu_model: Annotated[
-        str,
-        typer.Option(help="GPU model label of the synthetic nodes (openb names: V100M32, V100M16, P100, T4, G2...)"),
-    ] = DEFAULT_GPU_MODEL,
-    node_list: Annotated[
-        Path | None,
-        typer.Option(
-            help="openb node list CSV (sn,cpu_milli,memory_mib,gpu,model) naming the nodes instead of node-0..N-1"
-        ),
-    ] = None,
-    pools: Annotated[
-        str,
-        typer.Option(
-            help="comma-separated values of the node label qosmos.io/pool, given to the nodes in turn (the "
-            "examples/ VirtualClusters select pools a and b; empty: no pool label)"
-        ),
-    ] = ",".join(DEFAULT_POOLS),
+    nodes: NodesOpt = None,
+    gpus_per_node: GpusOpt = DEFAULT_GPUS_PER_NODE,
+    gpu_model: GpuModelOpt = DEFAULT_GPU_MODEL,
+    node_list: NodeListOpt = None,
+    pools: PoolsOpt = DEFAULT_POOLS_TEXT,
     no_operator: Annotated[
         bool, typer.Option("--no-operator", help="do not start the operator (`qosmos operator run`)")
     ] = False,
@@ -113,7 +124,7 @@ def up(
         gpus_per_node=gpus_per_node,
         gpu_model=gpu_model,
         node_list=node_list,
-        pools=tuple(p.strip() for p in pools.split(",") if p.strip()),
+        pools=_pools(pools),
         operator=not no_operator,
         api_port=api_port,
         bin_dir=bin_dir,
@@ -172,6 +183,31 @@ def down(
         typer.echo(f"stopped {len(result['stopped'])} processes in {result['dir']}{extra}", err=True)
     else:
         typer.echo(f"nothing running in {result['dir']}", err=True)
+
+
+@dev_app.command("nodes")
+def nodes_cmd(
+    kubeconfig: Annotated[Path, typer.Option(help="kubeconfig of the cluster to add the nodes to")],
+    nodes: NodesOpt = None,
+    gpus_per_node: GpusOpt = DEFAULT_GPUS_PER_NODE,
+    gpu_model: GpuModelOpt = DEFAULT_GPU_MODEL,
+    node_list: NodeListOpt = None,
+    pools: PoolsOpt = DEFAULT_POOLS_TEXT,
+) -> None:
+    """Create (or update) fake GPU nodes in any cluster, as `up` does: for a cluster whose KWOK
+    manages nodes annotated kwok.x-k8s.io/node=fake (hack/kind/up.sh uses it)."""
+    from qosmos.dev import cluster
+
+    spec = cluster.NodeSpec(
+        nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu_model, node_list=node_list, pools=_pools(pools)
+    )
+    try:
+        names = cluster.add_nodes(kubeconfig, spec)
+    except (InvalidInput, OSError) as exc:
+        raise _fail(str(exc), 2) from None
+    except Exception as exc:  # the API refused (kubernetes ApiException, connection errors): one line
+        raise _fail(f"creating the nodes failed: {type(exc).__name__}: {exc}", 1) from None
+    typer.echo(f"{len(names)} fake GPU nodes: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}", err=True)
 
 
 def register(app: typer.Typer) -> None:

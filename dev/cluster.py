@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from qosmos.dev.binaries import DEV_BINARIES, ControlPlaneError, repo_root, require_binaries
 from qosmos.dev.controlplane import ControlPlane
-from qosmos.dev.fakenodes import create_nodes, fake_node_manifest, synthetic_nodes
+from qosmos.dev.fakenodes import create_nodes, fake_node_manifest, spread_sample, synthetic_nodes
 from qosmos.dev.kwok import start_kwok
 from qosmos.dev.pki import PKI, write_private
 from qosmos.dev.process import LOOPBACK, Component, ProcessRef, free_port, port_in_use, stop_all
@@ -49,7 +49,7 @@ MAX_NODES = 5000
 MAX_GPUS_PER_NODE = 64
 OPERATOR_SETTLE_S = 3.0  # the operator has no health endpoint yet: alive this long counts as started
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_GPU_MODEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # a label value
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 class DevError(ControlPlaneError):
@@ -75,37 +75,30 @@ class _Quiet:
         pass
 
 
-@dataclass(slots=True)
-class DevOptions:
-    """What ``qosmos dev up`` was asked for; ``validate`` refuses bad values (InvalidInput)."""
+@dataclass(slots=True, kw_only=True)
+class NodeSpec:
+    """The fake GPU nodes to create; ``validate`` refuses bad values (InvalidInput)."""
 
-    dir: Path
     nodes: int | None = None  # None: DEFAULT_NODES synthetic nodes, or every row of node_list
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     gpu_model: str = DEFAULT_GPU_MODEL
     node_list: Path | None = None
     pools: tuple[str, ...] = DEFAULT_POOLS  # nodes take these POOL_LABEL values in turn; () for none
-    operator: bool = True
-    api_port: int = 0  # 0: any free port
-    bin_dir: Path | None = None
-    start_timeout: float = 90.0
 
     def validate(self) -> None:
         if self.nodes is not None and not 1 <= self.nodes <= MAX_NODES:
             raise InvalidInput("nodes", self.nodes, f"must be in [1, {MAX_NODES}]")
         if not 0 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
             raise InvalidInput("gpus_per_node", self.gpus_per_node, f"must be in [0, {MAX_GPUS_PER_NODE}]")
-        if not _GPU_MODEL.match(self.gpu_model):
+        if not _LABEL_VALUE.match(self.gpu_model):
             raise InvalidInput(
                 "gpu_model", self.gpu_model, "must be a label value such as V100M32 (letters, digits, -_.)"
             )
         for pool in self.pools:
-            if not _GPU_MODEL.match(pool):
+            if not _LABEL_VALUE.match(pool):
                 raise InvalidInput(
                     "pools", ",".join(self.pools), f"{pool!r} is not a label value (letters, digits, -_.)"
                 )
-        if not (self.api_port == 0 or 1024 <= self.api_port <= 65535):
-            raise InvalidInput("api_port", self.api_port, "must be 0 (any free port) or in [1024, 65535]")
         if self.node_list is not None and not self.node_list.is_file():
             raise InvalidInput("node_list", str(self.node_list), "no such file")
 
@@ -113,7 +106,6 @@ class DevOptions:
         """The nodes to create: synthetic ``node-i``, or rows of the openb node list (``--nodes``: spread sample)."""
         if self.node_list is None:
             return synthetic_nodes(self.nodes or DEFAULT_NODES, self.gpus_per_node, self.gpu_model)
-        from qosmos.dev.fakenodes import spread_sample
         from qosmos.simulator.traces import load_openb_nodes  # the one openb node-list reader
 
         rows = [
@@ -123,7 +115,7 @@ class DevOptions:
         for r in rows:
             if not _DNS1123.match(r["sn"].lower()) or len(r["sn"]) > 253:
                 raise InvalidInput("node_list", str(self.node_list), f"node name {r['sn']!r} is not a DNS-1123 name")
-            if r["model"] and not _GPU_MODEL.match(r["model"]):
+            if r["model"] and not _LABEL_VALUE.match(r["model"]):
                 raise InvalidInput("node_list", str(self.node_list), f"GPU model {r['model']!r} is not a label value")
         return spread_sample(rows, self.nodes) if self.nodes else rows
 
@@ -133,6 +125,38 @@ class DevOptions:
             fake_node_manifest(r, i, extra_labels={POOL_LABEL: self.pools[i % len(self.pools)]} if self.pools else None)
             for i, r in enumerate(rows)
         ]
+
+
+@dataclass(slots=True, kw_only=True)
+class DevOptions(NodeSpec):
+    """What ``qosmos dev up`` was asked for: the nodes, and the cluster around them."""
+
+    dir: Path
+    operator: bool = True
+    api_port: int = 0  # 0: any free port
+    bin_dir: Path | None = None
+    start_timeout: float = 90.0
+
+    def validate(self) -> None:
+        NodeSpec.validate(self)  # slots dataclasses cannot use zero-argument super()
+        if not (self.api_port == 0 or 1024 <= self.api_port <= 65535):
+            raise InvalidInput("api_port", self.api_port, "must be 0 (any free port) or in [1024, 65535]")
+
+
+def add_nodes(kubeconfig: Path, spec: NodeSpec) -> list[str]:
+    """Create (or update) the fake GPU nodes of ``spec`` in any cluster; KWOK there must manage nodes
+    annotated ``kwok.x-k8s.io/node=fake`` (its in-cluster default) for them to stay Ready."""
+    from kubernetes import config
+
+    spec.validate()
+    rows = spec.node_rows()
+    if not kubeconfig.is_file():
+        raise InvalidInput("kubeconfig", str(kubeconfig), "no such file")
+    try:
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+    except (config.ConfigException, ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput("kubeconfig", str(kubeconfig), f"not a usable kubeconfig ({exc})") from None
+    return create_nodes(api, spec.node_manifests(rows))
 
 
 @dataclass(slots=True)

@@ -195,6 +195,30 @@ def _seconds(rfc3339: str) -> float:
     return dt.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
+def test_dev_nodes_adds_openb_nodes_that_kwok_keeps(dev_cluster: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """`qosmos dev nodes` (what hack/kind/up.sh runs): nodes from an openb CSV, managed by KWOK."""
+    _, info = dev_cluster
+    csv = tmp_path / "nodes.csv"
+    csv.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nopenb-node-0007,64000,262144,2,P100\nopenb-node-0008,96000,786432,8,V100M32\n"
+    )
+    proc = _qosmos("dev", "nodes", "--kubeconfig", info["kubeconfig"], "--node-list", str(csv), "--pools", "b")
+    assert proc.returncode == 0, proc.stderr
+    kubectl = Kubectl(info["kubeconfig"])
+    node = kubectl.json("get", "node", "openb-node-0007")
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+    assert node["metadata"]["labels"]["qosmos.io/gpu-model"] == "P100"
+    assert node["metadata"]["labels"]["qosmos.io/pool"] == "b"
+    _wait(
+        lambda: (
+            {"openb-node-0007", "openb-node-0008"}
+            <= {i["metadata"]["name"] for i in kubectl.json("get", "leases", "-n", "kube-node-lease")["items"]}
+        ),
+        30,
+        "KWOK to lease the added nodes",
+    )
+
+
 def test_up_again_says_already_up(dev_cluster: tuple[Path, dict[str, Any]]) -> None:
     directory, info = dev_cluster
     proc = _qosmos("dev", "up", "--dir", str(directory), "--json")
