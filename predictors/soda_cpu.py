@@ -11,7 +11,8 @@ Tuning (§V-B-2) — :class:`CoreSearch`, ``next_cores(observation) -> int | Non
 measure N_start; try one core fewer; while utilisation holds (within ``tolerance``) or
 increases keep decreasing; if the first decrease hurts, go up from N_start while each step
 improves by more than ``tolerance``; stop when neither direction helps. ``best`` is the
-smallest count reaching the best utilisation seen (the best-fit number of §III).
+smallest count reaching the best utilisation seen (the best-fit number of §III). ``max_steps``
+bounds the profiling steps (Table V: four 60 s steps); at the bound the best count so far is kept.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class CoreSearch:
     min_cores: int = 1
     max_cores: int = 64
     tolerance: float = 1.0  # utilisation points treated as "unchanged"
+    max_steps: int | None = None  # profiling budget (None: until neither direction helps)
     phase: str = "start"  # start | down | up | done
     current: int = 0
     best: int = 0
@@ -62,6 +64,8 @@ class CoreSearch:
             raise InvalidInput("start", self.start, f"must be within [{self.min_cores}, {self.max_cores}]")
         if self.tolerance < 0:
             raise InvalidInput("tolerance", self.tolerance, "must be >= 0")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise InvalidInput("max_steps", self.max_steps, "must be >= 1")
         self.current = self.best = self.start
 
     @property
@@ -89,6 +93,14 @@ class CoreSearch:
         if self.done:
             return None
         self.trace.append((self.current, utilisation))
+        nxt = self._advance(utilisation)
+        if nxt is not None and self.max_steps is not None and self.steps >= self.max_steps:
+            self._finish()  # budget spent: ``best`` already holds the best count measured
+            self.current = self.best
+            return None
+        return nxt
+
+    def _advance(self, utilisation: float) -> int | None:
         n = self.current
         if self.phase == "start":
             self.best_util = utilisation

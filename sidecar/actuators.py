@@ -240,6 +240,18 @@ class ResctrlMba:
         except ProcessLookupError:  # the task exited meanwhile
             return False
 
+    def throttled(self) -> bool:
+        """Whether the shared group holds tasks under a cap (what a restarted agent resumes from)."""
+        group = self.root / self.group
+        sch = group / "schemata"
+        if not self._tasks(group) or not sch.is_file():
+            return False
+        for line in self.fs.read(sch).splitlines():
+            res, _, rest = line.partition(":")
+            if res.strip() == "MB":
+                return any(p.split("=")[1].strip() != "100" for p in rest.split(";") if "=" in p)
+        return False
+
     def apply(self, target: MbaTarget | None, where: Any = None) -> list[str]:
         info = detect_resctrl(self.root)
         if not info.mba:

@@ -196,6 +196,7 @@ class NodeAgent:
         self.eliminator = ContentionEliminator(has_mba=bool(mba) if has_mba is None else has_mba)
         self.windows: dict[str, Window] = {}
         self.last_actions: list[str] = []
+        self._resumed = False  # the first pass reads a throttle left by a previous agent
 
     # -- discovery ------------------------------------------------------------------------
 
@@ -280,6 +281,9 @@ class NodeAgent:
             desired.cpu.append(CpuTarget(info.uid, info.key, placed[info.uid], float(n), "§V-B search"))
 
         # §V-E: memory bandwidth contention
+        cpu_jobs = [(p, i, cg) for p, i, cg in managed if i.role == "cpu"]
+        if not self._resumed:
+            self._resume_contention(cpu_jobs)
         used, peak = self.bandwidth.sample() if self.bandwidth else (None, None)
         peak = peak or self.opt.mb_peak
         engaged_before = self.eliminator.engaged
@@ -287,7 +291,6 @@ class NodeAgent:
         if used is not None and peak:
             self.metrics.membw.set(used / peak)
         self.metrics.engaged.set(1 if engaged else 0)
-        cpu_jobs = [(p, i, cg) for p, i, cg in managed if i.role == "cpu"]
         desired.cpu += cpu_job_targets([i for _, i, _ in cpu_jobs], self.node_cpus, self.eliminator)
         if self.mba is not None:
             pids = [t for _, _, cg in cpu_jobs for t in self.tasks(cg)]
@@ -330,6 +333,32 @@ class NodeAgent:
         for a in actions:
             log.info("%s", a)
         return actions
+
+    def _resume_contention(self, cpu_jobs: Sequence[tuple[Any, PodInfo, PodCgroups]]) -> None:
+        """First pass only: a throttle a previous agent left on the node is still engaged, so that a
+        restart in the hysteresis band (60-75 % of peak) does not lift it. The node says so: the
+        shared MBA group holds tasks under a cap, or (no MBA) a CPU job has exactly its halved cpuset."""
+        self._resumed = True
+        if self.eliminator.has_mba:
+            throttled = getattr(self.mba, "throttled", None)
+            engaged = bool(throttled and throttled())
+        else:
+            reader = getattr(self.cpu, "read_cpus", None)
+            infos = [i for _, i, _ in cpu_jobs]
+            halved = {
+                t.uid: t for t in cpu_job_targets(infos, self.node_cpus, ContentionEliminator(False, engaged=True))
+            }
+            full = {t.uid: t for t in cpu_job_targets(infos, self.node_cpus, ContentionEliminator(False))}
+            engaged = False
+            for _, info, cg in cpu_jobs:
+                want, kids = set(halved[info.uid].cpus), container_children(cg.cpuset)
+                if reader is None or not kids or len(want) == len(full[info.uid].cpus):
+                    continue  # a one-core job cannot be halved: its cpuset says nothing
+                with contextlib.suppress(OSError, InvalidInput):
+                    engaged = engaged or all(reader(d) == want for d in kids)
+        if engaged:
+            self.eliminator.engaged = True
+            log.info("resuming: CPU jobs were throttled by a previous agent (contention eliminator engaged)")
 
     def _search_step(self, pod: Any, info: PodInfo, cg: PodCgroups, now: float) -> list[str]:
         if self.adaptive.done(info):

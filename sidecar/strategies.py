@@ -17,6 +17,7 @@ CONTENTION_THRESHOLD = 0.75  # §V-E: node memory bandwidth at 75 % of peak
 RELEASE_FRACTION = 0.8  # hysteresis: lift the throttle below 0.8 x threshold (60 % of peak)
 MBA_PERCENT = 50  # §V-E gives no figure for the MBA cap; halving mirrors the no-RDT fallback
 GPU_NET_SHARE = 0.75  # §V-E: 75 % of the link for GPU jobs, 25 % for CPU jobs
+MAX_SEARCH_STEPS = 4  # seed 002: the best-fit core count "in less than four attempts" (Table V: four steps)
 
 
 # --------------------------------------------------------------------------- adaptive cores (§V-B)
@@ -27,12 +28,15 @@ class AdaptiveCores:
     """One :class:`CoreSearch` per training pod, started from N_start (§V-B-1) and fed GPU utilisation.
 
     ``owner_history`` maps an owner to (category, cores) of earlier jobs. A pod carrying
-    ``best_cores`` (its search finished before an agent restart) keeps that count.
+    ``best_cores`` (its search finished before an agent restart) keeps that count. The search
+    measures at most ``max_steps`` core counts (seed 002: "in less than four attempts"; Table V: four
+    steps), whatever the curve: at the bound the best count measured is kept.
     """
 
     node_cpus: int
     owner_history: Mapping[str, Sequence[tuple[str, int]]] = field(default_factory=dict)
     tolerance: float = 1.0
+    max_steps: int = MAX_SEARCH_STEPS
     searches: dict[str, CoreSearch] = field(default_factory=dict)
 
     def cores(self, pod: PodInfo) -> int:
@@ -49,7 +53,7 @@ class AdaptiveCores:
                 complex_iterations="complex-iterations" in pod.hints,
                 max_cores=self.node_cpus,
             )
-            s = self.searches[pod.uid] = CoreSearch(n0, 1, self.node_cpus, self.tolerance)
+            s = self.searches[pod.uid] = CoreSearch(n0, 1, self.node_cpus, self.tolerance, self.max_steps)
         return s.best if s.done else s.current
 
     def observe(self, pod: PodInfo, utilisation: float) -> int | None:

@@ -53,6 +53,23 @@ def test_adaptive_cores_converge_within_four_steps(category: str, best_fit: int)
     assert steps <= 4  # §V-B: "less than four attempts" from the category start point
 
 
+def test_search_budget_is_four_steps_whatever_the_curve() -> None:
+    """An owner's history starts at 3 cores, but utilisation keeps rising up to 8: without the budget
+    the search would walk 3, 2, 4, 5, 6, 7, 8 (seven 60 s steps); it stops after four, at the best seen."""
+    ac = AdaptiveCores(node_cpus=8, owner_history={"alice": [("NLP", 3)]})
+    pod = _info(T_UID, "training", category="NLP", owner="alice")
+    util = plateau_curve(8)
+    tried = [ac.cores(pod)]
+    while (nxt := ac.observe(pod, util(tried[-1]))) is not None:
+        tried.append(nxt)
+    assert tried == [3, 2, 4, 5] and ac.searches[T_UID].steps == 4
+    assert ac.done(pod) and ac.cores(pod) == 5  # the best count measured within the budget
+    unbounded = AdaptiveCores(node_cpus=8, owner_history={"alice": [("NLP", 3)]}, max_steps=64)
+    while unbounded.observe(pod, util(unbounded.cores(pod))) is not None:
+        pass
+    assert unbounded.searches[T_UID].steps == 7 and unbounded.cores(pod) == 8
+
+
 def test_start_point_from_owner_history_and_finished_searches() -> None:
     ac = AdaptiveCores(node_cpus=8, owner_history={"alice": [("CV", 6), ("NLP", 2)]})
     assert ac.cores(_info("x", "training", category="CV", owner="alice")) == 6
@@ -252,6 +269,42 @@ def test_agent_uses_one_mba_group_when_rdt_is_there(node: dict[str, object], tmp
     assert tasks == [2000, 2001]  # both containers of the CPU job, nothing else
     assert (rdt / "qosmos-cpu-jobs" / "schemata").read_text().strip() == "MB:0=50;1=50"
     assert _cpus(layout, C_UID) == {0, 1, 2, 3}  # MBA instead of halving
+
+
+@pytest.mark.parametrize("with_mba", [False, True])
+def test_restart_in_the_hysteresis_band_keeps_the_throttle(
+    node: dict[str, object], tmp_path: Path, with_mba: bool
+) -> None:
+    """Engaged at 80 % of peak, then the agent restarts while bandwidth is 70 % (between the 60 %
+    release point and the 75 % threshold): the new agent reads the throttle from the node and keeps it."""
+    layout, pods, bw = node["layout"], node["pods"], node["bw"]
+    assert isinstance(layout, CgroupLayout) and isinstance(pods, list) and isinstance(bw, Path)
+    rdt = make_resctrl_tree(tmp_path / "rdt")
+
+    def agent() -> NodeAgent:
+        mba = ResctrlMba(rdt, FakeKernelFS()) if with_mba else None
+        return NodeAgent("n1", None, layout, CgroupV1Cpu(FakeKernelFS()), None, DeclaredBandwidthSource(str(bw)),
+                         mba=mba)  # fmt: skip
+
+    def throttled() -> bool:
+        if with_mba:
+            return (rdt / "qosmos-cpu-jobs" / "tasks").read_text().split() == ["2000", "2001"]
+        return _cpus(layout, C_UID) == {2, 3}
+
+    bw.write_text(json.dumps({"bytes_per_second": 8e9, "peak_bytes_per_second": 1e10}))
+    agent().reconcile(pods)
+    assert throttled()
+    bw.write_text(json.dumps({"bytes_per_second": 7e9, "peak_bytes_per_second": 1e10}))
+    again = agent()
+    again.reconcile(pods)
+    assert throttled() and again.eliminator.engaged
+    bw.write_text(json.dumps({"bytes_per_second": 5e9, "peak_bytes_per_second": 1e10}))
+    again.reconcile(pods)
+    assert not throttled() and not again.eliminator.engaged
+    fresh = agent()  # nothing throttled on the node: a restart at 70 % engages nothing
+    bw.write_text(json.dumps({"bytes_per_second": 7e9, "peak_bytes_per_second": 1e10}))
+    fresh.reconcile(pods)
+    assert not throttled() and not fresh.eliminator.engaged
 
 
 def test_history_file_errors_are_one_line(tmp_path: Path) -> None:
