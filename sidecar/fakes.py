@@ -68,3 +68,68 @@ def make_resctrl_tree(root: Path, domains: tuple[str, ...] = ("0", "1"), mbm: bo
             m.mkdir(parents=True)
             (m / "mbm_total_bytes").write_text("0\n")
     return root
+
+
+def _uid_(uid: str) -> str:
+    return uid.replace("-", "_")
+
+
+def kubelet_pod_path(uid: str, qos: str, driver: str) -> str:
+    """Where the kubelet puts a pod (below the hierarchy), spelled out independently of ``cgroups.py``."""
+    if driver == "cgroupfs":
+        return f"kubepods/pod{uid}" if qos == "guaranteed" else f"kubepods/{qos}/pod{uid}"
+    if qos == "guaranteed":
+        return f"kubepods.slice/kubepods-pod{_uid_(uid)}.slice"
+    return f"kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{_uid_(uid)}.slice"
+
+
+def make_kubelet_tree(
+    root: Path, pods: dict[str, tuple[str, int]], cpus: str = "0-3", version: int = 2, driver: str = "systemd"
+) -> Path:
+    """A kubelet cgroup tree for any of the four layouts (v1/v2 x cgroupfs/systemd).
+
+    ``pods``: uid -> (qos class, number of containers); container IDs and their single task are
+    ``1000 * (pod index + 1) + container``; container cgroups are ``cri-containerd-<id>.scope``
+    under systemd. v2 files: cgroup.controllers, cpuset.cpus (empty: the parent's) and
+    cpuset.cpus.effective, cpu.max, cpu.stat (usage_usec...), cgroup.threads.
+    """
+    kp = "kubepods.slice" if driver == "systemd" else "kubepods"
+    qos_dirs = (
+        ["kubepods-burstable.slice", "kubepods-besteffort.slice"]
+        if driver == "systemd"
+        else ["burstable", "besteffort"]
+    )
+    dirs: list[tuple[str, list[int]]] = [("", []), (kp, [])] + [(f"{kp}/{q}", []) for q in qos_dirs]
+    for i, (uid, (qos, n)) in enumerate(sorted(pods.items())):
+        pod = kubelet_pod_path(uid, qos, driver)
+        dirs.append((pod, []))
+        for c in range(n):
+            cid = container_id(1000 * (i + 1) + c)
+            dirs.append(
+                (f"{pod}/{cid if driver == 'cgroupfs' else f'cri-containerd-{cid}.scope'}", [1000 * (i + 1) + c])
+            )
+    if version == 1:
+        for rel, tasks in dirs:
+            for ctrl in ("cpuset", "cpu", "cpuacct"):
+                d = root / ctrl / rel
+                d.mkdir(parents=True, exist_ok=True)
+                if ctrl == "cpuset":
+                    (d / "cpuset.cpus").write_text(cpus + "\n")
+                    (d / "tasks").write_text("".join(f"{t}\n" for t in tasks))
+                elif ctrl == "cpu":
+                    (d / "cpu.cfs_quota_us").write_text("-1\n")
+                    (d / "cpu.cfs_period_us").write_text("100000\n")
+                    (d / "cpu.stat").write_text("nr_periods 10\nnr_throttled 3\nthrottled_time 5000000\n")
+                else:
+                    (d / "cpuacct.usage").write_text("2000000000\n")
+        return root
+    for rel, tasks in dirs:
+        d = root / rel
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        (d / "cpuset.cpus").write_text("\n" if rel else cpus + "\n")
+        (d / "cpuset.cpus.effective").write_text(cpus + "\n")
+        (d / "cpu.max").write_text("max 100000\n")
+        (d / "cpu.stat").write_text("usage_usec 2000000\nnr_periods 10\nnr_throttled 3\nthrottled_usec 5000\n")
+        (d / "cgroup.threads").write_text("".join(f"{t}\n" for t in tasks))
+    return root
