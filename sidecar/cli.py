@@ -97,6 +97,7 @@ def run(
         BandwidthSource,
         DeclaredBandwidthSource,
         ResctrlMbmSource,
+        describe_gpu_source,
         make_gpu_source,
     )
 
@@ -124,13 +125,14 @@ def run(
     if metrics_port:
         start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
     opts = AgentOptions(step_seconds, warmup_seconds, interval, link_mbit, tc_dev, membw_peak)
+    gpu_source = make_gpu_source(gpu_util)
     agent = build_agent(
         node,
         client.CoreV1Api(api_client),
         cgroup_root,
         cgroup_driver,
         cgroup_parent,
-        make_gpu_source(gpu_util),
+        gpu_source,
         bw,
         resctrl_root,
         dry_run,
@@ -142,13 +144,14 @@ def run(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     logging.getLogger("qosmos.sidecar").info(
-        "node %s: cgroup v%d/%s, cpus %s, MBA %s, tc %s",
+        "node %s: cgroup v%d/%s, cpus %s, MBA %s, tc %s, GPU utilisation %s",
         node,
         agent.layout.version,
         agent.layout.driver,
         ",".join(map(str, agent.node_cpus)),
         "yes" if agent.mba else "no (halve cores)",
         tc_dev or "off",
+        describe_gpu_source(gpu_source, gpu_util),
     )
     agent.run(stop.is_set, passes or None)
 

@@ -111,6 +111,17 @@ def make_gpu_source(spec: str) -> GpuSource | None:
     return DeclaredGpuSource(spec)
 
 
+def describe_gpu_source(src: GpuSource | None, spec: str) -> str:
+    """For the agent's start line: which source feeds the §V-B search (and what happens without one)."""
+    if isinstance(src, NvmlGpuSource):
+        return "from NVML"
+    if isinstance(src, DeclaredGpuSource):
+        return f"from {src.spec}"
+    if spec == "auto":
+        return "none (no GPU answers NVML; give --gpu-util FILE|URL): training pods keep their start cores"
+    return "none: training pods keep their start cores"
+
+
 # --------------------------------------------------------------------------- memory bandwidth
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from qosmos.sidecar.sources import DeclaredGpuSource, NvmlGpuSource, make_gpu_source
+from qosmos.sidecar.sources import DeclaredGpuSource, NvmlGpuSource, describe_gpu_source, make_gpu_source
 from qosmos.testing import node as testnode
 
 
@@ -64,6 +64,31 @@ def test_nvml_source_averages_the_pods_gpus(monkeypatch: pytest.MonkeyPatch) -> 
     assert src.utilisation("ns/p", [12, 13]) == 70.0  # GPUs 0 and 2 run the pod's processes
     assert src.utilisation("ns/q", [99]) == 50.0  # none match: every GPU
     assert NvmlGpuSource.available()
+
+
+def test_auto_is_nvml_only_when_a_gpu_answers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def no_driver() -> None:
+        raise RuntimeError("NVML Shared Library Not Found")  # what pynvml raises on a host without a GPU
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=no_driver))
+    assert make_gpu_source("auto") is None
+    assert "no GPU answers NVML" in describe_gpu_source(None, "auto")
+    declared = make_gpu_source(str(tmp_path / "gpu.json"))
+    assert describe_gpu_source(declared, str(tmp_path / "gpu.json")) == f"from {tmp_path / 'gpu.json'}"
+    one_gpu = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1)
+    monkeypatch.setitem(sys.modules, "pynvml", one_gpu)
+    src = make_gpu_source("auto")
+    assert isinstance(src, NvmlGpuSource) and describe_gpu_source(src, "auto") == "from NVML"
+
+
+def test_real_nvml_without_a_gpu_means_no_source() -> None:
+    """nvidia-ml-py itself (qosmos[gpu]) on a host without the NVIDIA driver: auto picks no source."""
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py not installed (pip install 'qosmos[gpu]')")
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this host has an NVIDIA driver: the no-GPU path cannot be shown here")
+    with pytest.raises(pynvml.NVMLError):
+        pynvml.nvmlInit()
+    assert not NvmlGpuSource.available() and make_gpu_source("auto") is None
 
 
 def test_node_fixture_says_why_a_host_cannot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
