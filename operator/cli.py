@@ -1,4 +1,4 @@
-"""CLI commands of the operator component: ``qosmos crds generate``."""
+"""CLI commands of the operator component: ``qosmos crds generate``, ``qosmos operator run``."""
 
 from __future__ import annotations
 
@@ -39,5 +39,61 @@ def generate(
         typer.echo(f"wrote {path}")
 
 
+operator_app = typer.Typer(
+    help="The qosmos operator: VirtualCluster queues admitting DLJobs through the core's admission cycle.",
+    no_args_is_help=True,
+)
+
+
+@operator_app.command("run")
+@clean_errors(OSError)
+def run(
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="watch DLJobs and their pods in this namespace only (default: all namespaces)")
+    ] = None,
+    metrics_port: Annotated[
+        int, typer.Option(help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default 0: no metrics server)")
+    ] = 0,
+    interval: Annotated[
+        float, typer.Option(help="seconds between passes without events (waiting allowances move with time)")
+    ] = 10.0,
+    history_namespace: Annotated[
+        str, typer.Option(help="namespace of the ConfigMap holding the QSSF duration history")
+    ] = "default",
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
+) -> None:
+    """Run the operator until interrupted (SIGINT/SIGTERM)."""
+    import logging
+
+    from qosmos.extender.core.errors import InvalidInput
+    from qosmos.operator.runner import RunOptions
+    from qosmos.operator.runner import run as run_operator
+
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise InvalidInput("kubeconfig", str(kubeconfig), "no such file")
+    if not 0 <= metrics_port <= 65535:
+        raise InvalidInput("metrics_port", metrics_port, "must be in [0, 65535]")
+    if not interval > 0:
+        raise InvalidInput("interval", interval, "must be > 0")
+    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise InvalidInput("log_level", log_level, "expected DEBUG, INFO, WARNING or ERROR")
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("kopf", "kubernetes", "urllib3", "aiohttp"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(log_level.upper())))
+    run_operator(
+        RunOptions(
+            kubeconfig=str(kubeconfig) if kubeconfig else None,
+            namespace=namespace,
+            metrics_port=metrics_port,
+            interval_s=interval,
+            history_namespace=history_namespace,
+        )
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(crds_app, name="crds")
+    app.add_typer(operator_app, name="operator")

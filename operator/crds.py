@@ -335,6 +335,9 @@ class DLJobPlacement(_Model):
     nodes: int = Field(ge=0, description="nodes of the gang (one pod each)")
     gpus_per_node: int = Field(ge=0, description="GPUs of each pod")
     node_names: Annotated[list[str], Field(max_length=4096)] | None = Field(None, description="the nodes chosen")
+    gpus_by_node: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=4096)] | None = Field(
+        None, description="GPUs of each pod, in nodeNames order, when they differ (gpusPerNode is then the largest)"
+    )
     shape: str | None = Field(None, max_length=32, description="nodes x gpusPerNode, e.g. 2x8, for kubectl get")
 
 

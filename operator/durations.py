@@ -1,0 +1,79 @@
+"""QSSF durations for the operator: ``qosmos.predictors.make_duration_predictor("qssf")`` trained on the
+cluster's own finished DLJobs. The observations are kept in a ConfigMap, so a restarted operator
+replays them into a fresh predictor and predicts as before (the predictor retrains itself as the
+history grows, its documented schedule; before any history it predicts nothing and QSSF orders such
+jobs last, in arrival order)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from qosmos.extender.core.types import DurationPredictor, Job
+from qosmos.operator.kube import Kube
+
+log = logging.getLogger("qosmos.operator")
+
+CONFIG_MAP = "qosmos-operator-durations"
+KEY = "observations.json"
+MAX_OBSERVATIONS = 5000  # a ConfigMap holds at most 1 MiB; ~150 bytes per observation
+_FIELDS = ("id", "submit_time", "gpus", "kind", "user", "vc", "model", "batch", "iters", "cpu_milli", "memory_mib")
+
+
+def _row(job: Job, duration: float, end: float) -> dict[str, Any]:
+    row: dict[str, Any] = {f: getattr(job, f) for f in _FIELDS}
+    row.update(kind=str(job.kind), qos=int(job.qos), name=job.name, category=job.category)
+    row.update(gpu_models=list(job.gpu_models), duration=duration, end=end)
+    return row
+
+
+def _job(row: dict[str, Any]) -> tuple[Job, float, float]:
+    kw = {f: row[f] for f in _FIELDS}
+    job = Job(**kw, qos=row["qos"], name=row["name"], category=row["category"], gpu_models=tuple(row["gpu_models"]))
+    return job, float(row["duration"]), float(row["end"])
+
+
+class Durations:
+    def __init__(self, kube: Kube | None, namespace: str = "default", predictor: str = "qssf") -> None:
+        from qosmos.predictors import make_duration_predictor
+
+        self.kube = kube
+        self.namespace = namespace
+        self.predictor: DurationPredictor = make_duration_predictor(predictor)
+        self.rows: list[dict[str, Any]] = []
+        self.loaded = False
+        self.dirty = False
+
+    def load(self) -> None:
+        """Replay the persisted observations once (the first pass after a start)."""
+        if self.loaded or self.kube is None:
+            self.loaded = True
+            return
+        data = self.kube.read_config_map(self.namespace, CONFIG_MAP) or {}
+        try:
+            rows = json.loads(data.get(KEY) or "[]")
+            for row in rows:
+                job, duration, end = _job(row)
+                self.predictor.observe(job, duration, end)
+            self.rows = list(rows)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "duration history in ConfigMap %s/%s unreadable, starting afresh: %s", self.namespace, CONFIG_MAP, exc
+            )
+            self.rows = []
+        self.loaded = True
+
+    def observe(self, job: Job, duration: float, end: float) -> None:
+        self.predictor.observe(job, duration, end)
+        self.rows.append(_row(job, duration, end))
+        self.rows = self.rows[-MAX_OBSERVATIONS:]
+        self.dirty = True
+
+    def predict(self, job: Job, now: float) -> float | None:
+        return self.predictor.predict(job, now)
+
+    def save(self) -> None:
+        if self.dirty and self.kube is not None:
+            self.kube.write_config_map(self.namespace, CONFIG_MAP, {KEY: json.dumps(self.rows, separators=(",", ":"))})
+            self.dirty = False

@@ -1,0 +1,166 @@
+"""The operator's API calls (kubernetes client, raw JSON lists), so the reconciler reads like its rules.
+
+Every write is idempotent or tolerant of having been done already: a create that meets AlreadyExists,
+a delete that meets NotFound and a status merge patch all succeed, so a restarted operator may redo
+whatever it had started.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from qosmos.operator.crds import GROUP, VERSION
+
+log = logging.getLogger("qosmos.operator")
+
+BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+class Kube:
+    def __init__(self, api_client: Any, namespace: str | None = None) -> None:
+        from kubernetes import client
+
+        self.api = api_client
+        self.namespace = namespace
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    # ---- reads (raw JSON: cheap on thousands of objects) ----------------------------------------
+    def _items(self, resp: Any) -> list[dict[str, Any]]:
+        return list(json.loads(resp.data).get("items") or [])
+
+    def virtual_clusters(self) -> list[dict[str, Any]]:
+        return self._items(
+            self.custom.list_cluster_custom_object(GROUP, VERSION, "virtualclusters", _preload_content=False)
+        )
+
+    def dljobs(self) -> list[dict[str, Any]]:
+        if self.namespace:
+            resp = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "dljobs", _preload_content=False
+            )
+        else:
+            resp = self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", _preload_content=False)
+        return self._items(resp)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._items(self.core.list_node(_preload_content=False))
+
+    def gang_pods(self) -> list[dict[str, Any]]:
+        """Pods of DLJobs (label qosmos.io/job), bound or not, in the operator's namespace(s)."""
+        sel = "qosmos.io/job"
+        if self.namespace:
+            resp = self.core.list_namespaced_pod(self.namespace, label_selector=sel, _preload_content=False)
+        else:
+            resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
+        return self._items(resp)
+
+    def other_bound_pods(self) -> list[dict[str, Any]]:
+        """Bound, unfinished pods that are not DLJob pods (they hold node resources too)."""
+        resp = self.core.list_pod_for_all_namespaces(
+            field_selector=BOUND, label_selector="!qosmos.io/job", _preload_content=False
+        )
+        return self._items(resp)
+
+    # ---- writes -------------------------------------------------------------------------------
+    def patch_dljob_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "dljobs", name, {"status": status})
+
+    def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_cluster_custom_object_status(GROUP, VERSION, "virtualclusters", name, {"status": status})
+
+    def annotate_vc(self, name: str, annotations: dict[str, str | None]) -> None:
+        self.custom.patch_cluster_custom_object(
+            GROUP, VERSION, "virtualclusters", name, {"metadata": {"annotations": annotations}}
+        )
+
+    def label_node(self, name: str, labels: dict[str, str | None]) -> None:
+        self.core.patch_node(name, {"metadata": {"labels": labels}})
+
+    def create_pod(self, pod: dict[str, Any]) -> bool:
+        """True when created, False when it exists already (a restart redoing its work)."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
+            return True
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+
+    def ungate(self, namespace: str, name: str, gates: list[dict[str, Any]]) -> None:
+        """Replace the pod's scheduling gates by ``gates`` (the template's own, without ours)."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.core.patch_namespaced_pod(
+                name, namespace, [{"op": "replace", "path": "/spec/schedulingGates", "value": gates}]
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def event(self, obj: dict[str, Any], reason: str, message: str, kind: str = "DLJob", type_: str = "Normal") -> None:
+        """A Kubernetes Event on a DLJob (best effort: an event lost is only a line in `describe`)."""
+        from datetime import UTC, datetime
+
+        m = obj.get("metadata") or {}
+        ns = m.get("namespace", "default")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{m.get('name', 'dljob')}.", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": kind,
+                "name": m.get("name"),
+                "namespace": ns,
+                "uid": m.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": "qosmos-operator"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(ns, body)
+        except Exception as exc:  # best effort, said in the log
+            log.debug("event %s on %s/%s not written: %s", reason, ns, m.get("name"), exc)
+
+    # ---- the duration history (QSSF) ----------------------------------------------------------
+    def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return dict(self.core.read_namespaced_config_map(name, namespace).data or {})
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def write_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        from kubernetes.client.rest import ApiException
+
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}}
+        try:
+            self.core.patch_namespaced_config_map(name, namespace, {"data": data})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            self.core.create_namespaced_config_map(namespace, {**body, "data": data})

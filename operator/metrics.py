@@ -1,0 +1,22 @@
+"""The operator's Prometheus metrics (served on 127.0.0.1 by ``qosmos operator run --metrics-port``)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+QUEUE_LENGTH = Gauge("qosmos_operator_queue_length", "DLJobs waiting in a VirtualCluster's queue", ["vc"])
+OLDEST_WAIT = Gauge("qosmos_operator_oldest_wait_seconds", "wait so far of a VirtualCluster's oldest DLJob", ["vc"])
+ADMISSIONS = Counter("qosmos_operator_admissions_total", "DLJobs admitted", ["vc"])
+FINISHED = Counter("qosmos_operator_finished_total", "DLJobs finished", ["vc", "phase"])
+PODS_CREATED = Counter("qosmos_operator_pods_created_total", "gang pods created")
+APPLY_TO_RUNNING = Histogram(
+    "qosmos_operator_apply_to_running_seconds",
+    "from a DLJob's creation to all its pods Running",
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, float("inf")),
+)
+PASS_SECONDS = Histogram(
+    "qosmos_operator_pass_seconds",
+    "one reconcile pass (read, admit every VirtualCluster, write)",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, float("inf")),
+)
+ERRORS = Counter("qosmos_operator_errors_total", "operator errors", ["where"])

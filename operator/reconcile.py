@@ -1,0 +1,682 @@
+"""One reconcile pass of the operator: read every object, run the core's admission cycle per
+VirtualCluster, apply its decisions. Level-triggered and stateless between passes (the objects are
+the truth), so a restarted operator continues where the last one stopped.
+
+Order of a pass:
+1. nodes: each in the first VirtualCluster (by name) whose nodeSelector matches; label
+   ``qosmos.io/vc`` kept in sync (the extender reads it);
+2. admitted gangs: pods of the current attempt created (gated) and ungated, pods of earlier
+   attempts deleted; all pods Running -> Running, all Succeeded -> Succeeded (duration observed for
+   QSSF), a Failed pod -> the gang is recreated (``status.restarts`` + 1) up to backoffLimit, then
+   Failed;
+3. quotas: borrowing and reclaim (``core.quota``) over the VirtualClusters with a quota;
+4. admission per VirtualCluster (``core.admission.admit``, the function the simulator calls): starts
+   are written to the DLJob's status FIRST (phase Admitted, placement), then the gang's pods are
+   created gated with the extender's annotations, then ungated all together; preempted jobs go back
+   to Queued; every waiting job gets the core's reason as its ``Admitted=False`` condition.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from qosmos.extender.admission_api import order_context
+from qosmos.extender.cache import PodInfo, pod_info
+from qosmos.extender.core.admission import (
+    AdmissionResult,
+    Partition,
+    PartitionRuntime,
+    RunningJob,
+    WaitReason,
+    admit,
+)
+from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.quota import HeldJob, QuotaState, accounting, effective_quota, reclaim
+from qosmos.extender.core.types import Allocation, Job
+from qosmos.operator import metrics
+from qosmos.operator.crds import LABEL_JOB, LABEL_VC, DLJobPhase, DLJobSpec, VirtualClusterSpec
+from qosmos.operator.durations import Durations
+from qosmos.operator.kube import Kube
+from qosmos.operator.translate import (
+    ANN_CARRY,
+    GATE,
+    LABEL_ATTEMPT,
+    NO_VC,
+    Gang,
+    assign_nodes,
+    book_gang,
+    book_pods,
+    carry_from_json,
+    carry_to_json,
+    core_nodes,
+    gang_pods,
+    job_from_dljob,
+    key_of,
+    meta,
+    parse_time,
+    rfc3339,
+    running_job,
+)
+
+log = logging.getLogger("qosmos.operator")
+
+ADMITTED = "Admitted"  # the condition type saying whether (and why not) a DLJob is admitted
+ACTIVE = (DLJobPhase.ADMITTED.value, DLJobPhase.RUNNING.value)
+FINISHED = (DLJobPhase.SUCCEEDED.value, DLJobPhase.FAILED.value)
+ALLOWANCE_STEP_S = 10  # a waiting allowance is rewritten when it moved by this much (it moves every second)
+OLDEST_WAIT_STEP_S = 10
+
+
+def reason_of(code: str) -> str:
+    """A WaitReason code as a condition reason (CamelCase: no-fit -> NoFit)."""
+    return "".join(p.capitalize() for p in code.replace("_", "-").split("-")) or "Waiting"
+
+
+def condition(status: str, reason: str, message: str, now: float, old: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The Admitted condition; its transition time moves only when its status does."""
+    prev = next((c for c in old or [] if c.get("type") == ADMITTED), None)
+    since = prev["lastTransitionTime"] if prev and prev.get("status") == status else rfc3339(now)
+    return {"type": ADMITTED, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
+
+
+def _same_condition(old: list[dict[str, Any]] | None, new: dict[str, Any]) -> bool:
+    prev = next((c for c in old or [] if c.get("type") == ADMITTED), None)
+    return prev is not None and all(prev.get(k) == new[k] for k in ("status", "reason", "message"))
+
+
+@dataclass(slots=True)
+class DL:
+    """A DLJob of this pass: the object, its spec, and its core Job."""
+
+    obj: dict[str, Any]
+    spec: DLJobSpec
+    job: Job
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.obj.get("status") or {}
+
+    @property
+    def phase(self) -> str | None:
+        return self.status.get("phase")
+
+    @property
+    def name(self) -> str:
+        return str(meta(self.obj)["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(meta(self.obj).get("namespace", "default"))
+
+
+@dataclass(slots=True)
+class PassReport:
+    """What one pass did (tests and logs)."""
+
+    admitted: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    restarted: list[str] = field(default_factory=list)
+    pods_created: int = 0
+    writes: int = 0
+    seconds: float = 0.0
+
+
+class Reconciler:
+    """Holds only caches (policy runtimes, GENIE tables) and the duration history; every decision is
+    re-derived from the objects each pass."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        modeldb: ModelDB | None = None,
+        durations: Durations | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.modeldb = modeldb or ModelDB.builtin()
+        self.durations = durations or Durations(kube)
+        self.clock = clock
+        self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
+
+    # ------------------------------------------------------------------------------------------
+    def run_pass(self) -> PassReport:
+        t0 = time.perf_counter()
+        rep = PassReport()
+        now = self.clock()
+        vcs = self.kube.virtual_clusters()
+        nodes = self.kube.nodes()
+        dljobs = self.kube.dljobs()
+        pods = self.kube.gang_pods()
+        others = self.kube.other_bound_pods()
+        self.durations.load()
+
+        vc_specs: dict[str, VirtualClusterSpec] = {}
+        for v in vcs:
+            try:
+                vc_specs[meta(v)["name"]] = VirtualClusterSpec.model_validate(v.get("spec") or {})
+            except ValueError as exc:  # the CRD refuses bad specs; an older object may still be one
+                log.warning("VirtualCluster %s skipped: %s", meta(v).get("name"), exc)
+        vcs = [v for v in vcs if meta(v)["name"] in vc_specs]
+        assignment = assign_nodes(nodes, vcs)
+        self._sync_node_labels(nodes, assignment, set(vc_specs), rep)
+
+        pods_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for p in pods:
+            m = meta(p)
+            pods_of[f"{m.get('namespace', 'default')}/{(m.get('labels') or {}).get(LABEL_JOB, '')}"].append(p)
+
+        jobs: list[DL] = []
+        for obj in dljobs:
+            try:
+                spec = DLJobSpec.model_validate(obj.get("spec") or {})
+                jobs.append(DL(obj, spec, job_from_dljob(obj)))
+            except (ValueError, InvalidInput) as exc:
+                log.warning("DLJob %s skipped: %s", key_of(obj), exc)
+                metrics.ERRORS.labels("translate").inc()
+
+        # 2. admitted gangs
+        for dl in jobs:
+            if dl.phase in ACTIVE:
+                self._lifecycle(dl, pods_of.get(dl.job.id, []), now, rep)
+        for dl in jobs:  # pods of finished or requeued DLJobs that still run are stopped
+            if dl.phase not in ACTIVE:
+                for p in pods_of.get(dl.job.id, []):
+                    if dl.phase is None or dl.phase == DLJobPhase.QUEUED.value or _phase(p) not in FINISHED:
+                        self.kube.delete_pod(dl.namespace, meta(p)["name"])
+                        rep.writes += 1
+
+        # the cluster: nodes, other pods, every admitted gang
+        try:
+            cluster = ClusterState(core_nodes(nodes, assignment)) if nodes else None
+        except InvalidInput as exc:
+            log.warning("nodes skipped: %s", exc)
+            cluster = None
+        infos: list[PodInfo] = []
+        for p in others:
+            try:
+                infos.append(pod_info(p))
+            except InvalidInput:
+                continue
+        by_vc: dict[str, list[DL]] = defaultdict(list)
+        for dl in jobs:
+            by_vc[dl.spec.virtual_cluster].append(dl)
+        running: dict[str, list[RunningJob]] = defaultdict(list)
+        if cluster is not None:
+            book_pods(cluster, infos)
+            for dl in jobs:
+                if dl.phase in ACTIVE:
+                    gang = Gang.of_status(dl.status)
+                    if gang is None:
+                        continue
+                    bound = _bound_nodes(pods_of.get(dl.job.id, []), int(dl.status.get("restarts") or 0))
+                    alloc = book_gang(cluster, gang, dl.spec, bound)
+                    start = parse_time(dl.status.get("admittedAt")) or now
+                    running[dl.spec.virtual_cluster].append(
+                        running_job(dl.job, start, alloc, self._predict(dl.job, now))
+                    )
+
+        # DLJobs naming a missing VirtualCluster wait, saying so
+        for name, group in by_vc.items():
+            if name not in vc_specs:
+                for dl in group:
+                    if dl.phase in (None, DLJobPhase.QUEUED.value):
+                        self._wait_status(
+                            dl,
+                            "VirtualClusterMissing",
+                            f"VirtualCluster {name} does not exist",
+                            None,
+                            None,
+                            now,
+                            rep,
+                        )
+
+        # 3. quotas
+        quotas = self._quota_states(vc_specs, by_vc, running)
+        for h in reclaim(list(quotas.values()), self._held(running)):
+            dl = next(d for d in by_vc[h.partition] if d.job.id == h.id)
+            self._requeue(dl, f"reclaimed: {h.partition} borrowed beyond its quota and a lender needs it", now, rep)
+            running[h.partition] = [r for r in running[h.partition] if r.job.id != h.id]
+            quotas = self._quota_states(vc_specs, by_vc, running)
+
+        # 4. admission, one VirtualCluster at a time
+        for v in sorted(vcs, key=lambda v: meta(v)["name"]):
+            name = meta(v)["name"]
+            if cluster is None:
+                break
+            try:
+                self._admit_vc(v, vc_specs[name], by_vc.get(name, []), running[name], quotas, cluster, now, rep)
+            except Exception:
+                metrics.ERRORS.labels("admit").inc()
+                log.exception("admission pass of VirtualCluster %s failed", name)
+            quotas = self._quota_states(vc_specs, by_vc, running)
+        self._vc_statuses(vcs, vc_specs, by_vc, running, quotas, cluster, now, rep)
+        self.durations.save()
+        rep.seconds = time.perf_counter() - t0
+        metrics.PASS_SECONDS.observe(rep.seconds)
+        return rep
+
+    # ---- nodes --------------------------------------------------------------------------------
+    def _sync_node_labels(
+        self, nodes: list[dict[str, Any]], assignment: Mapping[str, str], names: set[str], rep: PassReport
+    ) -> None:
+        for n in nodes:
+            m = meta(n)
+            have = (m.get("labels") or {}).get(LABEL_VC)
+            want = assignment.get(m["name"], NO_VC)
+            if want and have != want:
+                self.kube.label_node(m["name"], {LABEL_VC: want})
+                m.setdefault("labels", {})[LABEL_VC] = want
+                rep.writes += 1
+            elif not want and have in names:  # selected by a VirtualCluster no longer
+                self.kube.label_node(m["name"], {LABEL_VC: None})
+                m["labels"].pop(LABEL_VC, None)
+                rep.writes += 1
+
+    # ---- gangs --------------------------------------------------------------------------------
+    def _lifecycle(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> None:
+        """An admitted DLJob: its pods follow its status, its status follows its pods."""
+        st = dl.status
+        attempt = int(st.get("restarts") or 0)
+        gang = Gang.of_status(st)
+        if gang is None:  # admitted without a placement: cannot happen from this operator; requeue
+            self._requeue(dl, "admitted without a placement", now, rep)
+            return
+        cur = {meta(p)["name"]: p for p in pods if _attempt(p) == attempt}
+        for p in pods:
+            if _attempt(p) != attempt:
+                self.kube.delete_pod(dl.namespace, meta(p)["name"])
+                rep.writes += 1
+        want = [p["metadata"]["name"] for p in gang_pods(dl.obj, gang, attempt)]
+        phases = [_phase(cur[n]) if n in cur else None for n in want]
+        if "Failed" in phases or (dl.phase == DLJobPhase.RUNNING.value and None in phases):
+            self._failed(dl, [cur[n] for n in want if n in cur], attempt, now, rep)
+            return
+        if all(p == "Succeeded" for p in phases):
+            end = max((_finished_at(cur[n]) or now for n in want), default=now)
+            start = parse_time(st.get("startTime")) or parse_time(st.get("admittedAt")) or end
+            self._patch(
+                dl,
+                {
+                    "phase": DLJobPhase.SUCCEEDED.value,
+                    "completionTime": rfc3339(end),
+                    "startTime": st.get("startTime") or rfc3339(start),
+                },
+                rep,
+            )
+            self.durations.observe(dl.job, max(end - start, 0.0), end)
+            self.kube.event(dl.obj, "Succeeded", f"all {len(want)} pods succeeded")
+            metrics.FINISHED.labels(dl.spec.virtual_cluster, "Succeeded").inc()
+            rep.finished.append(dl.job.id)
+            return
+        if all(p in ("Running", "Succeeded") for p in phases):
+            if dl.phase != DLJobPhase.RUNNING.value:
+                self._patch(dl, {"phase": DLJobPhase.RUNNING.value, "startTime": rfc3339(now)}, rep)
+                self.kube.event(dl.obj, "Running", f"all {len(want)} pods are running")
+                created = parse_time(meta(dl.obj).get("creationTimestamp"))
+                if created is not None:
+                    metrics.APPLY_TO_RUNNING.observe(max(now - created, 0.0))
+            return
+        self._ensure_gang(dl, gang, attempt, cur, rep)
+
+    def _ensure_gang(
+        self, dl: DL, gang: Gang, attempt: int, cur: Mapping[str, dict[str, Any]], rep: PassReport
+    ) -> None:
+        """Create the gang's missing pods (gated), then remove the gate from every pod of the gang. A
+        pod is never ungated before all its peers exist, so no half gang is ever scheduled."""
+        manifests = gang_pods(dl.obj, gang, attempt)
+        for pod in manifests:
+            if pod["metadata"]["name"] not in cur:
+                if self.kube.create_pod(pod):
+                    rep.pods_created += 1
+                    metrics.PODS_CREATED.inc()
+                rep.writes += 1
+        for pod in manifests:
+            live = cur.get(pod["metadata"]["name"])
+            gates = (live or pod)["spec"].get("schedulingGates") or []
+            if any(g.get("name") == GATE for g in gates):
+                self.kube.ungate(dl.namespace, pod["metadata"]["name"], [g for g in gates if g.get("name") != GATE])
+                rep.writes += 1
+
+    def _failed(self, dl: DL, pods: list[dict[str, Any]], attempt: int, now: float, rep: PassReport) -> None:
+        """A failed (or lost) pod fails the gang: recreate it up to backoffLimit, then Failed."""
+        failed = next((meta(p)["name"] for p in pods if _phase(p) == "Failed"), "a pod")
+        if attempt < dl.spec.backoff_limit:
+            self._patch(
+                dl,
+                {"phase": DLJobPhase.ADMITTED.value, "restarts": attempt + 1, "startTime": None},
+                rep,
+            )
+            for p in pods:
+                self.kube.delete_pod(dl.namespace, meta(p)["name"])
+            self.kube.event(
+                dl.obj, "Restarted", f"{failed} failed: gang recreated ({attempt + 1}/{dl.spec.backoff_limit})", "DLJob"
+            )
+            rep.restarted.append(dl.job.id)
+            dl.obj["status"] = {**dl.status, "restarts": attempt + 1, "phase": DLJobPhase.ADMITTED.value}
+            gang = Gang.of_status(dl.status)
+            if gang is not None:
+                self._ensure_gang(dl, gang, attempt + 1, {}, rep)
+            return
+        self._patch(dl, {"phase": DLJobPhase.FAILED.value, "completionTime": rfc3339(now)}, rep)
+        for p in pods:
+            if _phase(p) not in FINISHED:
+                self.kube.delete_pod(dl.namespace, meta(p)["name"])
+        self.kube.event(
+            dl.obj, "Failed", f"{failed} failed after {attempt} restarts (backoffLimit)", "DLJob", "Warning"
+        )
+        metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
+        rep.finished.append(dl.job.id)
+
+    def _requeue(self, dl: DL, why: str, now: float, rep: PassReport) -> None:
+        """Back to the queue (preempted or reclaimed): placement dropped, pods deleted."""
+        self._patch(
+            dl,
+            {
+                "phase": DLJobPhase.QUEUED.value,
+                "placement": None,
+                "admittedAt": None,
+                "startTime": None,
+                "conditions": [condition("False", "Preempted", why, now, dl.status.get("conditions"))],
+            },
+            rep,
+        )
+        for p in self._pods_now(dl):
+            self.kube.delete_pod(dl.namespace, p)
+        self.kube.event(dl.obj, "Preempted", why, "DLJob", "Warning")
+        dl.obj["status"] = {**dl.status, "phase": DLJobPhase.QUEUED.value, "placement": None}
+        rep.preempted.append(dl.job.id)
+
+    def _pods_now(self, dl: DL) -> list[str]:
+        gang = Gang.of_status(dl.status)
+        if gang is None:
+            return []
+        attempt = int(dl.status.get("restarts") or 0)
+        return [p["metadata"]["name"] for p in gang_pods(dl.obj, gang, attempt)]
+
+    # ---- quotas -------------------------------------------------------------------------------
+    def _quota_states(
+        self,
+        specs: Mapping[str, VirtualClusterSpec],
+        by_vc: Mapping[str, list[DL]],
+        running: Mapping[str, list[RunningJob]],
+    ) -> dict[str, QuotaState]:
+        out = {}
+        for name, spec in specs.items():
+            if spec.quota is None:
+                continue
+            held = sum(_gpus(r) for r in running.get(name, []))
+            demand = sum(d.job.gpus for d in by_vc.get(name, []) if d.phase in (None, DLJobPhase.QUEUED.value))
+            out[name] = QuotaState(name, spec.quota.gpus, spec.quota.borrowing_limit, held, demand)
+        return out
+
+    @staticmethod
+    def _held(running: Mapping[str, list[RunningJob]]) -> list[HeldJob]:
+        return [HeldJob(r.job.id, vc, _gpus(r), r.job.submit_time) for vc, rs in running.items() for r in rs]
+
+    # ---- admission ----------------------------------------------------------------------------
+    def _runtime(self, name: str, spec: VirtualClusterSpec, quota: int | None) -> PartitionRuntime:
+        part = spec.partition(name)
+        if quota is not None:
+            part = Partition(
+                part.name,
+                part.policy,
+                part.placement,
+                part.backfill,
+                part.relax_factor,
+                quota,
+                part.theta,
+                part.array_split,
+            )
+        cached = self._runtimes.get(name)
+        if cached is not None and cached[0] == part:
+            return cached[1]
+        rt = PartitionRuntime(part)
+        self._runtimes[name] = (part, rt)
+        return rt
+
+    def _predict(self, job: Job, now: float) -> float | None:
+        try:
+            return self.durations.predict(job, now)
+        except Exception:  # the predictor's failure: the job has no prediction (QSSF orders it last)
+            metrics.ERRORS.labels("predict").inc()
+            log.exception("duration prediction of %s failed", job.id)
+            return None
+
+    def _admit_vc(
+        self,
+        vc: dict[str, Any],
+        spec: VirtualClusterSpec,
+        group: list[DL],
+        running: list[RunningJob],
+        quotas: Mapping[str, QuotaState],
+        cluster: ClusterState,
+        now: float,
+        rep: PassReport,
+    ) -> None:
+        name = meta(vc)["name"]
+        quota = effective_quota(list(quotas.values()), name) if name in quotas else None
+        rt = self._runtime(name, spec, quota)
+        needs_durations = spec.policy == "qssf" or spec.backfill != "none"
+        waiting_dl = [d for d in group if d.phase in (None, DLJobPhase.QUEUED.value)]
+        for d in waiting_dl:
+            if needs_durations:
+                d.job.predicted_duration = self._predict(d.job, now)
+        metrics.QUEUE_LENGTH.labels(name).set(len(waiting_dl))
+        oldest = max((now - d.job.submit_time for d in waiting_dl), default=0.0)
+        metrics.OLDEST_WAIT.labels(name).set(oldest)
+        if not waiting_dl:
+            return
+        rt.ctx = order_context(rt.partition, cluster, running, now, self.modeldb)
+        carry = carry_from_json((meta(vc).get("annotations") or {}).get(ANN_CARRY), cluster)
+
+        def estimate(job: Job, alloc: Allocation | None) -> float:
+            d = job.predicted_duration
+            return math.inf if d is None else d
+
+        res = admit(
+            rt,
+            [d.job for d in waiting_dl],
+            running,
+            cluster,
+            now,
+            carry=carry,
+            estimate=estimate,
+            explain=True,
+        )
+        self._apply(vc, res, {d.job.id: d for d in group}, running, cluster, now, rep)
+
+    def _apply(
+        self,
+        vc: dict[str, Any],
+        res: AdmissionResult,
+        by_id: Mapping[str, DL],
+        running: list[RunningJob],
+        cluster: ClusterState,
+        now: float,
+        rep: PassReport,
+    ) -> None:
+        name = meta(vc)["name"]
+        for pr in res.preemptions:
+            dl = by_id.get(pr.job.id)
+            if dl is not None:
+                self._requeue(dl, pr.reason, now, rep)
+                gone = next((r for r in running if r.job.id == pr.job.id), None)
+                if gone is not None:
+                    running.remove(gone)
+                    if gone.allocation is not None:
+                        cluster.release(gone.allocation)
+        for s in res.starts:
+            dl = by_id[s.job.id]
+            gang = Gang.of_allocation(s.allocation, cluster)
+            if not gang.node_names:
+                log.warning("start of %s without an allocation skipped", s.job.id)
+                continue
+            # the status first: a restart finds the placement and finishes the gang from it
+            placement = gang.placement().model_dump(by_alias=True, exclude_none=True)
+            why = "backfilled behind the reserved head" if s.backfilled else "admitted by the VirtualCluster's queue"
+            self._patch(
+                dl,
+                {
+                    "phase": DLJobPhase.ADMITTED.value,
+                    "placement": placement,
+                    "admittedAt": rfc3339(now),
+                    "queuePosition": None,
+                    "waitingAllowanceSeconds": None,
+                    "eta": None,
+                    "restarts": int(dl.status.get("restarts") or 0),
+                    "conditions": [
+                        condition(
+                            "True", "Backfilled" if s.backfilled else "Admitted", why, now, dl.status.get("conditions")
+                        )
+                    ],
+                },
+                rep,
+            )
+            dl.obj["status"] = {**dl.status, "phase": DLJobPhase.ADMITTED.value, "placement": placement}
+            self._ensure_gang(dl, gang, int(dl.status.get("restarts") or 0), {}, rep)
+            if s.allocation is not None:
+                cluster.allocate(s.allocation)
+            running.append(running_job(s.job, now, s.allocation, s.job.predicted_duration))
+            self.kube.event(dl.obj, "Admitted", f"{why}: {placement.get('shape')} on {', '.join(gang.node_names)}")
+            metrics.ADMISSIONS.labels(name).inc()
+            rep.admitted.append(s.job.id)
+        res_head = res.carry.reservation
+        for w in res.waiting:
+            dl = by_id[w.job.id]
+            eta = res_head.start if res_head is not None and res_head.job_id == w.job.id else None
+            self._wait_status(dl, reason_of(w.code), w.message, w, eta, now, rep)
+        text = carry_to_json(res.carry, cluster)
+        if (meta(vc).get("annotations") or {}).get(ANN_CARRY) != text:
+            self.kube.annotate_vc(name, {ANN_CARRY: text})
+            rep.writes += 1
+
+    def _wait_status(
+        self,
+        dl: DL,
+        reason: str,
+        message: str,
+        w: WaitReason | None,
+        eta: float | None,
+        now: float,
+        rep: PassReport,
+    ) -> None:
+        """Queued with the core's reason; written only when something a reader sees changed."""
+        st = dl.status
+        cond = condition("False", reason, message, now, st.get("conditions"))
+        patch: dict[str, Any] = {}
+        if st.get("phase") != DLJobPhase.QUEUED.value:
+            patch["phase"] = DLJobPhase.QUEUED.value
+        if not _same_condition(st.get("conditions"), cond):
+            patch["conditions"] = [cond]
+        if w is not None:
+            if st.get("queuePosition") != w.position:
+                patch["queuePosition"] = w.position
+            a = w.waiting_allowance
+            allowance = int(a) if a is not None and math.isfinite(a) else None
+            old = st.get("waitingAllowanceSeconds")
+            if (allowance is None) != (old is None) or (
+                allowance is not None and old is not None and abs(allowance - old) >= ALLOWANCE_STEP_S
+            ):
+                patch["waitingAllowanceSeconds"] = allowance
+        pred = dl.job.predicted_duration
+        if pred is not None and (
+            st.get("predictedDurationSeconds") is None or abs(float(st["predictedDurationSeconds"]) - pred) >= 1
+        ):
+            patch["predictedDurationSeconds"] = round(pred, 1)
+        want_eta = rfc3339(eta) if eta is not None and math.isfinite(eta) else None
+        if st.get("eta") != want_eta:
+            patch["eta"] = want_eta
+        if patch:
+            self._patch(dl, patch, rep)
+
+    def _vc_statuses(
+        self,
+        vcs: list[dict[str, Any]],
+        specs: Mapping[str, VirtualClusterSpec],
+        by_vc: Mapping[str, list[DL]],
+        running: Mapping[str, list[RunningJob]],
+        quotas: Mapping[str, QuotaState],
+        cluster: ClusterState | None,
+        now: float,
+        rep: PassReport,
+    ) -> None:
+        acct = accounting(list(quotas.values())) if quotas else {}
+        for v in vcs:
+            name = meta(v)["name"]
+            group = by_vc.get(name, [])
+            queued = [d for d in group if d.phase in (None, DLJobPhase.QUEUED.value)]
+            total = cluster.capacity(name) if cluster is not None and cluster.vc_index(name) >= 0 else 0
+            borrowed, lent = acct.get(name, (0, 0))
+            oldest = int(max((now - d.job.submit_time for d in queued), default=0))
+            want = {
+                "gpus": {
+                    "total": total,
+                    "used": sum(_gpus(r) for r in running.get(name, [])),
+                    "borrowed": borrowed,
+                    "lent": lent,
+                },
+                "queued": len(queued),
+                "running": len(running.get(name, [])),
+                "oldestWaitSeconds": oldest,
+                "observedGeneration": meta(v).get("generation"),
+            }
+            have = v.get("status") or {}
+            changed = any(have.get(k) != want[k] for k in ("gpus", "queued", "running", "observedGeneration"))
+            if changed or abs(int(have.get("oldestWaitSeconds") or 0) - oldest) >= OLDEST_WAIT_STEP_S:
+                self.kube.patch_vc_status(name, want)
+                rep.writes += 1
+
+    # ---- writes -------------------------------------------------------------------------------
+    def _patch(self, dl: DL, status: dict[str, Any], rep: PassReport) -> None:
+        self.kube.patch_dljob_status(dl.namespace, dl.name, status)
+        rep.writes += 1
+
+
+def _gpus(r: RunningJob) -> int:
+    """GPUs a running job holds (a GENIE policy may have chosen another count than requested)."""
+    return r.allocation.gpus if r.allocation is not None else r.job.gpus
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _attempt(pod: Mapping[str, Any]) -> int:
+    try:
+        return int((meta(pod).get("labels") or {}).get(LABEL_ATTEMPT, "0"))
+    except ValueError:
+        return -1
+
+
+def _bound_nodes(pods: list[dict[str, Any]], attempt: int) -> dict[int, str]:
+    """Pod index -> the node it is bound to, for the current attempt's pods."""
+    out = {}
+    for p in pods:
+        if _attempt(p) != attempt or _phase(p) in FINISHED:
+            continue
+        node = (p.get("spec") or {}).get("nodeName")
+        idx = meta(p)["name"].rsplit("-", 1)[-1]
+        if node and idx.isdigit():
+            out[int(idx)] = node
+    return out
+
+
+def _finished_at(pod: Mapping[str, Any]) -> float | None:
+    ends = [
+        parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for c in (pod.get("status") or {}).get("containerStatuses") or []
+    ]
+    ends_f = [e for e in ends if e is not None]
+    return max(ends_f) if ends_f else None
+
+
+__all__ = ["ADMITTED", "PassReport", "Reconciler", "condition", "reason_of"]

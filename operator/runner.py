@@ -1,0 +1,146 @@
+"""``qosmos operator run``: kopf watches DLJobs, VirtualClusters, gang pods and nodes; every event
+that can change a decision (and a timer) asks for a reconcile pass, and one worker runs the passes,
+debounced and one at a time (so each VirtualCluster has one pass at a time). The pass itself
+(``qosmos.operator.reconcile``) reads the objects afresh: nothing is lost by a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from qosmos.operator import metrics
+from qosmos.operator.crds import GROUP, LABEL_JOB, VERSION
+
+log = logging.getLogger("qosmos.operator")
+
+
+@dataclass
+class RunOptions:
+    kubeconfig: str | None = None
+    namespace: str | None = None
+    metrics_port: int = 0  # 0: no metrics server
+    interval_s: float = 10.0  # the timer: waiting allowances and oldest waits move with time
+    debounce_s: float = 0.2  # events within this window share one pass
+    history_namespace: str = "default"  # where the QSSF duration history ConfigMap lives
+
+
+class Trigger:
+    """Asks for a pass; many asks before the worker wakes make one pass."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def poke(self, **_: Any) -> None:
+        self.event.set()
+
+
+def build_registry(trigger: Trigger, opts: RunOptions) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    def poke(**_: Any) -> None:
+        trigger.poke()
+
+    # every event that can change a decision: jobs, partitions, gang pods' phases, nodes
+    kopf.on.event(GROUP, VERSION, "dljobs", registry=registry)(poke)
+    kopf.on.event(GROUP, VERSION, "virtualclusters", registry=registry)(poke)
+    kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT}, registry=registry)(poke)
+    kopf.on.event("", "v1", "nodes", registry=registry)(poke)
+
+    @kopf.on.startup(registry=registry)
+    def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # handler logs are not Kubernetes Events; ours are
+        settings.watching.server_timeout = 300
+        settings.networking.request_timeout = 60
+
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if opts.kubeconfig:
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_via_client(**kwargs)
+
+    return registry
+
+
+async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> None:
+    """Runs the passes: on a poke (after the debounce window) or every ``interval_s``."""
+    from kubernetes import config
+    from qosmos.operator.durations import Durations
+    from qosmos.operator.kube import Kube
+    from qosmos.operator.reconcile import Reconciler
+
+    api = config.new_client_from_config(config_file=opts.kubeconfig) if opts.kubeconfig else _in_cluster()
+    kube = Kube(api, opts.namespace)
+    rec = Reconciler(kube, durations=Durations(kube, opts.history_namespace))
+    trigger.poke()
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(trigger.event.wait(), timeout=opts.interval_s)
+        await asyncio.sleep(opts.debounce_s)
+        trigger.event.clear()
+        t0 = time.perf_counter()
+        try:
+            rep = await asyncio.to_thread(rec.run_pass)
+            if rep.admitted or rep.finished or rep.restarted or rep.preempted:
+                log.info(
+                    "pass %.0f ms: admitted %d, finished %d, restarted %d, preempted %d, %d writes",
+                    (time.perf_counter() - t0) * 1e3,
+                    len(rep.admitted),
+                    len(rep.finished),
+                    len(rep.restarted),
+                    len(rep.preempted),
+                    rep.writes,
+                )
+        except Exception:
+            metrics.ERRORS.labels("pass").inc()
+            log.exception("reconcile pass failed; retrying")
+            await asyncio.sleep(1.0)
+            trigger.poke()
+
+
+def _in_cluster() -> Any:
+    from kubernetes import client, config
+
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+def run(opts: RunOptions) -> None:
+    """Run until SIGINT/SIGTERM."""
+    if opts.kubeconfig:
+        os.environ["KUBECONFIG"] = opts.kubeconfig  # kopf's login reads it
+    if opts.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(opts.metrics_port, addr="127.0.0.1")
+
+    async def main() -> None:
+        trigger = Trigger()
+        stop = asyncio.Event()
+        registry = build_registry(trigger, opts)
+        task = asyncio.create_task(worker(trigger, opts, stop))
+
+        def _died(t: asyncio.Task[None]) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                log.error("the reconcile worker stopped: %s", t.exception())
+                os._exit(1)  # a supervisor restarts us; the objects are the truth
+
+        task.add_done_callback(_died)
+        try:
+            await kopf.operator(
+                registry=registry,
+                standalone=True,
+                clusterwide=opts.namespace is None,
+                namespaces=[opts.namespace] if opts.namespace else (),
+                liveness_endpoint=None,
+            )
+        finally:
+            stop.set()
+            task.cancel()
+
+    asyncio.run(main())
