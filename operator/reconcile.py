@@ -18,6 +18,8 @@ Order of a pass:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import time
@@ -73,6 +75,7 @@ ACTIVE = (DLJobPhase.ADMITTED.value, DLJobPhase.RUNNING.value)
 FINISHED = (DLJobPhase.SUCCEEDED.value, DLJobPhase.FAILED.value)
 ALLOWANCE_STEP_S = 10  # a waiting allowance is rewritten when it moved by this much (it moves every second)
 OLDEST_WAIT_STEP_S = 10
+ETA_STEP_S = 30  # an overdue head's projected start moves with the clock: rewrite it only this often
 
 
 def reason_of(code: str) -> str:
@@ -186,7 +189,10 @@ class Reconciler:
         # 2. admitted gangs
         for dl in jobs:
             if dl.phase in ACTIVE:
-                self._lifecycle(dl, pods_of.get(dl.job.id, []), now, rep)
+                try:
+                    self._lifecycle(dl, pods_of.get(dl.job.id, []), now, rep)
+                except Exception as exc:  # one DLJob's trouble must not stop the others
+                    self._job_error(dl, exc, now, rep)
         for dl in jobs:  # pods of finished or requeued DLJobs that still run are stopped
             if dl.phase not in ACTIVE:
                 for p in pods_of.get(dl.job.id, []):
@@ -326,6 +332,31 @@ class Reconciler:
                     metrics.APPLY_TO_RUNNING.observe(max(now - created, 0.0))
             return
         self._ensure_gang(dl, gang, attempt, cur, rep)
+
+    def _job_error(self, dl: DL, exc: Exception, now: float, rep: PassReport) -> None:
+        """An API error on one DLJob: an invalid pod (422, e.g. a bad template) fails the DLJob; anything
+        else is retried by the next pass."""
+        from kubernetes.client.rest import ApiException
+
+        metrics.ERRORS.labels("job").inc()
+        if isinstance(exc, ApiException) and exc.status == 422:
+            try:
+                msg = json.loads(exc.body or "{}").get("message", str(exc))
+            except ValueError:
+                msg = str(exc)
+            self._patch(
+                dl,
+                {
+                    "phase": DLJobPhase.FAILED.value,
+                    "completionTime": rfc3339(now),
+                    "conditions": [condition("False", "InvalidPod", msg[:4000], now, dl.status.get("conditions"))],
+                },
+                rep,
+            )
+            self.kube.event(dl.obj, "InvalidPod", msg, "DLJob", "Warning")
+            log.warning("DLJob %s failed: its pods are refused: %s", dl.job.id, msg)
+            return
+        log.exception("DLJob %s: %s (retried next pass)", dl.job.id, exc)
 
     def _ensure_gang(
         self, dl: DL, gang: Gang, attempt: int, cur: Mapping[str, dict[str, Any]], rep: PassReport
@@ -475,23 +506,26 @@ class Reconciler:
         metrics.OLDEST_WAIT.labels(name).set(oldest)
         if not waiting_dl:
             return
-        rt.ctx = order_context(rt.partition, cluster, running, now, self.modeldb)
-        carry = carry_from_json((meta(vc).get("annotations") or {}).get(ANN_CARRY), cluster)
+        # The core runs on times relative to this pass (now = 0): its messages then read "reserved to
+        # start at 120 s" and waiting allowances are as GENIE defines them; Unix times stay out here.
+        waiting = [dataclasses.replace(d.job, submit_time=d.job.submit_time - now) for d in waiting_dl]
+        held = [
+            RunningJob(
+                dataclasses.replace(r.job, submit_time=r.job.submit_time - now),
+                r.start - now,
+                r.expected_end - now,
+                r.allocation,
+            )
+            for r in running
+        ]
+        rt.ctx = order_context(rt.partition, cluster, held, 0.0, self.modeldb)
+        carry = carry_from_json((meta(vc).get("annotations") or {}).get(ANN_CARRY), cluster, now)
 
         def estimate(job: Job, alloc: Allocation | None) -> float:
             d = job.predicted_duration
             return math.inf if d is None else d
 
-        res = admit(
-            rt,
-            [d.job for d in waiting_dl],
-            running,
-            cluster,
-            now,
-            carry=carry,
-            estimate=estimate,
-            explain=True,
-        )
+        res = admit(rt, waiting, held, cluster, 0.0, carry=carry, estimate=estimate, explain=True)
         self._apply(vc, res, {d.job.id: d for d in group}, running, cluster, now, rep)
 
     def _apply(
@@ -542,20 +576,23 @@ class Reconciler:
                 rep,
             )
             dl.obj["status"] = {**dl.status, "phase": DLJobPhase.ADMITTED.value, "placement": placement}
-            self._ensure_gang(dl, gang, int(dl.status.get("restarts") or 0), {}, rep)
+            try:
+                self._ensure_gang(dl, gang, int(dl.status.get("restarts") or 0), {}, rep)
+            except Exception as exc:
+                self._job_error(dl, exc, now, rep)
             if s.allocation is not None:
                 cluster.allocate(s.allocation)
-            running.append(running_job(s.job, now, s.allocation, s.job.predicted_duration))
+            running.append(running_job(dl.job, now, s.allocation, dl.job.predicted_duration))
             self.kube.event(dl.obj, "Admitted", f"{why}: {placement.get('shape')} on {', '.join(gang.node_names)}")
             metrics.ADMISSIONS.labels(name).inc()
             rep.admitted.append(s.job.id)
         res_head = res.carry.reservation
         for w in res.waiting:
             dl = by_id[w.job.id]
-            eta = res_head.start if res_head is not None and res_head.job_id == w.job.id else None
+            eta = now + res_head.start if res_head is not None and res_head.job_id == w.job.id else None
             self._wait_status(dl, reason_of(w.code), w.message, w, eta, now, rep)
-        text = carry_to_json(res.carry, cluster)
-        if (meta(vc).get("annotations") or {}).get(ANN_CARRY) != text:
+        text = carry_to_json(res.carry, cluster, now)
+        if not _same_carry((meta(vc).get("annotations") or {}).get(ANN_CARRY), text):
             self.kube.annotate_vc(name, {ANN_CARRY: text})
             rep.writes += 1
 
@@ -592,9 +629,12 @@ class Reconciler:
             st.get("predictedDurationSeconds") is None or abs(float(st["predictedDurationSeconds"]) - pred) >= 1
         ):
             patch["predictedDurationSeconds"] = round(pred, 1)
-        want_eta = rfc3339(eta) if eta is not None and math.isfinite(eta) else None
-        if st.get("eta") != want_eta:
-            patch["eta"] = want_eta
+        want_eta = eta if eta is not None and math.isfinite(eta) else None
+        old_eta = parse_time(st.get("eta"))
+        if (want_eta is None) != (old_eta is None) or (
+            want_eta is not None and old_eta is not None and abs(want_eta - old_eta) >= ETA_STEP_S
+        ):
+            patch["eta"] = None if want_eta is None else rfc3339(want_eta)
         if patch:
             self._patch(dl, patch, rep)
 
@@ -639,6 +679,21 @@ class Reconciler:
     def _patch(self, dl: DL, status: dict[str, Any], rep: PassReport) -> None:
         self.kube.patch_dljob_status(dl.namespace, dl.name, status)
         rep.writes += 1
+
+
+def _same_carry(old: str | None, new: str) -> bool:
+    """Equal but for the head's projected start (recomputed every pass; its latest start is what
+    the carry is for), so an overdue head does not rewrite the annotation on every pass."""
+    if old is None:
+        return False
+    try:
+        a, b = json.loads(old), json.loads(new)
+    except ValueError:
+        return False
+    for c in (a, b):
+        if c.get("reservation"):
+            c["reservation"].pop("start", None)
+    return bool(a == b)
 
 
 def _gpus(r: RunningJob) -> int:

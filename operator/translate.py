@@ -237,14 +237,16 @@ def running_job(job: Job, start: float, alloc: Allocation | None, predicted: flo
 # --------------------------------------------------------------------------- carry <-> annotation
 
 
-def carry_to_json(carry: Carry, cluster: ClusterState) -> str:
+def carry_to_json(carry: Carry, cluster: ClusterState, offset: float = 0.0) -> str:
+    """The carry as stored: its times plus ``offset`` (the pass's clock: the core runs on times
+    relative to the pass, the annotation keeps Unix seconds)."""
     r = carry.reservation
     res: dict[str, Any] | None = None
     if r is not None:
         res = {
             "job": r.job_id,
-            "start": r.start if math.isfinite(r.start) else None,
-            "latest": r.latest if math.isfinite(r.latest) else None,
+            "start": r.start + offset if math.isfinite(r.start) else None,
+            "latest": r.latest + offset if math.isfinite(r.latest) else None,
             "grants": [[cluster.nodes[g.node].name, list(g.gpu_ids)] for g in r.allocation.grants]
             if r.allocation is not None
             else None,
@@ -253,9 +255,9 @@ def carry_to_json(carry: Carry, cluster: ClusterState) -> str:
     return json.dumps({"maxQueueLen": carry.max_queue_len, "reservation": res}, separators=(",", ":"))
 
 
-def carry_from_json(text: str | None, cluster: ClusterState) -> Carry:
-    """The carry a previous pass persisted; an unreadable one (or one naming gone nodes) starts afresh
-    (losing it only moves a reserved head's latest start)."""
+def carry_from_json(text: str | None, cluster: ClusterState, offset: float = 0.0) -> Carry:
+    """The carry a previous pass persisted, its times less ``offset``; an unreadable one (or one naming
+    gone nodes) starts afresh (losing it only moves a reserved head's latest start)."""
     if not text:
         return Carry()
     try:
@@ -271,8 +273,8 @@ def carry_from_json(text: str | None, cluster: ClusterState) -> Carry:
                         raise KeyError(name)
                     grants.append(NodeGrant(cluster.index[name], tuple(int(x) for x in ids)))
                 alloc = Allocation(tuple(grants))
-            start = math.inf if res.get("start") is None else float(res["start"])
-            latest = math.inf if res.get("latest") is None else float(res["latest"])
+            start = math.inf if res.get("start") is None else float(res["start"]) - offset
+            latest = math.inf if res.get("latest") is None else float(res["latest"]) - offset
             reservation = HeadReservation(str(res["job"]), start, latest, alloc, tuple(res.get("backfilled") or ()))
         return Carry(reservation, int(raw.get("maxQueueLen", 0)))
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -341,12 +343,10 @@ def gang_pods(obj: Mapping[str, Any], gang: Gang, attempt: int) -> list[dict[str
             {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
+                        # matchFields takes one node name per term; terms are ORed
                         "nodeSelectorTerms": [
-                            {
-                                "matchFields": [
-                                    {"key": "metadata.name", "operator": "In", "values": list(gang.node_names)}
-                                ]
-                            }
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
+                            for n in dict.fromkeys(gang.node_names)
                         ]
                     }
                 }
