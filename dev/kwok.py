@@ -2,7 +2,8 @@
 lifecycle from the Stages in ``kwok-stages.yaml`` (bound -> Running; ``qosmos.io/run-duration``
 -> Succeeded after that long; deleted -> gone).
 
-The same Stages file is applied as ``Stage`` objects to an in-cluster KWOK (``hack/kind``).
+``hack/kind/up.sh`` gives the same file to its KWOK container. An in-cluster KWOK with its Stage
+CRD enabled (KWOK's release ``kwok.yaml``) takes the same documents through ``kubectl apply``.
 """
 
 from __future__ import annotations
@@ -26,32 +27,25 @@ def stages() -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(STAGES_FILE.read_text()) if d]
 
 
-def kwok_config() -> str:
-    """A kwok ``--config`` file holding the Stages (KWOK runs no Stage unless given one).
-
-    Options go on the command line: a ``KwokConfiguration`` in the file would replace KWOK's
-    defaults wholesale (its worker counts would be 0).
-    """
-    return yaml.safe_dump_all(stages(), sort_keys=False)
-
-
 def start_kwok(cp: ControlPlane, timeout: float | None = None, name: str = "kwok") -> Component:
-    """Start kwok against ``cp`` (cluster-admin kubeconfig), serving /healthz on a loopback port.
+    """Start kwok against ``cp`` (cluster-admin kubeconfig) with ``kwok-stages.yaml``, serving /healthz
+    on a loopback port.
 
     Its HOME is a folder of the cluster's own, so a user's ``~/.kwok/kwok.yaml`` (which kwok
     would load first) cannot add Stages or change options.
     """
     home = cp.workdir / "kwok-home"
     home.mkdir(exist_ok=True)
-    config = cp.workdir / "kwok.yaml"
-    config.write_text(kwok_config())
     port = free_port()
     comp = cp.spawn(
         name,
         [
             cp.bin("kwok"),
             f"--kubeconfig={cp.kubeconfig_path}",
-            f"--config={config}",
+            # The Stages file itself (as hack/kind mounts it): KWOK runs no Stage it is not given. Options
+            # stay on the command line: a KwokConfiguration in the file would replace KWOK's defaults
+            # wholesale (its worker counts would be 0).
+            f"--config={STAGES_FILE}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
             f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",

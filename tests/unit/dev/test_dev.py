@@ -20,7 +20,7 @@ from qosmos.dev import cluster
 from qosmos.dev.cli import register
 from qosmos.dev.cluster import DevError, DevOptions, DevState
 from qosmos.dev.fakenodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
-from qosmos.dev.kwok import RUN_DURATION_ANNOTATION, kwok_config, stages
+from qosmos.dev.kwok import RUN_DURATION_ANNOTATION, stages
 from qosmos.dev.process import Component, ProcessRef, start_ticks, stop_all
 from qosmos.extender.core.errors import InvalidInput
 from typer.testing import CliRunner
@@ -113,8 +113,8 @@ def test_stages_play_run_duration_from_start_time() -> None:
     assert "phase: Succeeded" in complete["next"]["statusTemplate"]
     # No KWOK stage completes pods by owner (Jobs): without the annotation a pod runs until deleted.
     assert all("ownerReferences" not in json.dumps(s) for s in stages())
-    # The config kwok reads holds the Stages only (a KwokConfiguration there would zero its workers).
-    assert "KwokConfiguration" not in kwok_config()
+    # kwok reads this file as its --config: Stages only (a KwokConfiguration there would zero its workers).
+    assert {s["kind"] for s in stages()} == {"Stage"}
 
 
 # --------------------------------------------------------------------------- processes and state
