@@ -93,9 +93,10 @@ def reclaim(states: Sequence[QuotaState], running: Sequence[HeldJob]) -> list[He
     out: list[HeldJob] = []
     if over <= 0:
         return out
-    candidates = sorted(
+    candidates = sorted(  # submitted last first; equal times: the larger id (later name) first
         (j for j in running if borrowed.get(j.partition, 0) > 0 and j.gpus > 0),
-        key=lambda j: (-j.submit_time, j.id),
+        key=lambda j: (j.submit_time, j.id),
+        reverse=True,
     )
     for j in candidates:
         if over <= 0:
