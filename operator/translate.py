@@ -337,16 +337,19 @@ def gang_pods(obj: Mapping[str, Any], gang: Gang, attempt: int) -> list[dict[str
         pspec["schedulerName"] = SCHEDULER_NAME
         pspec.setdefault("restartPolicy", "Never")  # a failed pod fails the gang; the operator restarts it
         pspec["schedulingGates"] = [*(pspec.get("schedulingGates") or []), {"name": GATE}]
-        # the core's nodes are a hard constraint for every scheduler profile (CPU pods skip the extender)
+        # pod i on the core's node i, a hard constraint for every scheduler profile (CPU pods skip the
+        # extender; GPU pods ungated together could otherwise race onto one planned node)
         pspec.setdefault(
             "affinity",
             {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
-                        # matchFields takes one node name per term; terms are ORed
                         "nodeSelectorTerms": [
-                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
-                            for n in dict.fromkeys(gang.node_names)
+                            {
+                                "matchFields": [
+                                    {"key": "metadata.name", "operator": "In", "values": [gang.node_names[i]]}
+                                ]
+                            }
                         ]
                     }
                 }

@@ -176,8 +176,9 @@ def test_gang_pods_are_gated_owned_labelled_and_annotated() -> None:
         res = s["containers"][0]["resources"]
         assert res["requests"] == {"nvidia.com/gpu": "2", "cpu": "2", "memory": "4Gi"}
         assert res["limits"] == {"nvidia.com/gpu": "2"}
-        terms = s["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        assert [t["matchFields"][0]["values"] for t in terms] == [["n0"], ["n1"]]
+    for i, p in enumerate(pods):  # pod i pinned to the core's node i
+        terms = p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert [t["matchFields"][0]["values"] for t in terms["nodeSelectorTerms"]] == [[f"n{i}"]]
     # the extender reads the pods as the gang they are
     info = pod_info({**pods[0], "metadata": {**pods[0]["metadata"], "uid": "p"}})
     assert (info.gpus, info.vc, info.job, info.placement) == (2, "vc-a", "team/j", "2x2")

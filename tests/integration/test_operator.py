@@ -1,0 +1,481 @@
+"""The operator on a real control plane (``qosmos dev`` without its own operator: etcd, apiserver,
+controller-manager with the garbage collector, the qosmos-scheduler calling the extender over TLS, KWOK
+running 4 fake 8-GPU nodes). The operator runs as ``qosmos operator run`` in a subprocess, so the
+restart test can kill -9 it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from qosmos.dev.binaries import DEV_BINARIES, cache_bin_dir, missing_binaries
+from qosmos.dev.process import free_port
+
+pytestmark = pytest.mark.integration
+
+GROUP, VERSION = "qosmos.io", "v1alpha1"
+NODES = [f"node-{i}" for i in range(4)]
+QOSMOS = [sys.executable, "-P", "-m", "qosmos"]
+
+
+def _need_binaries() -> None:
+    missing = missing_binaries(cache_bin_dir(), DEV_BINARIES)
+    if missing:
+        msg = f"Kubernetes binaries missing ({', '.join(missing)}): run hack/k8s/build.sh"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Operator:
+    """``qosmos operator run`` as a subprocess (its log in a file)."""
+
+    def __init__(self, kubeconfig: str, log: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        out = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
+        self.proc = subprocess.Popen(
+            [
+                *QOSMOS,
+                "operator",
+                "run",
+                "--kubeconfig",
+                self.kubeconfig,
+                "--metrics-port",
+                str(self.port),
+                "--interval",
+                "2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+
+class Api:
+    def __init__(self, kubeconfig: str) -> None:
+        from kubernetes import client, config
+
+        self.client = config.new_client_from_config(config_file=kubeconfig)
+        self.core = client.CoreV1Api(self.client)
+        self.custom = client.CustomObjectsApi(self.client)
+        self.namespaces: list[str] = []
+
+    def cleanup(self) -> None:
+        """Every DLJob of the test's namespaces deleted (their gangs stop holding GPUs), then the rest."""
+        for ns in self.namespaces:
+            with contextlib.suppress(Exception):
+                self.custom.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, "dljobs")
+        for ns in self.namespaces:
+            wait_for(lambda ns=ns: not self.pods(ns), 60, f"pods of {ns} gone")
+            with contextlib.suppress(Exception):
+                self.core.delete_namespace(ns)
+        self.delete_vcs()
+        self.label_pools({})
+
+    def namespace(self) -> str:
+        name = f"op-{uuid.uuid4().hex[:8]}"
+        self.namespaces.append(name)
+        self.core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        wait_for(lambda: self._sa(name), 30, "the default ServiceAccount")
+        return name
+
+    def _sa(self, ns: str) -> bool:
+        try:
+            self.core.read_namespaced_service_account("default", ns)
+            return True
+        except Exception:
+            return False
+
+    def label_pools(self, pools: dict[str, str | None]) -> None:
+        for n in NODES:
+            self.core.patch_node(n, {"metadata": {"labels": {"qosmos.io/pool": pools.get(n)}}})
+
+    def vc(self, name: str, pool: str | None, **spec: Any) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "VirtualCluster",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"qosmos.io/pool": pool} if pool else {}, **spec},
+        }
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "virtualclusters", body)
+
+    def delete_vcs(self) -> None:
+        for v in self.custom.list_cluster_custom_object(GROUP, VERSION, "virtualclusters")["items"]:
+            self.custom.delete_cluster_custom_object(GROUP, VERSION, "virtualclusters", v["metadata"]["name"])
+
+    def dljob(self, ns: str, name: str, vc: str, gpus: int, run: str | None = "3s", **spec: Any) -> None:
+        ann = {"qosmos.io/run-duration": run} if run else {}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "DLJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "virtualCluster": vc,
+                "gpus": gpus,
+                "template": {
+                    "metadata": {"annotations": ann},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                    },
+                },
+                **spec,
+            },
+        }
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", body)
+
+    def get(self, ns: str, name: str) -> dict[str, Any]:
+        return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", name))
+
+    def jobs(self, ns: str) -> dict[str, dict[str, Any]]:
+        items = self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "dljobs")["items"]
+        return {j["metadata"]["name"]: j for j in items}
+
+    def phase(self, ns: str, name: str) -> str | None:
+        return (self.get(ns, name).get("status") or {}).get("phase")
+
+    def pods(self, ns: str, job: str | None = None) -> list[Any]:
+        sel = f"qosmos.io/job={job}" if job else "qosmos.io/job"
+        return list(self.core.list_namespaced_pod(ns, label_selector=sel).items)
+
+    def vc_status(self, name: str) -> dict[str, Any]:
+        return dict(self.custom.get_cluster_custom_object(GROUP, VERSION, "virtualclusters", name).get("status") or {})
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """``qosmos dev up --no-operator`` with 4 nodes x 8 GPUs; ``down`` afterwards."""
+    _need_binaries()
+    from qosmos.dev.cluster import DevOptions, down, up
+
+    directory = tmp_path_factory.mktemp("opdev") / "cluster"
+    state, _ = up(DevOptions(dir=directory, nodes=4, gpus_per_node=8, operator=False))
+    try:
+        yield state.kubeconfig, directory
+    finally:
+        down(directory, grace=5)
+        if os.environ.get("QOSMOS_K8S_KEEP") != "1":
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: tuple[str, Path]) -> Iterator[Operator]:
+    kubeconfig, directory = cluster
+    op = Operator(kubeconfig, directory / "operator.log")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+@pytest.fixture
+def api(cluster: tuple[str, Path], operator: Operator) -> Iterator[Api]:
+    a = Api(cluster[0])
+    yield a
+    a.cleanup()
+
+
+def _status(job: dict[str, Any]) -> dict[str, Any]:
+    return dict(job.get("status") or {})
+
+
+def _condition(job: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in _status(job).get("conditions") or [] if c["type"] == "Admitted"), {})
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_lifecycle_to_succeeded(api: Api, operator: Operator) -> None:
+    ns = api.namespace()
+    api.vc("life", None, policy="fifo", placement="consolidate")
+    api.dljob(ns, "two", "life", 4, run="3s", gpusPerNode=2, cpus="1", memory="1Gi")
+    wait_for(lambda: api.phase(ns, "two") == "Running", 60, "Running")
+    st = _status(api.get(ns, "two"))
+    assert st["placement"]["nodes"] == 2 and st["placement"]["gpusPerNode"] == 2 and st["placement"]["shape"] == "2x2"
+    pods = api.pods(ns, "two")
+    assert sorted(p.metadata.name for p in pods) == ["two-0-0", "two-0-1"]
+    assert {p.spec.node_name for p in pods} == set(st["placement"]["nodeNames"])  # the core's nodes
+    for p in pods:
+        assert not p.spec.scheduling_gates and p.spec.scheduler_name == "qosmos-scheduler"
+        assert p.metadata.annotations["qosmos.io/placement"] == "2x2"
+        assert p.metadata.owner_references[0].kind == "DLJob"
+    wait_for(lambda: api.phase(ns, "two") == "Succeeded", 60, "Succeeded")
+    st = _status(api.get(ns, "two"))
+    assert st["completionTime"] >= st["startTime"] >= st["admittedAt"]
+    assert _condition(api.get(ns, "two"))["status"] == "True"
+    reasons = {e.reason for e in api.core.list_namespaced_event(ns).items if e.involved_object.name == "two"}
+    assert {"Admitted", "Running", "Succeeded"} <= reasons
+    text = operator.metrics()
+    assert 'qosmos_operator_admissions_total{vc="life"}' in text
+    assert "qosmos_operator_apply_to_running_seconds_count" in text
+
+
+def test_failed_pod_restarts_the_gang_then_fails(api: Api) -> None:
+    ns = api.namespace()
+    api.vc("fail", None)
+    api.dljob(ns, "flaky", "fail", 2, run=None, gpusPerNode=1, backoffLimit=1)
+    wait_for(lambda: api.phase(ns, "flaky") == "Running", 60, "Running")
+    api.core.patch_namespaced_pod_status("flaky-0-0", ns, {"status": {"phase": "Failed"}})
+    wait_for(lambda: sorted(p.metadata.name for p in api.pods(ns, "flaky")) == ["flaky-1-0", "flaky-1-1"], 60, "gang 1")
+    assert _status(api.get(ns, "flaky"))["restarts"] == 1
+    wait_for(lambda: api.phase(ns, "flaky") == "Running", 60, "Running again")
+    api.core.patch_namespaced_pod_status("flaky-1-1", ns, {"status": {"phase": "Failed"}})
+    wait_for(lambda: api.phase(ns, "flaky") == "Failed", 60, "Failed")
+    st = _status(api.get(ns, "flaky"))
+    assert st["restarts"] == 1 and st["completionTime"]
+    # the healthy pod was stopped: nothing of the failed gang holds GPUs
+    wait_for(lambda: [p.metadata.name for p in api.pods(ns, "flaky")] == ["flaky-1-1"], 30, "pods stopped")
+
+
+def test_deleting_a_dljob_removes_its_pods(api: Api) -> None:
+    ns = api.namespace()
+    api.vc("del", None)
+    api.dljob(ns, "gone", "del", 2, run=None)
+    wait_for(lambda: api.phase(ns, "gone") == "Running", 60, "Running")
+    assert api.pods(ns, "gone")
+    api.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", "gone")
+    wait_for(lambda: not api.pods(ns, "gone"), 60, "pods garbage-collected")
+
+
+# --------------------------------------------------------------------------- gangs
+
+
+def test_a_4x8_gang_is_never_half_bound(api: Api) -> None:
+    """Watch every pod event of the gang: whenever a pod is bound, no pod of the gang is still gated."""
+    from kubernetes import watch
+
+    ns = api.namespace()
+    api.vc("gang", None, placement="consolidate")
+    seen: dict[str, Any] = {}
+    bad: list[str] = []
+    w = watch.Watch()
+    started = threading.Event()
+
+    def run() -> None:
+        started.set()
+        for ev in w.stream(api.core.list_namespaced_pod, ns, timeout_seconds=90):
+            p = ev["object"]
+            seen[p.metadata.name] = p
+            bound = [n for n, q in seen.items() if q.spec.node_name]
+            gated = [n for n, q in seen.items() if q.spec.scheduling_gates]
+            if bound and gated:
+                bad.append(f"{ev['type']} {p.metadata.name}: bound {bound}, gated {gated}")
+            if len(bound) == 4:
+                w.stop()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    started.wait(5)
+    time.sleep(0.5)
+    api.dljob(ns, "big", "gang", 32, run=None, gpusPerNode=8)
+    t.join(90)
+    assert not bad, bad
+    pods = api.pods(ns, "big")
+    assert len(pods) == 4 and len({p.spec.node_name for p in pods}) == 4
+    assert all(p.spec.node_name for p in pods)
+    api.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", "big")
+    wait_for(lambda: not api.pods(ns, "big"), 60, "pods garbage-collected")
+
+
+# --------------------------------------------------------------------------- quotas
+
+
+def test_quotas_borrowing_and_reclaim(api: Api) -> None:
+    ns = api.namespace()
+    api.label_pools({"node-0": "a", "node-1": "a", "node-2": "b", "node-3": "b"})
+    api.vc("qa", "a", policy="fifo", placement="consolidate", quota={"gpus": 8, "borrowingLimit": 8})
+    api.vc("qb", "b", policy="fifo", placement="consolidate", quota={"gpus": 8})
+    for i in range(5):  # 5 x 4 GPUs: 8 by quota + 8 borrowed from idle qb; the 5th waits on the quota
+        api.dljob(ns, f"a{i}", "qa", 4, run=None)
+        time.sleep(1.1)  # distinct creation seconds: "submitted last" is unambiguous
+    wait_for(lambda: sum(api.phase(ns, f"a{i}") == "Running" for i in range(5)) == 4, 60, "4 of qa running")
+    a4 = api.get(ns, "a4")
+    assert _status(a4)["phase"] == "Queued" and _condition(a4)["reason"] == "Quota"
+    assert "quota of 16" in _condition(a4)["message"]
+    wait_for(lambda: api.vc_status("qa").get("gpus", {}).get("borrowed") == 8, 30, "qa borrows 8")
+    assert api.vc_status("qb")["gpus"]["lent"] == 8
+    # qb wants its quota back: qa's borrowed jobs submitted last (a3, a2) are preempted and requeued
+    api.dljob(ns, "b0", "qb", 8, run=None)
+    wait_for(lambda: api.phase(ns, "b0") == "Running", 60, "qb's job running")
+    phases = {f"a{i}": api.phase(ns, f"a{i}") for i in range(5)}
+    assert phases == {"a0": "Running", "a1": "Running", "a2": "Queued", "a3": "Queued", "a4": "Queued"}
+    assert _condition(api.get(ns, "a3"))["reason"] in ("Preempted", "Quota")
+    assert not api.pods(ns, "a3") and not api.pods(ns, "a2")
+    wait_for(lambda: api.vc_status("qa").get("gpus", {}).get("borrowed") == 0, 30, "nothing borrowed")
+    for name in [*(f"a{i}" for i in range(5)), "b0"]:
+        api.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", name)
+    wait_for(lambda: not api.pods(ns), 60, "pods garbage-collected")
+
+
+# --------------------------------------------------------------------------- order and why pending
+
+
+def test_swaf_order_is_the_cores_and_every_queued_job_says_why(api: Api) -> None:
+    from qosmos.extender.admission_api import order_context
+    from qosmos.extender.core.admission import PartitionRuntime
+    from qosmos.extender.core.cluster import ClusterState
+    from qosmos.extender.core.modeldb import ModelDB
+    from qosmos.operator.crds import VirtualClusterSpec
+    from qosmos.operator.translate import core_nodes, job_from_dljob
+
+    ns = api.namespace()
+    api.label_pools({"node-0": "s"})
+    api.vc("sw", "s", policy="swaf", placement="cer")
+    api.dljob(ns, "blocker", "sw", 8, run=None, gpusPerNode=8)
+    wait_for(lambda: api.phase(ns, "blocker") == "Running", 60, "blocker running")
+    tasks = [
+        ("q-normal-vgg", "Normal", "VGG", 256, 800),
+        ("q-urgent-resnet", "Urgent", "ResNet50", 128, 400),
+        ("q-prior-bert", "Prior", "BERT", 64, 300),
+        ("q-normal-resnet", "Normal", "ResNet50", 128, 3000),
+        ("q-prior-vgg", "Prior", "VGG", 256, 2000),
+    ]
+    for name, qos, model, batch, iters in tasks:
+        api.dljob(ns, name, "sw", 4, qosClass=qos, modelType=model, globalBatchSize=batch, iterations=iters)
+    api.dljob(ns, "lost", "no-such-vc", 1)
+    names = [t[0] for t in tasks]
+
+    def positions() -> dict[str, int] | None:
+        jobs = api.jobs(ns)
+        pos = {n: _status(jobs[n]).get("queuePosition") for n in names}
+        return pos if all(p is not None for p in pos.values()) and len(set(pos.values())) == len(names) else None
+
+    pos = wait_for(positions, 60, "queue positions")
+    live = sorted(names, key=lambda n: pos[n])
+    # the core's order for the same queue, from the same objects through the same translation
+    objs = api.jobs(ns)
+    nodes = [api.client.sanitize_for_serialization(api.core.read_node("node-0"))]
+    cluster = ClusterState(core_nodes(nodes, {"node-0": "sw"}))
+    spec = VirtualClusterSpec.model_validate({"nodeSelector": {"qosmos.io/pool": "s"}, "policy": "swaf"})
+    rt = PartitionRuntime(spec.partition("sw"))
+    now = time.time()
+    jobs = [job_from_dljob(objs[n]) for n in names]
+    import dataclasses
+
+    jobs = [dataclasses.replace(j, submit_time=j.submit_time - now) for j in jobs]
+    ctx = order_context(rt.partition, cluster, [], 0.0, ModelDB.builtin())
+    core = [d.job.name for d in rt.policy.order(jobs, ctx)]
+    assert live == core
+    assert live[0] == "q-urgent-resnet"  # Urgent: no waiting allowance
+    for n in names:  # why pending: the core's reason, as a condition
+        c = _condition(objs[n])
+        assert c["status"] == "False" and c["reason"] in ("Head", "BehindHead", "NoFit"), c
+        assert c["message"].startswith("needs ") and " in sw; " in c["message"], c["message"]
+    head = _condition(objs[live[0]])
+    assert head["reason"] == "Head" and "head of the queue" in head["message"]
+    assert "behind " in _condition(objs[live[1]])["message"]
+    assert _status(objs[live[-1]]).get("waitingAllowanceSeconds") is not None
+    lost = _condition(api.get(ns, "lost"))
+    assert lost["reason"] == "VirtualClusterMissing" and "no-such-vc" in lost["message"]
+    text = api.vc_status("sw")
+    assert (
+        text["queued"] == 5
+        and text["running"] == 1
+        and text["gpus"]
+        == {
+            "total": 8,
+            "used": 8,
+            "borrowed": 0,
+            "lent": 0,
+        }
+    )
+
+
+# --------------------------------------------------------------------------- restart safety
+
+
+def test_kill9_restarts_lose_nothing_and_duplicate_nothing(api: Api, operator: Operator) -> None:
+    from kubernetes import watch
+
+    ns = api.namespace()
+    api.vc("rs", None, policy="fifo", placement="consolidate")
+    added: Counter[str] = Counter()
+    uids: dict[str, set[str]] = defaultdict(set)
+    w = watch.Watch()
+    started = threading.Event()
+
+    def run() -> None:
+        started.set()
+        for ev in w.stream(api.core.list_namespaced_pod, ns, timeout_seconds=240):
+            p = ev["object"]
+            uids[p.metadata.name].add(p.metadata.uid)
+            if ev["type"] == "ADDED":
+                added[p.metadata.name] += 1
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    started.wait(5)
+    n = 60
+    for i in range(n):
+        gpus = (1, 2, 4, 8)[i % 4]
+        api.dljob(ns, f"r{i:03d}", "rs", gpus, run="2s", gpusPerNode=min(gpus, 2) if gpus > 2 else None)
+    for _ in range(5):  # kill -9 in the middle of admitting, restart at once
+        time.sleep(3)
+        operator.kill9()
+        operator.start()
+
+    def done() -> bool:
+        return all(_status(j).get("phase") == "Succeeded" for j in api.jobs(ns).values())
+
+    wait_for(done, 150, "all Succeeded", interval=1)
+    w.stop()
+    jobs = api.jobs(ns)
+    assert len(jobs) == n
+    pods = api.pods(ns)
+    per_job: Counter[str] = Counter(p.metadata.labels["qosmos.io/job"] for p in pods)
+    for name, j in jobs.items():
+        assert per_job[name] == _status(j)["placement"]["nodes"], name
+        assert _status(j).get("restarts", 0) == 0
+    twice = {k: v for k, v in added.items() if v > 1}
+    assert not twice, twice
+    assert all(len(u) == 1 for u in uids.values())
+    assert sum(added.values()) == len(pods)
