@@ -47,7 +47,7 @@ POOL_LABEL = "qosmos.io/pool"
 DEFAULT_POOLS = ("a", "b")
 MAX_NODES = 5000
 MAX_GPUS_PER_NODE = 64
-OPERATOR_SETTLE_S = 3.0  # the operator has no health endpoint yet: alive this long counts as started
+OPERATOR_SETTLE_S = 2.0  # still alive this long after its metrics endpoint answers: started
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
@@ -242,17 +242,26 @@ class DevState:
 # --------------------------------------------------------------------------- helpers
 
 
-def operator_command() -> tuple[bool, str]:
-    """Whether ``qosmos operator run`` exists in this installation, and if not, why."""
+def _operator_run() -> Any:
+    """The click command of ``qosmos operator run``, None when this installation has none."""
     import typer.main
 
     from qosmos.cli import app
 
-    group = typer.main.get_command(app)
-    operator = getattr(group, "commands", {}).get("operator")
-    if operator is None or "run" not in getattr(operator, "commands", {}):
+    operator = getattr(typer.main.get_command(app), "commands", {}).get("operator")
+    return getattr(operator, "commands", {}).get("run")
+
+
+def operator_command() -> tuple[bool, str]:
+    """Whether ``qosmos operator run`` exists in this installation, and if not, why."""
+    if _operator_run() is None:
         return False, "`qosmos operator run` does not exist in this version of qosmos (the operator is not built yet)"
     return True, ""
+
+
+def _operator_options() -> set[str]:
+    cmd = _operator_run()
+    return {o for p in getattr(cmd, "params", []) for o in getattr(p, "opts", [])}
 
 
 def crd_files() -> list[Path]:
@@ -448,14 +457,21 @@ def up(opts: DevOptions, progress: Progress | None = None) -> tuple[DevState, bo
         _wait(lambda: _default_service_account(api), opts.start_timeout, "the default ServiceAccount")
 
         if op_ok:
-            comp = cp.spawn("qosmos-operator", _python("operator", "run", "--kubeconfig", str(kubeconfig)), None)
-            time.sleep(OPERATOR_SETTLE_S)
+            args, health = ["operator", "run", "--kubeconfig", str(kubeconfig)], None
+            if "--metrics-port" in _operator_options():  # its Prometheus endpoint doubles as the health probe
+                port = free_port()
+                args += ["--metrics-port", str(port)]
+                health = f"http://{LOOPBACK}:{port}/metrics"
+            comp = cp.spawn("qosmos-operator", _python(*args), health)
+            cp.wait_ready(comp, None)
+            time.sleep(OPERATOR_SETTLE_S)  # an operator that cannot reach the cluster exits within this
             if not comp.running:
                 raise ControlPlaneError(
                     f"qosmos-operator exited with code {comp.proc.returncode} (log: {comp.log_path})"
                 )
             state.operator = {"started": True, "pid": comp.pid, "log": str(comp.log_path)}
-            progress.done("qosmos-operator", f"pid {comp.pid} (running after {OPERATOR_SETTLE_S:.0f} s)")
+            if health:
+                state.operator["metrics"] = health
         else:
             state.operator = {"started": False, "reason": op_reason}
         state.phase = "up"
