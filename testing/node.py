@@ -235,6 +235,32 @@ def sweep_stale_nodes() -> list[str]:
     return swept
 
 
+def _rules(iptables_save: str) -> list[str]:
+    """iptables-save output without comments and packet counters."""
+    return [ln.split(" [")[0] if ln.startswith(":") else ln for ln in iptables_save.splitlines()
+            if ln and not ln.startswith("#")]  # fmt: skip
+
+
+def network_state() -> list[str]:
+    """Routes of every table (v4, v6), addresses and link names: what a node adds and must remove."""
+    out = []
+    for argv, tag in (
+        (("ip", "route", "show", "table", "all"), "route"),
+        (("ip", "-6", "route", "show", "table", "all"), "route6"),
+        (("ip", "-o", "addr", "show"), "addr"),
+        (("ip", "-o", "link", "show"), "link"),
+    ):
+        p = _run(*argv, check=False)
+        for ln in p.stdout.splitlines():
+            f = ln.split()
+            if tag == "addr":
+                ln = " ".join(f[1:4])  # "lo inet 10.255.255.1/32": no lifetimes
+            elif tag == "link":
+                ln = f[1].rstrip(":").split("@")[0]  # the name only: counters and states change
+            out.append(f"{tag}: {ln.strip()}")
+    return out
+
+
 class HostState:
     """Snapshot of the host settings a node changes, and their restoration."""
 
@@ -251,10 +277,11 @@ class HostState:
                     self.iptables[tool] = p.stdout
         self.netns = set(os.listdir("/var/run/netns")) if os.path.isdir("/var/run/netns") else set()
         self.cgroups = kubepods_present()
+        self.network = network_state()
 
     def to_json(self) -> str:
         return json.dumps({"sysctls": self.sysctls, "iptables": self.iptables, "netns": sorted(self.netns),
-                           "cgroups": sorted(self.cgroups)})  # fmt: skip
+                           "cgroups": sorted(self.cgroups), "network": self.network})  # fmt: skip
 
     @classmethod
     def from_json(cls, text: str) -> HostState:
@@ -262,7 +289,23 @@ class HostState:
         h = cls.__new__(cls)
         h.sysctls, h.iptables = dict(doc["sysctls"]), dict(doc["iptables"])
         h.netns, h.cgroups = set(doc["netns"]), set(doc["cgroups"])
+        h.network = list(doc.get("network", []))  # absent in work dirs of older runs
         return h
+
+    def diff(self) -> list[str]:
+        """What differs from the snapshot now (empty after a clean teardown): sysctls, iptables
+        rules, routes (every table, v4 and v6), addresses, links, ``cni-*`` netns, kubepods cgroups."""
+        out = [f"sysctl {k}: {old} -> {now}" for k, (old, now) in self.changed_sysctls().items()]
+        for tool, saved in self.iptables.items():
+            if _rules(_run(f"{tool}-save", check=False).stdout) != _rules(saved):
+                out.append(f"{tool} rules differ")
+        now = network_state()
+        out += [f"network: - {ln}" for ln in self.network if ln not in now]
+        out += [f"network: + {ln}" for ln in now if ln not in self.network]
+        netns = set(os.listdir("/var/run/netns")) if os.path.isdir("/var/run/netns") else set()
+        out += [f"netns: + {n}" for n in sorted(netns - self.netns) if n.startswith("cni-")]
+        out += [f"cgroup: + {c}" for c in sorted(kubepods_present() - self.cgroups)]
+        return out
 
     def changed_sysctls(self) -> dict[str, tuple[str, str]]:
         out = {}
@@ -283,10 +326,7 @@ class HostState:
         for tool, saved in self.iptables.items():
             now = _run(f"{tool}-save", check=False).stdout
 
-            def rules(text: str) -> list[str]:
-                return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-
-            if rules(now) != rules(saved):
+            if _rules(now) != _rules(saved):
                 subprocess.run([f"{tool}-restore"], input=saved, text=True, capture_output=True)
                 changed.append(f"{tool} rules restored")
         return changed
@@ -310,6 +350,7 @@ class Node:
         self.sock = ""
         self.kubelet_port = 0
         self.timings: dict[str, float] = {}
+        self.leftovers: list[str] = []  # host differences left after stop() (HostState.diff)
         self._lock_file: Any = None
 
     # -- public -----------------------------------------------------------------------------
@@ -718,6 +759,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             containerd.stop()
         if self.host is not None:
             teardown_host(self.workdir, self.host)
+            self.leftovers = self.host.diff()  # before the lock goes: no other node changes the host yet
         self.components.clear()
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)

@@ -39,6 +39,9 @@ def node_cluster() -> Iterator[tuple[ControlPlane, Node]]:
     with ControlPlane(extra_apiserver_args=APISERVER_ARGS, start_default_scheduler=False) as cp, Node(cp) as node:
         print(f"\nnode timings: {json.dumps({k: round(v, 1) for k, v in node.timings.items()})}")
         yield cp, node
+    # the node is stopped: sysctls, iptables, routes, addresses, links, netns and cgroups as before it
+    assert node.leftovers == [], f"the node left the host changed: {node.leftovers}"
+    print("\nhost state after the node: as before it (sysctls, iptables, routes, addresses, links)")
 
 
 @pytest.fixture

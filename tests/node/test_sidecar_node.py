@@ -172,7 +172,7 @@ def test_adaptive_cores_on_a_real_pod(node: Node, agent: Any, driver: Any, tmp_p
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'qosmos_sidecar_pod_cpuset_cpus{namespace="default",pod="train"} 1.0' in metrics
     assert re.search(r'qosmos_sidecar_pod_throttled_periods\{namespace="default",pod="train"\} \d', metrics)
-    print(f"\n§V-B on the node: tried {seen}, best {best}; inside the pod {before_inside} -> "
+    print(f"\n§V-B on the node: tried {seen}, best {best} ({msgs[0]!r}); inside the pod {before_inside} -> "
           f"{allowed_inside(node, pod)}; CPUs used {before_rate:.2f} -> {after_rate:.2f}; cpu.stat "
           f"{before_stat} -> {after}")  # fmt: skip
 
@@ -187,10 +187,12 @@ def test_halve_cores_without_rdt(node: Node, agent: Any, tmp_path: Path) -> None
     bw = tmp_path / "bw.json"
     write_json(bw, {"bytes_per_second": 3e9, "peak_bytes_per_second": 1e10})
     a = agent("--gpu-util", "none", "--membw", str(bw), "--interval", "0.3", "--resctrl-root", str(tmp_path / "no"))
-    time.sleep(2)
-    assert container_cpus(node, job) == cpus
+    wait_for(lambda: "cgroup v1" in a.log(), 30, "the agent to start")
+    time.sleep(1.5)  # a few passes at 30 % of peak: nothing throttled
+    assert container_cpus(node, job) == cpus and "cpujob" not in a.log()
     write_json(bw, {"bytes_per_second": 8e9, "peak_bytes_per_second": 1e10})
-    half = set(sorted(cpus)[-(len(cpus) + 1) // 2 :])
+    half = set(sorted(cpus)[-((len(cpus) + 1) // 2) :])  # ceil(n/2) from the high end (CPU jobs' side)
+    assert 0 < len(half) < len(cpus)
     wait_for(lambda: container_cpus(node, job) == half, 20, f"halved cores; agent log:\n{a.log()[-2000:]}")
     want = ",".join(map(str, sorted(half))) if len(half) == 1 else None
     if want:
@@ -201,10 +203,20 @@ def test_halve_cores_without_rdt(node: Node, agent: Any, tmp_path: Path) -> None
         f"{stat} {rate} {container_quota(node, job)}\n{a.log()[-3000:]}"
     )  # quota enforced
     assert container_cpus(node, other) == cpus
+    print(f"\nhalving on the node (80 % of peak, no RDT): cpujob {sorted(cpus)} -> {sorted(half)}, inside the pod "
+          f"{allowed_inside(node, job)!r}, CPUs used {rate:.2f}, container cpu.stat {stat}")  # fmt: skip
     write_json(bw, {"bytes_per_second": 5e9, "peak_bytes_per_second": 1e10})
     wait_for(lambda: container_cpus(node, job) == cpus, 20, "restored cores")
     assert container_quota(node, job) == {-1}
     assert container_cpus(node, other) == cpus
+
+    def reasons(pod: str) -> list[str]:
+        out = node.cp.kubectl("get", "events", "--field-selector", f"involvedObject.name={pod}", "-o", "json").stdout
+        return [e["reason"] for e in json.loads(out)["items"] if e["source"].get("component") == "qosmos-sidecar"]
+
+    got = wait_for(lambda: {"ContentionThrottle", "ContentionReleased"} <= set(reasons("cpujob")) and reasons("cpujob"),
+                   10, "the contention Events on cpujob")  # fmt: skip
+    assert "CpuAdjusted" in got and reasons("bystander") == []  # Events only on managed pods
 
 
 def test_resctrl_group_gets_the_cpu_jobs_real_threads(node: Node, tmp_path: Path) -> None:
@@ -239,6 +251,22 @@ def test_resctrl_group_gets_the_cpu_jobs_real_threads(node: Node, tmp_path: Path
     ag.reconcile()
     assert (rdt / "qosmos-cpu-jobs" / "tasks").read_text().split() == []
     assert (rdt / "qosmos-cpu-jobs" / "schemata").read_text().strip() == "MB:0=100;1=100"
+
+
+def test_proc_fallback_finds_the_real_pod_cgroups(node: Node) -> None:
+    """A layout that misses the pods (here: the systemd driver on this cgroupfs node) still finds
+    them from the container IDs in the pod status, through /proc/<pid>/cgroup."""
+    from kubernetes import client
+
+    pod = node.run_pod(node.pod_manifest("lost", "sleep 3600", labels=MANAGED, cpu_request="100m"))
+    api = client.CoreV1Api(node.cp.api_client())
+    v1pod = api.read_namespaced_pod("lost", "default")
+    wrong = detect_layout(CGROUP_ROOT, "systemd")
+    assert wrong.pod_dir("cpuset", v1pod.metadata.uid) is None  # the layout alone cannot find it
+    ag = NodeAgent(node.name, api, wrong, CgroupV1Cpu())
+    cg = ag.pod_cgroups(v1pod)
+    assert cg is not None
+    assert (cg.cpuset, cg.cpu) == (node.pod_cgroup(pod, "cpuset"), node.pod_cgroup(pod, "cpu"))
 
 
 def test_agent_killed_mid_adjustment_leaves_valid_cpusets(node: Node, agent: Any, driver: Any, tmp_path: Path) -> None:
@@ -357,3 +385,29 @@ def test_htb_split_between_gpu_and_cpu_jobs(node: Node, agent: Any) -> None:
     node.delete_pods("gpu-job")
     wait_for(lambda: "htb 50:" not in subprocess.run(["tc", "qdisc", "show", "dev", dev], capture_output=True,
              text=True).stdout, 30, "the HTB to be removed")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the node's network rule
+
+
+def test_nothing_leaves_the_machine(node: Node) -> None:
+    """Service VIPs hit the blackhole route; pods have no default route and no gateway on the bridge."""
+    from qosmos.testing.controlplane import SERVICE_CIDR, SERVICE_IP
+    from qosmos.testing.node import BRIDGE
+
+    routes = subprocess.run(["ip", "route", "show", "type", "blackhole"], capture_output=True, text=True).stdout
+    assert f"blackhole {SERVICE_CIDR}" in routes
+    got = subprocess.run(["ip", "route", "get", SERVICE_IP], capture_output=True, text=True)
+    assert got.returncode != 0 and "Invalid argument" in got.stderr  # a blackhole: never routed off the machine
+    bridge = subprocess.run(["ip", "-o", "-4", "addr", "show", "dev", BRIDGE], capture_output=True, text=True).stdout
+    assert bridge.strip() == ""  # no gateway address: pods reach each other only
+    node.run_pod(node.pod_manifest("netcheck", "sleep 3600"))
+    table = subprocess.run(node.exec_argv("netcheck", "cat", "/proc/net/route"), capture_output=True, text=True)
+    assert table.returncode == 0, table.stderr
+    dests = [ln.split()[1] for ln in table.stdout.splitlines()[1:] if ln.strip()]
+    assert dests and "00000000" not in dests  # no default route inside the pod
+    out = subprocess.run(node.exec_argv("netcheck", "bash", "-c", f"echo > /dev/tcp/{SERVICE_IP}/443"),
+                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert out.returncode != 0 and "unreachable" in out.stderr.lower(), out.stderr
+    print(f"\nnetwork rule: ip route get {SERVICE_IP} -> {got.stderr.strip()!r}; pod routes {dests}; "
+          f"pod -> {SERVICE_IP}:443: {next(ln for ln in out.stderr.splitlines() if 'unreachable' in ln.lower())!r}")  # fmt: skip

@@ -100,3 +100,21 @@ def test_node_fixture_says_why_a_host_cannot(monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setenv("QOSMOS_NODE_CACHE", str(tmp_path / "cache"))
     missing = testnode.artefacts_missing()
     assert any(m.endswith("/bin/kubelet") for m in missing) and any(m.endswith("debian.oci.tar") for m in missing)
+
+
+def test_node_kubelet_is_the_control_planes_version() -> None:
+    """hack/node builds the kubelet at the version hack/k8s pins (and testing/node looks for it there)."""
+    import re
+
+    root = Path(__file__).resolve().parents[3] / "hack"
+
+    def pin(path: Path, pattern: str) -> str:
+        m = re.search(pattern, path.read_text(), re.M)
+        assert m, f"{path}: no {pattern}"
+        return m.group(1)
+
+    version = pin(root / "k8s" / "build.sh", r"^K8S_VERSION=(\S+)")
+    assert pin(root / "node" / "build.sh", r"^K8S_VERSION=(\S+)") == version
+    assert pin(root / "node" / "kubelet" / "go.mod", r"^require k8s.io/kubernetes (\S+)") == version
+    assert pin(root / "k8s" / "k8s" / "go.mod", r"^require k8s.io/kubernetes (\S+)") == version
+    assert testnode.node_cache().name == version
