@@ -25,6 +25,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,6 +150,7 @@ class Reconciler:
         self.durations = durations or Durations(kube)
         self.clock = clock
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-ungate")
 
     # ------------------------------------------------------------------------------------------
     def run_pass(self) -> PassReport:
@@ -370,12 +372,19 @@ class Reconciler:
                     rep.pods_created += 1
                     metrics.PODS_CREATED.inc()
                 rep.writes += 1
+        todo = []
         for pod in manifests:
             live = cur.get(pod["metadata"]["name"])
             gates = (live or pod)["spec"].get("schedulingGates") or []
             if any(g.get("name") == GATE for g in gates):
-                self.kube.ungate(dl.namespace, pod["metadata"]["name"], [g for g in gates if g.get("name") != GATE])
-                rep.writes += 1
+                todo.append((pod["metadata"]["name"], [g for g in gates if g.get("name") != GATE]))
+        # all at once: Kubernetes has no multi-object write, so the gates go in parallel requests, which
+        # keeps the time a pod may be bound while a peer is still gated to one round trip
+        if len(todo) > 1:
+            list(self._pool.map(lambda t: self.kube.ungate(dl.namespace, *t), todo))
+        elif todo:
+            self.kube.ungate(dl.namespace, *todo[0])
+        rep.writes += len(todo)
 
     def _failed(self, dl: DL, pods: list[dict[str, Any]], attempt: int, now: float, rep: PassReport) -> None:
         """A failed (or lost) pod fails the gang: recreate it up to backoffLimit, then Failed."""
