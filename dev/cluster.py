@@ -136,6 +136,8 @@ class DevOptions(NodeSpec):
     api_port: int = 0  # 0: any free port
     bin_dir: Path | None = None
     start_timeout: float = 90.0
+    # False (tests calling up() in-process): every process dies with this one, even on SIGKILL.
+    detached: bool = True
 
     def validate(self) -> None:
         NodeSpec.validate(self)  # slots dataclasses cannot use zero-argument super()
@@ -412,7 +414,7 @@ def up(opts: DevOptions, progress: Progress | None = None) -> tuple[DevState, bo
         directory,
         opts.start_timeout,
         api_port=opts.api_port,
-        detached=True,
+        detached=opts.detached,
         on_spawn=record,
         on_ready=ready,
     )

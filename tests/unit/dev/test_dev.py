@@ -286,3 +286,26 @@ def test_detached_component_survives_its_parent(tmp_path: Path) -> None:
     finally:
         stop_all([ref], grace=2)
     assert not ref.alive()
+
+
+def test_attached_component_dies_with_its_parent(tmp_path: Path) -> None:
+    """`DevOptions(detached=False)` (tests calling up() in-process): a SIGKILLed parent leaves no orphan."""
+    code = (
+        "import time; from pathlib import Path; from qosmos.dev.process import Component; "
+        f"c = Component('s', ['sleep', '30'], Path({str(tmp_path / 's.log')!r}), None, detached=False); "
+        "print(c.pid, c.ref.ticks, flush=True); time.sleep(30)"
+    )
+    parent = subprocess.Popen([sys.executable, "-P", "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid, ticks = (int(x) for x in parent.stdout.readline().split())
+    ref = ProcessRef("s", pid, ticks)
+    try:
+        assert ref.alive()
+        parent.kill()
+        parent.wait(5)
+        deadline = time.monotonic() + 5
+        while ref.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not ref.alive()
+    finally:
+        stop_all([ref], grace=1)
