@@ -20,3 +20,8 @@ PASS_SECONDS = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, float("inf")),
 )
 ERRORS = Counter("qosmos_operator_errors_total", "operator errors", ["where"])
+ETA_ERROR = Histogram(
+    "qosmos_operator_eta_error_seconds",
+    "real start minus the last predicted start (ETA) of an admitted DLJob; negative: earlier than predicted",
+    buckets=(-3600, -600, -120, -30, -10, -1, 1, 10, 30, 120, 600, 3600, float("inf")),
+)

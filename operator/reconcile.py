@@ -41,6 +41,7 @@ from qosmos.extender.core.admission import (
 )
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.forecast import forecast
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.quota import HeldJob, QuotaState, accounting, effective_quota, reclaim
 from qosmos.extender.core.types import Allocation, Job
@@ -76,6 +77,8 @@ ACTIVE = (DLJobPhase.ADMITTED.value, DLJobPhase.RUNNING.value)
 FINISHED = (DLJobPhase.SUCCEEDED.value, DLJobPhase.FAILED.value)
 ALLOWANCE_STEP_S = 10  # a waiting allowance is rewritten when it moved by this much (it moves every second)
 OLDEST_WAIT_STEP_S = 10
+MAX_FORECAST_JOBS = 500  # queues longer than this get no ETA (the forecast is a pass per event)
+FORECAST_WORK = 20_000  # job decisions one forecast may make (queue length summed over its passes)
 ETA_STEP_S = 30  # an overdue head's projected start moves with the clock: rewrite it only this often
 
 
@@ -505,11 +508,9 @@ class Reconciler:
         name = meta(vc)["name"]
         quota = effective_quota(list(quotas.values()), name) if name in quotas else None
         rt = self._runtime(name, spec, quota)
-        needs_durations = spec.policy == "qssf" or spec.backfill != "none"
         waiting_dl = [d for d in group if d.phase in (None, DLJobPhase.QUEUED.value)]
-        for d in waiting_dl:
-            if needs_durations:
-                d.job.predicted_duration = self._predict(d.job, now)
+        for d in waiting_dl:  # QSSF's order, backfilling's estimates and the ETA forecast read them
+            d.job.predicted_duration = self._predict(d.job, now)
         metrics.QUEUE_LENGTH.labels(name).set(len(waiting_dl))
         oldest = max((now - d.job.submit_time for d in waiting_dl), default=0.0)
         metrics.OLDEST_WAIT.labels(name).set(oldest)
@@ -535,7 +536,25 @@ class Reconciler:
             return math.inf if d is None else d
 
         res = admit(rt, waiting, held, cluster, 0.0, carry=carry, estimate=estimate, explain=True)
-        self._apply(vc, res, {d.job.id: d for d in group}, running, cluster, now, rep)
+
+        def etas() -> dict[str, float]:
+            """Predicted starts of the jobs left waiting: the core's admission cycle run forward
+            (called once this pass's starts are booked on ``cluster``)."""
+            if len(waiting) > MAX_FORECAST_JOBS:
+                return {}
+            started = {s.job.id for s in res.starts}
+            gone = {p.job.id for p in res.preemptions}
+            live = [r for r in held if r.job.id not in gone]
+            live += [RunningJob(s.job, 0.0, estimate(s.job, s.allocation), s.allocation) for s in res.starts]
+            rest = [j for j in waiting if j.id not in started]
+            try:
+                return forecast(rt, rest, live, cluster, 0.0, estimate, carry=res.carry, max_work=FORECAST_WORK)
+            except Exception:  # advice only: a failed forecast leaves the ETAs unset
+                metrics.ERRORS.labels("forecast").inc()
+                log.exception("ETA forecast of VirtualCluster %s failed", name)
+                return {}
+
+        self._apply(vc, res, {d.job.id: d for d in group}, running, cluster, now, rep, etas)
 
     def _apply(
         self,
@@ -546,6 +565,7 @@ class Reconciler:
         cluster: ClusterState,
         now: float,
         rep: PassReport,
+        etas: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         name = meta(vc)["name"]
         for pr in res.preemptions:
@@ -559,6 +579,9 @@ class Reconciler:
                         cluster.release(gone.allocation)
         for s in res.starts:
             dl = by_id[s.job.id]
+            promised = parse_time(dl.status.get("eta"))
+            if promised is not None:  # how far the last forecast was from the real start
+                metrics.ETA_ERROR.observe(now - promised)
             gang = Gang.of_allocation(s.allocation, cluster)
             if not gang.node_names:
                 log.warning("start of %s without an allocation skipped", s.job.id)
@@ -595,11 +618,11 @@ class Reconciler:
             self.kube.event(dl.obj, "Admitted", f"{why}: {placement.get('shape')} on {', '.join(gang.node_names)}")
             metrics.ADMISSIONS.labels(name).inc()
             rep.admitted.append(s.job.id)
-        res_head = res.carry.reservation
+        forecast_starts = etas() if etas is not None and res.waiting else {}
         for w in res.waiting:
             dl = by_id[w.job.id]
-            eta = now + res_head.start if res_head is not None and res_head.job_id == w.job.id else None
-            self._wait_status(dl, reason_of(w.code), w.message, w, eta, now, rep)
+            start = forecast_starts.get(w.job.id)
+            self._wait_status(dl, reason_of(w.code), w.message, w, None if start is None else now + start, now, rep)
         text = carry_to_json(res.carry, cluster, now)
         if not _same_carry((meta(vc).get("annotations") or {}).get(ANN_CARRY), text):
             self.kube.annotate_vc(name, {ANN_CARRY: text})
