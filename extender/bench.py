@@ -9,9 +9,9 @@ separate processes so the client's work never shares the server's GIL.
 nodes of a real control plane, with a kube-scheduler using the extender and with one
 using the default profile alone.
 
-Only the benchmarks need a throw-away control plane and fake nodes: ``qosmos.testing`` is
-imported inside the functions that use them, never at module level, so the extender's
-production code never loads it (an import-linter contract checks the modules it names).
+Only the benchmarks need a throw-away control plane and fake nodes: ``qosmos.dev`` (the same
+one ``qosmos dev up`` starts) is imported inside the functions that use them, never at module
+level, so serving the extender never loads it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 def openb_node_manifests(n: int) -> list[dict[str, Any]]:
     """``n`` fake openb Node objects: the 1,523 real nodes (repeated with a suffix past that;
     an even spread over them below, so a small cluster still mixes GPU and CPU nodes)."""
-    from qosmos.testing.fakenodes import fake_node_manifests, openb_nodes, spread_sample
+    from qosmos.dev.fakenodes import fake_node_manifests, openb_nodes, spread_sample
 
     rows = spread_sample(openb_nodes(all_nodes=True), n)
     out = []
@@ -52,7 +52,7 @@ def openb_node_manifests(n: int) -> list[dict[str, Any]]:
 
 def openb_gpu_pods(limit: int | None = None, path: str | Path | None = None) -> list[dict[str, Any]]:
     """openb default-list GPU pods as rows {name, cpu_milli, memory_mib, num_gpu, gpu_spec}."""
-    from qosmos.testing.fakenodes import OPENB_DIR, shared_dir
+    from qosmos.dev.fakenodes import OPENB_DIR, shared_dir
 
     p = Path(path) if path else shared_dir() / OPENB_DIR / "openb_pod_list_default.csv"
     rows = []
@@ -76,7 +76,7 @@ def openb_gpu_pods(limit: int | None = None, path: str | Path | None = None) -> 
 
 def pod_manifest(row: dict[str, Any], scheduler: str, uid: str | None = None, namespace: str = "default") -> dict:
     """A Pod object for one openb pod row (its GPU-model list becomes our annotation)."""
-    from qosmos.testing.fakenodes import gpu_pod_manifest
+    from qosmos.dev.fakenodes import gpu_pod_manifest
 
     pod = gpu_pod_manifest(
         row["name"].lower(),
@@ -542,8 +542,8 @@ def bench_scheduling(
     import tempfile
 
     from qosmos.extender.schedconfig import PERCENTAGE_OF_NODES_TO_SCORE
-    from qosmos.testing.controlplane import ControlPlane, free_port
-    from qosmos.testing.fakenodes import create_nodes
+    from qosmos.dev.controlplane import ControlPlane, free_port
+    from qosmos.dev.fakenodes import create_nodes
 
     rows = openb_gpu_pods(pods)
     with ControlPlane(start_default_scheduler=False) as cp:
