@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -506,3 +507,70 @@ def test_kill9_restarts_lose_nothing_and_duplicate_nothing(api: Api, operator: O
     assert not twice, twice
     assert all(len(u) == 1 for u in uids.values())
     assert sum(added.values()) == len(pods)
+
+
+# --------------------------------------------------------------------------- QSSF and the examples
+
+
+def test_qssf_orders_by_durations_learnt_from_finished_dljobs(api: Api, operator: Operator) -> None:
+    ns = api.namespace()
+    api.label_pools({"node-0": "q"})
+    api.vc("qs", "q", policy="qssf", placement="consolidate")
+    for name, run in (("short-a", "1s"), ("long-a", "8s"), ("short-b", "1s")):  # the history, one at a time
+        api.dljob(ns, name, "qs", 8, run=run)
+        wait_for(lambda name=name: api.phase(ns, name) == "Succeeded", 60, f"{name} Succeeded")
+    history = json.loads(
+        api.core.read_namespaced_config_map("qosmos-operator-durations", "default").data["observations.json"]
+    )
+    mine = {row["name"]: row["duration"] for row in history if row["user"] == ns}
+    assert set(mine) == {"short-a", "long-a", "short-b"} and mine["long-a"] > mine["short-a"]
+    api.dljob(ns, "blocker", "qs", 8, run=None)
+    wait_for(lambda: api.phase(ns, "blocker") == "Running", 60, "blocker running")
+    api.dljob(ns, "long-b", "qs", 8, run="8s")
+    time.sleep(1.1)
+    api.dljob(ns, "short-c", "qs", 8, run="1s")  # later, but predicted shorter: first in QSSF's order
+
+    def ordered() -> dict[str, Any] | None:
+        jobs = api.jobs(ns)
+        st = {n: _status(jobs[n]) for n in ("long-b", "short-c")}
+        ok = all(s.get("queuePosition") is not None and s.get("predictedDurationSeconds") for s in st.values())
+        return st if ok and st["short-c"]["queuePosition"] != st["long-b"]["queuePosition"] else None
+
+    st = wait_for(ordered, 60, "QSSF positions")
+    assert st["short-c"]["queuePosition"] == 0 and st["long-b"]["queuePosition"] == 1
+    assert st["short-c"]["predictedDurationSeconds"] < st["long-b"]["predictedDurationSeconds"]
+    # a restarted operator replays the history: the same predictions
+    operator.kill9()
+    operator.start()
+    api.dljob(ns, "short-d", "qs", 8, run="1s")
+    wait_for(lambda: _status(api.get(ns, "short-d")).get("predictedDurationSeconds"), 60, "prediction after restart")
+    assert _status(api.get(ns, "short-d"))["predictedDurationSeconds"] < st["long-b"]["predictedDurationSeconds"]
+    api.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", "blocker")
+    wait_for(lambda: api.phase(ns, "long-b") == "Succeeded", 90, "the queue drained")
+    jobs = api.jobs(ns)
+    admitted = {n: _status(jobs[n])["admittedAt"] for n in ("short-c", "short-d", "long-b")}
+    assert admitted["short-c"] <= admitted["long-b"] and admitted["short-d"] <= admitted["long-b"]
+
+
+def test_the_examples_run_to_succeeded(api: Api) -> None:
+    """examples/ as a user applies them (`kubectl apply -f examples/`): both VirtualClusters, a DLJob
+    of each QoS class and a CPU job, all to Succeeded (their run-durations are 30 to 90 s)."""
+    import yaml
+
+    api.label_pools({"node-0": "a", "node-1": "b", "node-2": "a", "node-3": "b"})
+    ns = api.namespace()
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    names = []
+    for path in sorted(examples.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc["kind"] == "VirtualCluster":
+                api.custom.create_cluster_custom_object(GROUP, VERSION, "virtualclusters", doc)
+            else:
+                api.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", doc)
+                names.append(doc["metadata"]["name"])
+    assert len(names) == 4
+
+    def phases() -> dict[str, str | None]:
+        return {n: _status(j).get("phase") for n, j in api.jobs(ns).items()}
+
+    wait_for(lambda: set(phases().values()) == {"Succeeded"}, 130, "every example Succeeded", interval=2)
