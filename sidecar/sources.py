@@ -63,7 +63,11 @@ class DeclaredGpuSource:
 
 @dataclass
 class NvmlGpuSource:
-    """NVML: mean utilisation of the GPUs running any of the pod's processes (all GPUs if none match)."""
+    """NVML: mean utilisation of the GPUs running any of the pod's processes.
+
+    When NVML shows processes but none of the pod's (e.g. before the job starts CUDA), the GPUs are
+    other pods': no measurement. When it shows no process anywhere (no visibility into processes,
+    e.g. without the host PID namespace), the mean of every GPU is the best available."""
 
     _nvml: Any = field(default=None, repr=False)
 
@@ -86,16 +90,20 @@ class NvmlGpuSource:
         n = pynvml.nvmlDeviceGetCount()
         utils, mine = [], []
         want = set(pids)
+        seen_any = False
         for i in range(n):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             u = float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
             utils.append(u)
             try:
-                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                procs = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)}
             except pynvml.NVMLError:
-                procs = []
-            if want & {p.pid for p in procs}:
+                procs = set()
+            seen_any = seen_any or bool(procs)
+            if want & procs:
                 mine.append(u)
+        if not mine and seen_any:
+            return None  # only other pods' GPUs are busy: not this pod's utilisation
         vals = mine or utils
         return sum(vals) / len(vals) if vals else None
 

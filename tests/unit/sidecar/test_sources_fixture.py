@@ -62,7 +62,9 @@ def test_nvml_source_averages_the_pods_gpus(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     src = NvmlGpuSource()
     assert src.utilisation("ns/p", [12, 13]) == 70.0  # GPUs 0 and 2 run the pod's processes
-    assert src.utilisation("ns/q", [99]) == 50.0  # none match: every GPU
+    assert src.utilisation("ns/q", [99]) is None  # only other pods' GPUs are busy: no measurement
+    gpus[:] = [(90, []), (10, [])]  # no process visible anywhere (no host PID namespace)
+    assert src.utilisation("ns/q", [99]) == 50.0  # the node's mean is the best there is
     assert NvmlGpuSource.available()
 
 
