@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
@@ -47,15 +47,6 @@ class QosmosGroup(TyperGroup):
             return super().invoke(ctx)
 
 
-app = typer.Typer(
-    name="qosmos",
-    cls=QosmosGroup,
-    help="QoS-aware, prediction-driven scheduling for multi-tenant GPU clusters.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-)
-
-
 def package_version() -> str:
     try:
         return version("qosmos")
@@ -69,7 +60,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     _version: Annotated[
         bool,
@@ -80,16 +70,57 @@ def _root(
 
 
 COMPONENTS = ("extender", "predictors", "simulator", "operator", "sidecar", "dev")
+# The top-level commands each component registers (tests/unit/test_cli_lazy.py checks it against the
+# registrations): the ``qosmos`` script imports only the component that runs, since importing all of
+# them costs ~0.7 s of CPU (kubernetes, grpc, kopf) that ``qosmos simulate`` never uses.
+COMMANDS = {
+    "explain": "extender",
+    "extender": "extender",
+    "bench": "extender",
+    "predict": "predictors",
+    "profile": "predictors",
+    "simulate": "simulator",
+    "sweep": "simulator",
+    "crds": "operator",
+    "operator": "operator",
+    "sidecar": "sidecar",
+    "dev": "dev",
+}
 
-for _component in COMPONENTS:
-    try:
-        _module = importlib.import_module(f"qosmos.{_component}.cli")
-    except ModuleNotFoundError as exc:  # a component without a CLI yet
-        if exc.name != f"qosmos.{_component}.cli":
-            raise
-        continue
-    _module.register(app)
+
+def build(components: Sequence[str] = COMPONENTS) -> typer.Typer:
+    """The ``qosmos`` app with the sub-commands of ``components``."""
+    app = typer.Typer(
+        name="qosmos",
+        cls=QosmosGroup,
+        help="QoS-aware, prediction-driven scheduling for multi-tenant GPU clusters.",
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+    )
+    app.callback()(_root)
+    for component in components:
+        try:
+            module = importlib.import_module(f"qosmos.{component}.cli")
+        except ModuleNotFoundError as exc:  # a component without a CLI yet
+            if exc.name != f"qosmos.{component}.cli":
+                raise
+            continue
+        module.register(app)
+    return app
 
 
-def main() -> None:
-    app()
+def __getattr__(name: str) -> typer.Typer:
+    """``qosmos.cli.app``: the whole CLI (every component), built on first use."""
+    if name == "app":
+        app = globals()["app"] = build()
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The ``qosmos`` script: only the component providing the command is imported (every one for
+    ``--help``, no command or an unknown one, so that those list every command)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in args if not a.startswith("-")), "")
+    component = COMMANDS.get(command)
+    build((component,) if component else COMPONENTS)(args=args, prog_name="qosmos")
