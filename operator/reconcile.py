@@ -31,6 +31,7 @@ from typing import Any
 
 from qosmos.extender.admission_api import order_context
 from qosmos.extender.cache import PodInfo, pod_info
+from qosmos.extender.core import genie
 from qosmos.extender.core.admission import (
     AdmissionResult,
     Partition,
@@ -486,6 +487,14 @@ class Reconciler:
         self._runtimes[name] = (part, rt)
         return rt
 
+    def _deadline(self, job: Job) -> float | None:
+        """GENIE's deadline e = submit + ECT of the job's QoS class (Eq. 12), written once."""
+        try:
+            due = genie.deadline(genie.Task.from_job(job), self.modeldb.get(job.model))
+        except InvalidInput:  # an unknown model type: no deadline (SWAF then lets it wait)
+            return None
+        return due if math.isfinite(due) else None
+
     def _predict(self, job: Job, now: float) -> float | None:
         try:
             return self.durations.predict(job, now)
@@ -661,6 +670,10 @@ class Reconciler:
             st.get("predictedDurationSeconds") is None or abs(float(st["predictedDurationSeconds"]) - pred) >= 1
         ):
             patch["predictedDurationSeconds"] = round(pred, 1)
+        if not st.get("deadline") and dl.job.has_genie_task:
+            due = self._deadline(dl.job)
+            if due is not None:
+                patch["deadline"] = rfc3339(due)
         want_eta = eta if eta is not None and math.isfinite(eta) else None
         old_eta = parse_time(st.get("eta"))
         if (want_eta is None) != (old_eta is None) or (

@@ -432,6 +432,7 @@ def test_swaf_order_is_the_cores_and_every_queued_job_says_why(api: Api) -> None
     assert "waiting allowance" in head["message"]
     assert f"behind {ns}/{live[0]} (the queue does not backfill)" in _condition(objs[live[1]])["message"]
     assert _status(objs[live[-1]]).get("waitingAllowanceSeconds") is not None
+    assert all(_status(objs[n]).get("deadline") for n in names)  # GENIE Eq. 12, written once
     lost = _condition(api.get(ns, "lost"))
     assert lost["reason"] == "VirtualClusterMissing" and "no-such-vc" in lost["message"]
     text = api.vc_status("sw")
