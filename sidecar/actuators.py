@@ -289,7 +289,9 @@ class ResctrlMba:
 
 # --------------------------------------------------------------------------- tc HTB
 
-HTB_HANDLE = "50"  # qdisc 50:, classes 50:1 (link), 50:10 GPU jobs, 50:20 CPU jobs, 50:30 the rest
+# qdisc 50:, classes 50:1 (link), 50:10 GPU jobs and everything that is not a CPU job (unmanaged pods,
+# the host: never starved by us), 50:20 CPU jobs (§V-E: "CPU jobs can only use 25 %").
+HTB_HANDLE = "50"
 
 
 def htb_commands(t: HtbTarget) -> list[list[str]]:
@@ -308,11 +310,10 @@ def htb_commands(t: HtbTarget) -> list[list[str]]:
                 "ceil", f"{link}mbit", *prio]  # fmt: skip
 
     cmds = [
-        ["qdisc", "replace", *dev, "root", "handle", f"{h}:", "htb", "default", "30"],
+        ["qdisc", "replace", *dev, "root", "handle", f"{h}:", "htb", "default", "10"],
         cls(f"{h}:", f"{h}:1", f"{link}mbit"),
-        cls(f"{h}:1", f"{h}:10", f"{gpu}mbit", "prio", "0"),  # GPU jobs: 75 %, may borrow up to the link
+        cls(f"{h}:1", f"{h}:10", f"{gpu}mbit", "prio", "0"),  # GPU jobs (and unclassified): 75 %, borrow to the link
         cls(f"{h}:1", f"{h}:20", f"{cpu}mbit", "prio", "1"),  # CPU jobs: 25 %, may borrow up to the link
-        cls(f"{h}:1", f"{h}:30", "1mbit", "prio", "2"),  # unclassified traffic: leftovers only
         ["filter", "del", *dev, "parent", f"{h}:"],
     ]
     for flow, ips in (("10", t.gpu_ips), ("20", t.cpu_ips)):

@@ -352,12 +352,15 @@ LINK_MBIT = 200
 
 def test_htb_split_between_gpu_and_cpu_jobs(node: Node, agent: Any) -> None:
     """Two saturating iperf3 flows on the node's bridge: 75/25 under HTB, and a flow alone gets the link."""
-    server = node.run_pod(node.pod_manifest("iperf-server", "iperf3 -s -p 5201 & iperf3 -s -p 5202 & wait"))
+    server = node.run_pod(
+        node.pod_manifest("iperf-server", "iperf3 -s -p 5201 & iperf3 -s -p 5202 & iperf3 -s -p 5203 & wait")
+    )
     sip = server["status"]["podIP"]
     dev = host_veth(node, server)  # egress towards the server: where the two flows meet
     gpu_ann = {"qosmos.io/job-kind": "training", "qosmos.io/multi-node": "true", "qosmos.io/soda-cores": "2"}
     node.run_pod(node.pod_manifest("gpu-job", "sleep 3600", labels=MANAGED, annotations=gpu_ann))
     node.run_pod(node.pod_manifest("cpu-job", "sleep 3600", labels=MANAGED, annotations={"qosmos.io/job-kind": "cpu"}))
+    node.run_pod(node.pod_manifest("unmanaged", "sleep 3600"))  # not the agent's: must not be starved by its HTB
     a = agent(
         "--gpu-util", "none", "--membw", "none", "--interval", "0.3", "--tc-dev", dev, "--link-mbit", str(LINK_MBIT)
     )
@@ -380,6 +383,13 @@ def test_htb_split_between_gpu_and_cpu_jobs(node: Node, agent: Any) -> None:
     assert gpu_alone >= 0.9 * LINK_MBIT and cpu_alone >= 0.9 * LINK_MBIT  # borrowing: ceil = link
     assert abs(share - 0.75) <= 0.075  # within ±10 % of 75/25
     assert gpu_both + cpu_both >= 0.9 * LINK_MBIT
+    # an unmanaged pod against a CPU job: it keeps the non-CPU-job share (it is never put below a CPU job)
+    up, cp2 = iperf(node, "unmanaged", sip, 5203, 10), iperf(node, "cpu-job", sip, 5202, 10)
+    other_both, cpu_vs_other = received_mbit(up), received_mbit(cp2)
+    other_share = other_both / (other_both + cpu_vs_other)
+    print(f"unmanaged pod vs CPU job under the HTB: {other_both:.1f} + {cpu_vs_other:.1f} Mbit/s "
+          f"-> unmanaged share {other_share:.3f}")  # fmt: skip
+    assert other_share >= 0.675
 
     # no multi-node GPU job left: the agent removes its HTB (and only its own)
     node.delete_pods("gpu-job")

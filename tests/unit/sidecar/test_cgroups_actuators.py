@@ -279,6 +279,9 @@ def test_htb_commands_split_and_borrowing() -> None:
     assert any("classid 50:20 htb rate 250mbit ceil 1000mbit" in t for t in text)
     assert sum("match ip src 10.244.0.5/32 flowid 50:10" in t for t in text) == 1
     assert sum("flowid 50:20" in t for t in text) == 2
+    # traffic of no CPU job (unmanaged pods, the host) falls into the 75 % class, never below a CPU job
+    assert "root handle 50: htb default 10" in text[0]
+    assert {c[c.index("classid") + 1] for c in cmds if "classid" in c} == {"50:1", "50:10", "50:20"}
     with pytest.raises(InvalidInput):
         htb_commands(HtbTarget("veth0", 1000, (), (), gpu_share=1.0))
 
@@ -300,7 +303,7 @@ def test_tc_actuator_applies_once_and_removes_only_its_own() -> None:
     t = HtbTarget("veth0", 100, ("10.244.0.5",), ())
     assert act.apply(t) and act.apply(t) == []
     assert sum(c[:2] == ["qdisc", "replace"] for c in calls) == 1
-    shown["out"] = "qdisc htb 50: root refcnt 2 r2q 10 default 0x30\n"
+    shown["out"] = "qdisc htb 50: root refcnt 2 r2q 10 default 0x10\n"
     t2 = HtbTarget("veth0", 100, ("10.244.0.5",), ("10.244.0.6",))
     assert act.apply(t2) and sum(c[:2] == ["qdisc", "replace"] for c in calls) == 1  # htb root not "changed"
     assert calls[-1][-1] == "50:20"
