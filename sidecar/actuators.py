@@ -292,6 +292,7 @@ class ResctrlMba:
 # qdisc 50:, classes 50:1 (link), 50:10 GPU jobs and everything that is not a CPU job (unmanaged pods,
 # the host: never starved by us), 50:20 CPU jobs (§V-E: "CPU jobs can only use 25 %").
 HTB_HANDLE = "50"
+HTB_DEFAULT = "10"  # tc reads class minors (and "default") in hex: shown as "default 0x10"
 
 
 def htb_commands(t: HtbTarget) -> list[list[str]]:
@@ -310,7 +311,7 @@ def htb_commands(t: HtbTarget) -> list[list[str]]:
                 "ceil", f"{link}mbit", *prio]  # fmt: skip
 
     cmds = [
-        ["qdisc", "replace", *dev, "root", "handle", f"{h}:", "htb", "default", "10"],
+        ["qdisc", "replace", *dev, "root", "handle", f"{h}:", "htb", "default", HTB_DEFAULT],
         cls(f"{h}:", f"{h}:1", f"{link}mbit"),
         cls(f"{h}:1", f"{h}:10", f"{gpu}mbit", "prio", "0"),  # GPU jobs (and unclassified): 75 %, borrow to the link
         cls(f"{h}:1", f"{h}:20", f"{cpu}mbit", "prio", "1"),  # CPU jobs: 25 %, may borrow up to the link
@@ -342,9 +343,13 @@ class TcHtb:
         self._last: HtbTarget | None = None
         self._applied_once = False
 
+    def _root(self, dev: str) -> str:
+        """Our root qdisc's line on ``dev`` ("" when the root is not ours)."""
+        out = getattr(self.runner(["qdisc", "show", "dev", dev]), "stdout", "") or ""
+        return next((ln for ln in out.splitlines() if f"qdisc htb {HTB_HANDLE}: root" in ln), "")
+
     def _ours(self, dev: str) -> bool:
-        out = self.runner(["qdisc", "show", "dev", dev])
-        return f"qdisc htb {HTB_HANDLE}: root" in (getattr(out, "stdout", "") or "")
+        return bool(self._root(dev))
 
     def apply(self, target: HtbTarget | None, where: Any = None) -> list[str]:
         if target is None:
@@ -357,7 +362,14 @@ class TcHtb:
             return []
         if target == self._last:
             return []
-        ours = self._ours(target.dev)
+        root = self._root(target.dev)
+        words = root.split()
+        default = words[words.index("default") + 1] if "default" in words[:-1] else ""
+        if root and int(default.removeprefix("0x") or "0", 16) != int(HTB_DEFAULT, 16):
+            # an older agent's root (another default class): htb cannot change it in place, so renew it
+            self.runner(["qdisc", "del", "dev", target.dev, "root", "handle", f"{HTB_HANDLE}:"])
+            root = ""
+        ours = bool(root)
         for args in htb_commands(target):
             if ours and args[:2] == ["qdisc", "replace"]:
                 continue  # htb cannot "change" its root in place; the classes are replaced below

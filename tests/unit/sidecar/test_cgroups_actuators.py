@@ -310,6 +310,12 @@ def test_tc_actuator_applies_once_and_removes_only_its_own() -> None:
     n = len(calls)
     assert act.apply(None) == ["tc veth0: removed HTB"]
     assert calls[-1] == ["qdisc", "del", "dev", "veth0", "root", "handle", "50:"] and len(calls) == n + 2
+    # a root left by an older agent (default class 30, which no longer exists): renewed, not kept
+    shown["out"] = "qdisc htb 50: root refcnt 2 r2q 10 default 0x30 direct_packets_stat 0\n"
+    calls.clear()
+    assert TcHtb("veth0", runner).apply(t2)
+    assert calls[1] == ["qdisc", "del", "dev", "veth0", "root", "handle", "50:"]
+    assert calls[2][:2] == ["qdisc", "replace"] and calls[2][-2:] == ["default", "10"]
 
 
 def test_container_quota_never_above_the_pods(v1_tree: Callable[..., Path]) -> None:
