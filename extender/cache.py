@@ -431,14 +431,15 @@ class ClusterCache:
                 del self._assumed[uid]
 
     def _grant(self, st: ClusterState, i: int, info: PodInfo, with_cpu: bool) -> Allocation | None:
-        if st.free_gpus[i] < info.gpus:
-            return None
         req = PlacementRequest(
             info.gpus,
             # a node without CPU figures is accounted on GPUs only
             cpu_milli=info.cpu_milli if with_cpu and st.cpu_cap[i] > 0 else 0,
             memory_mib=info.memory_mib if with_cpu and st.mem_cap[i] > 0 else 0,
         )
+        # the one fit check (ClusterState), for this node alone
+        if st.free_gpus[i] < info.gpus or not st.cpu_fits(i, req.cpu_milli, req.memory_mib):
+            return None
         return Allocation((st.grant(i, info.gpus, req, info.gpus),), False)
 
     def _hold(self, held: _Held, strict: bool = False) -> bool:
