@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -80,7 +81,9 @@ ALLOWANCE_STEP_S = 10  # a waiting allowance is rewritten when it moved by this 
 OLDEST_WAIT_STEP_S = 10
 MAX_FORECAST_JOBS = 500  # queues longer than this get no ETA (the forecast is a pass per event)
 FORECAST_WORK = 20_000  # job decisions one forecast may make (queue length summed over its passes)
-ETA_STEP_S = 30  # an overdue head's projected start moves with the clock: rewrite it only this often
+ETA_STEP_S = 30
+REFRESH_S = 30  # drifting numbers of a queued DLJob's status are rewritten at most this often
+NEAR_HEAD = 10  # positions below this are always exact  # an overdue head's projected start moves with the clock: rewrite it only this often
 
 
 def reason_of(code: str) -> str:
@@ -154,6 +157,7 @@ class Reconciler:
         self.durations = durations or Durations(kube)
         self.clock = clock
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
+        self._refreshed: dict[str, float] = {}  # job id -> last wait-status write (a restart: one extra write)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-ungate")
 
     # ------------------------------------------------------------------------------------------
@@ -405,7 +409,6 @@ class Reconciler:
                 dl.obj, "Restarted", f"{failed} failed: gang recreated ({attempt + 1}/{dl.spec.backoff_limit})", "DLJob"
             )
             rep.restarted.append(dl.job.id)
-            dl.obj["status"] = {**dl.status, "restarts": attempt + 1, "phase": DLJobPhase.ADMITTED.value}
             gang = Gang.of_status(dl.status)
             if gang is not None:
                 self._ensure_gang(dl, gang, attempt + 1, {}, rep)
@@ -436,7 +439,6 @@ class Reconciler:
         for p in self._pods_now(dl):
             self.kube.delete_pod(dl.namespace, p)
         self.kube.event(dl.obj, "Preempted", why, "DLJob", "Warning")
-        dl.obj["status"] = {**dl.status, "phase": DLJobPhase.QUEUED.value, "placement": None}
         rep.preempted.append(dl.job.id)
 
     def _pods_now(self, dl: DL) -> list[str]:
@@ -616,7 +618,6 @@ class Reconciler:
                 },
                 rep,
             )
-            dl.obj["status"] = {**dl.status, "phase": DLJobPhase.ADMITTED.value, "placement": placement}
             try:
                 self._ensure_gang(dl, gang, int(dl.status.get("restarts") or 0), {}, rep)
             except Exception as exc:
@@ -628,10 +629,18 @@ class Reconciler:
             metrics.ADMISSIONS.labels(name).inc()
             rep.admitted.append(s.job.id)
         forecast_starts = etas() if etas is not None and res.waiting else {}
+        batch: list[tuple[DL, dict[str, Any]]] = []
         for w in res.waiting:
             dl = by_id[w.job.id]
             start = forecast_starts.get(w.job.id)
-            self._wait_status(dl, reason_of(w.code), w.message, w, None if start is None else now + start, now, rep)
+            eta = None if start is None else now + start
+            patch = self._wait_status(dl, reason_of(w.code), w.message, w, eta, now, rep, defer=True)
+            if patch:
+                batch.append((dl, patch))
+        # independent writes: in parallel, so a long queue's status refresh costs round trips / 16
+        for _ in self._pool.map(lambda b: self.kube.patch_dljob_status(b[0].namespace, b[0].name, b[1]), batch):
+            pass
+        rep.writes += len(batch)
         text = carry_to_json(res.carry, cluster, now)
         if not _same_carry((meta(vc).get("annotations") or {}).get(ANN_CARRY), text):
             self.kube.annotate_vc(name, {ANN_CARRY: text})
@@ -646,42 +655,65 @@ class Reconciler:
         eta: float | None,
         now: float,
         rep: PassReport,
-    ) -> None:
-        """Queued with the core's reason; written only when something a reader sees changed."""
+        defer: bool = False,
+    ) -> dict[str, Any] | None:
+        """Queued with the core's reason. Written at once when something changes in kind (phase, reason,
+        the message's words, a position near the head, ETA appearing); numbers that drift with every
+        start and finish (free GPUs in the message, far positions, allowance, prediction, ETA) are
+        refreshed at most every ``REFRESH_S``: a 1,000-job queue must not cost 1,000 writes a pass."""
         st = dl.status
         cond = condition("False", reason, message, now, st.get("conditions"))
-        patch: dict[str, Any] = {}
+        now_patch: dict[str, Any] = {}
+        later: dict[str, Any] = {}
         if st.get("phase") != DLJobPhase.QUEUED.value:
-            patch["phase"] = DLJobPhase.QUEUED.value
+            now_patch["phase"] = DLJobPhase.QUEUED.value
         if not _same_condition(st.get("conditions"), cond):
-            patch["conditions"] = [cond]
+            prev = next((c for c in st.get("conditions") or [] if c.get("type") == ADMITTED), {})
+            near = w is None or w.position < NEAR_HEAD
+            same_kind = prev.get("reason") == reason and (
+                not near or _words(prev.get("message", "")) == _words(message)
+            )
+            (later if same_kind else now_patch)["conditions"] = [cond]
         if w is not None:
-            if st.get("queuePosition") != w.position:
-                patch["queuePosition"] = w.position
+            old_pos = st.get("queuePosition")
+            if old_pos != w.position:
+                near = (
+                    old_pos is None or min(old_pos, w.position) < NEAR_HEAD or abs(old_pos - w.position) * 10 >= old_pos
+                )
+                (now_patch if near else later)["queuePosition"] = w.position
             a = w.waiting_allowance
             allowance = int(a) if a is not None and math.isfinite(a) else None
             old = st.get("waitingAllowanceSeconds")
-            if (allowance is None) != (old is None) or (
-                allowance is not None and old is not None and abs(allowance - old) >= ALLOWANCE_STEP_S
-            ):
-                patch["waitingAllowanceSeconds"] = allowance
+            if (allowance is None) != (old is None):
+                now_patch["waitingAllowanceSeconds"] = allowance
+            elif allowance is not None and old is not None and abs(allowance - old) >= ALLOWANCE_STEP_S:
+                later["waitingAllowanceSeconds"] = allowance
         pred = dl.job.predicted_duration
-        if pred is not None and (
-            st.get("predictedDurationSeconds") is None or abs(float(st["predictedDurationSeconds"]) - pred) >= 1
-        ):
-            patch["predictedDurationSeconds"] = round(pred, 1)
+        old_pred = st.get("predictedDurationSeconds")
+        if pred is not None and old_pred is None:
+            now_patch["predictedDurationSeconds"] = round(pred, 1)
+        elif pred is not None and abs(float(old_pred) - pred) >= max(1.0, 0.05 * pred):
+            later["predictedDurationSeconds"] = round(pred, 1)
         if not st.get("deadline") and dl.job.has_genie_task:
             due = self._deadline(dl.job)
             if due is not None:
-                patch["deadline"] = rfc3339(due)
+                now_patch["deadline"] = rfc3339(due)
         want_eta = eta if eta is not None and math.isfinite(eta) else None
         old_eta = parse_time(st.get("eta"))
-        if (want_eta is None) != (old_eta is None) or (
-            want_eta is not None and old_eta is not None and abs(want_eta - old_eta) >= ETA_STEP_S
-        ):
-            patch["eta"] = None if want_eta is None else rfc3339(want_eta)
-        if patch:
-            self._patch(dl, patch, rep)
+        if (want_eta is None) != (old_eta is None):
+            now_patch["eta"] = None if want_eta is None else rfc3339(want_eta)
+        elif want_eta is not None and old_eta is not None and abs(want_eta - old_eta) >= ETA_STEP_S:
+            later["eta"] = rfc3339(want_eta)
+        last = self._refreshed.get(dl.job.id, -math.inf)
+        if later and (now_patch or now - last >= REFRESH_S):
+            now_patch.update(later)
+        if not now_patch:
+            return None
+        self._refreshed[dl.job.id] = now
+        if defer:
+            return now_patch
+        self._patch(dl, now_patch, rep)
+        return None
 
     def _vc_statuses(
         self,
@@ -722,8 +754,17 @@ class Reconciler:
 
     # ---- writes -------------------------------------------------------------------------------
     def _patch(self, dl: DL, status: dict[str, Any], rep: PassReport) -> None:
+        """A status merge patch, mirrored on the object this pass holds (a job that finished early in
+        the pass frees its GPUs for the admissions later in the same pass)."""
         self.kube.patch_dljob_status(dl.namespace, dl.name, status)
+        merged = {**dl.status, **status}
+        dl.obj["status"] = {k: v for k, v in merged.items() if v is not None}
         rep.writes += 1
+
+
+def _words(message: str) -> str:
+    """A message without its numbers: what it says, not how many GPUs are free right now."""
+    return re.sub(r"(?<![\w/.-])[-+]?\d+(\.\d+)?(e[-+]?\d+)?(?![\w.-])", "#", message)
 
 
 def _same_carry(old: str | None, new: str) -> bool:

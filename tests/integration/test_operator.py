@@ -481,8 +481,8 @@ def test_kill9_restarts_lose_nothing_and_duplicate_nothing(api: Api, operator: O
     t = threading.Thread(target=run, daemon=True)
     t.start()
     started.wait(5)
-    n = 60
-    for i in range(n):
+    n = int(os.environ.get("QOSMOS_RESTART_JOBS", "200"))
+    for i in range(n):  # gangs of 1 to 4 pods
         gpus = (1, 2, 4, 8)[i % 4]
         api.dljob(ns, f"r{i:03d}", "rs", gpus, run="2s", gpusPerNode=min(gpus, 2) if gpus > 2 else None)
     for _ in range(5):  # kill -9 in the middle of admitting, restart at once
@@ -493,7 +493,7 @@ def test_kill9_restarts_lose_nothing_and_duplicate_nothing(api: Api, operator: O
     def done() -> bool:
         return all(_status(j).get("phase") == "Succeeded" for j in api.jobs(ns).values())
 
-    wait_for(done, 150, "all Succeeded", interval=1)
+    wait_for(done, 240, "all Succeeded", interval=1)
     time.sleep(1)  # the last events reach the watch
     stopping.set()
     w.stop()
