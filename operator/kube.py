@@ -76,8 +76,8 @@ class Kube:
             GROUP, VERSION, "virtualclusters", name, {"metadata": {"annotations": annotations}}
         )
 
-    def label_node(self, name: str, labels: dict[str, str | None]) -> None:
-        self.core.patch_node(name, {"metadata": {"labels": labels}})
+    def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
+        self.core.patch_node(name, {"metadata": {"labels": labels, "annotations": annotations}})
 
     def create_pod(self, pod: dict[str, Any]) -> bool:
         """True when created, False when it exists already (a restart redoing its work)."""

@@ -74,6 +74,7 @@ from qosmos.operator.translate import (
 
 log = logging.getLogger("qosmos.operator")
 
+ANN_VC_MANAGED = "qosmos.io/vc-managed"  # on a node: its qosmos.io/vc label is the operator's
 ADMITTED = "Admitted"  # the condition type saying whether (and why not) a DLJob is admitted
 ACTIVE = (DLJobPhase.ADMITTED.value, DLJobPhase.RUNNING.value)
 FINISHED = (DLJobPhase.SUCCEEDED.value, DLJobPhase.FAILED.value)
@@ -276,6 +277,8 @@ class Reconciler:
             quotas = self._quota_states(vc_specs, by_vc, running)
         self._vc_statuses(vcs, vc_specs, by_vc, running, quotas, cluster, now, rep)
         self.durations.save()
+        queued = {d.job.id for d in jobs if d.phase in (None, DLJobPhase.QUEUED.value)}
+        self._refreshed = {k: v for k, v in self._refreshed.items() if k in queued}
         rep.seconds = time.perf_counter() - t0
         metrics.PASS_SECONDS.observe(rep.seconds)
         return rep
@@ -284,17 +287,20 @@ class Reconciler:
     def _sync_node_labels(
         self, nodes: list[dict[str, Any]], assignment: Mapping[str, str], names: set[str], rep: PassReport
     ) -> None:
+        """``qosmos.io/vc`` on every node a VirtualCluster selects; removed again, once no VirtualCluster
+        selects it, where the operator wrote it (annotation ``qosmos.io/vc-managed``) or where it names
+        an existing VirtualCluster (a label written by others naming none is left alone)."""
         for n in nodes:
             m = meta(n)
-            have = (m.get("labels") or {}).get(LABEL_VC)
+            labels = m.get("labels") or {}
+            managed = (m.get("annotations") or {}).get(ANN_VC_MANAGED) == "true"
+            have = labels.get(LABEL_VC)
             want = assignment.get(m["name"], NO_VC)
-            if want and have != want:
-                self.kube.label_node(m["name"], {LABEL_VC: want})
-                m.setdefault("labels", {})[LABEL_VC] = want
+            if want and (have != want or not managed):
+                self.kube.label_node(m["name"], {LABEL_VC: want}, {ANN_VC_MANAGED: "true"})
                 rep.writes += 1
-            elif not want and have in names:  # selected by a VirtualCluster no longer
-                self.kube.label_node(m["name"], {LABEL_VC: None})
-                m["labels"].pop(LABEL_VC, None)
+            elif not want and have is not None and (managed or have in names):
+                self.kube.label_node(m["name"], {LABEL_VC: None}, {ANN_VC_MANAGED: None})
                 rep.writes += 1
 
     # ---- gangs --------------------------------------------------------------------------------

@@ -241,6 +241,8 @@ def test_lifecycle_to_succeeded(api: Api, operator: Operator) -> None:
     api.vc("life", None, policy="fifo", placement="consolidate")
     api.dljob(ns, "two", "life", 4, run="3s", gpusPerNode=2, cpus="1", memory="1Gi")
     wait_for(lambda: api.phase(ns, "two") == "Running", 60, "Running")
+    labels = {n.metadata.name: n.metadata.labels.get("qosmos.io/vc") for n in api.core.list_node().items}
+    assert labels == dict.fromkeys(NODES, "life")  # the label the extender reads, kept by the operator
     st = _status(api.get(ns, "two"))
     assert st["placement"]["nodes"] == 2 and st["placement"]["gpusPerNode"] == 2 and st["placement"]["shape"] == "2x2"
     pods = api.pods(ns, "two")
@@ -355,6 +357,8 @@ def test_quotas_borrowing_and_reclaim(api: Api) -> None:
     a4 = api.get(ns, "a4")
     assert _status(a4)["phase"] == "Queued" and _condition(a4)["reason"] == "Quota"
     assert "quota of 16" in _condition(a4)["message"]
+    labels = {n.metadata.name: n.metadata.labels.get("qosmos.io/vc") for n in api.core.list_node().items}
+    assert labels == {"node-0": "qa", "node-1": "qa", "node-2": "qb", "node-3": "qb"}
     wait_for(lambda: api.vc_status("qa").get("gpus", {}).get("borrowed") == 8, 30, "qa borrows 8")
     assert api.vc_status("qb")["gpus"]["lent"] == 8
     # qb wants its quota back: qa's borrowed jobs submitted last (a3, a2) are preempted and requeued
@@ -370,6 +374,12 @@ def test_quotas_borrowing_and_reclaim(api: Api) -> None:
     assert preempted == {"a2", "a3"}
     assert not api.pods(ns, "a3") and not api.pods(ns, "a2")
     wait_for(lambda: api.vc_status("qa").get("gpus", {}).get("borrowed") == 0, 30, "nothing borrowed")
+    api.delete_vcs()  # no VirtualCluster selects the nodes any more: the operator's label goes
+
+    def unlabelled() -> bool:
+        return all("qosmos.io/vc" not in (n.metadata.labels or {}) for n in api.core.list_node().items)
+
+    wait_for(unlabelled, 30, "qosmos.io/vc removed from the nodes")
     for name in [*(f"a{i}" for i in range(5)), "b0"]:
         api.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", name)
     wait_for(lambda: not api.pods(ns), 60, "pods garbage-collected")
