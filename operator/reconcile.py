@@ -159,7 +159,8 @@ class Reconciler:
         self.clock = clock
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
         self._refreshed: dict[str, float] = {}  # job id -> last wait-status write (a restart: one extra write)
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-ungate")
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-write")
+        self._starts = ThreadPoolExecutor(max_workers=8, thread_name_prefix="qosmos-admit")  # uses _pool inside
 
     # ------------------------------------------------------------------------------------------
     def run_pass(self) -> PassReport:
@@ -594,6 +595,7 @@ class Reconciler:
                     running.remove(gone)
                     if gone.allocation is not None:
                         cluster.release(gone.allocation)
+        plans: list[tuple[DL, Gang, bool]] = []
         for s in res.starts:
             dl = by_id[s.job.id]
             promised = parse_time(dl.status.get("eta"))
@@ -603,37 +605,17 @@ class Reconciler:
             if not gang.node_names:
                 log.warning("start of %s without an allocation skipped", s.job.id)
                 continue
-            # the status first: a restart finds the placement and finishes the gang from it
-            placement = gang.placement().model_dump(by_alias=True, exclude_none=True)
-            why = "backfilled behind the reserved head" if s.backfilled else "admitted by the VirtualCluster's queue"
-            self._patch(
-                dl,
-                {
-                    "phase": DLJobPhase.ADMITTED.value,
-                    "placement": placement,
-                    "admittedAt": rfc3339(now),
-                    "queuePosition": None,
-                    "waitingAllowanceSeconds": None,
-                    "eta": None,
-                    "restarts": int(dl.status.get("restarts") or 0),
-                    "conditions": [
-                        condition(
-                            "True", "Backfilled" if s.backfilled else "Admitted", why, now, dl.status.get("conditions")
-                        )
-                    ],
-                },
-                rep,
-            )
-            try:
-                self._ensure_gang(dl, gang, int(dl.status.get("restarts") or 0), {}, rep)
-            except Exception as exc:
-                self._job_error(dl, exc, now, rep)
             if s.allocation is not None:
                 cluster.allocate(s.allocation)
             running.append(running_job(dl.job, now, s.allocation, dl.job.predicted_duration))
-            self.kube.event(dl.obj, "Admitted", f"{why}: {placement.get('shape')} on {', '.join(gang.node_names)}")
-            metrics.ADMISSIONS.labels(name).inc()
-            rep.admitted.append(s.job.id)
+            plans.append((dl, gang, s.backfilled))
+        # the gangs are independent: their write sequences run side by side (each in its own order)
+        for sub in self._starts.map(lambda p: self._start_gang(*p, now), plans):
+            rep.writes += sub.writes
+            rep.pods_created += sub.pods_created
+            if sub.admitted:
+                metrics.ADMISSIONS.labels(name).inc()
+                rep.admitted += sub.admitted
         forecast_starts = etas() if etas is not None and res.waiting else {}
         batch: list[tuple[DL, dict[str, Any]]] = []
         for w in res.waiting:
@@ -651,6 +633,40 @@ class Reconciler:
         if not _same_carry((meta(vc).get("annotations") or {}).get(ANN_CARRY), text):
             self.kube.annotate_vc(name, {ANN_CARRY: text})
             rep.writes += 1
+
+    def _start_gang(self, dl: DL, gang: Gang, backfilled: bool, now: float) -> PassReport:
+        """One admission's writes, in this order: the status (a restart finds the placement there and
+        finishes the gang from it), the gated pods with the extender's annotations, the gates."""
+        rep = PassReport()
+        placement = gang.placement().model_dump(by_alias=True, exclude_none=True)
+        why = "backfilled behind the reserved head" if backfilled else "admitted by the VirtualCluster's queue"
+        reason = "Backfilled" if backfilled else "Admitted"
+        try:
+            self._patch(
+                dl,
+                {
+                    "phase": DLJobPhase.ADMITTED.value,
+                    "placement": placement,
+                    "admittedAt": rfc3339(now),
+                    "queuePosition": None,
+                    "waitingAllowanceSeconds": None,
+                    "eta": None,
+                    "restarts": int(dl.status.get("restarts") or 0),
+                    "conditions": [condition("True", reason, why, now, dl.status.get("conditions"))],
+                },
+                rep,
+            )
+        except Exception:  # not admitted after all: the next pass decides again
+            metrics.ERRORS.labels("admit").inc()
+            log.exception("admission of %s not written", dl.job.id)
+            return rep
+        rep.admitted.append(dl.job.id)
+        try:
+            self._ensure_gang(dl, gang, int(dl.status.get("restarts") or 0), {}, rep)
+        except Exception as exc:
+            self._job_error(dl, exc, now, rep)
+        self.kube.event(dl.obj, "Admitted", f"{why}: {placement.get('shape')} on {', '.join(gang.node_names)}")
+        return rep
 
     def _wait_status(
         self,

@@ -69,12 +69,11 @@ def build_registry(trigger: Trigger, opts: RunOptions) -> kopf.OperatorRegistry:
 
 async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> None:
     """Runs the passes: on a poke (after the debounce window) or every ``interval_s``."""
-    from kubernetes import config
     from qosmos.operator.durations import Durations
     from qosmos.operator.kube import Kube
     from qosmos.operator.reconcile import Reconciler
 
-    api = config.new_client_from_config(config_file=opts.kubeconfig) if opts.kubeconfig else _in_cluster()
+    api = _api_client(opts.kubeconfig)
     kube = Kube(api, opts.namespace)
     rec = Reconciler(kube, durations=Durations(kube, opts.history_namespace))
     trigger.poke()
@@ -103,11 +102,18 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
             trigger.poke()
 
 
-def _in_cluster() -> Any:
+def _api_client(kubeconfig: str | None) -> Any:
+    """The worker's API client: the kubeconfig (else in-cluster), with a connection pool as large as
+    the writes a pass runs side by side (8 gangs x their pods)."""
     from kubernetes import client, config
 
-    config.load_incluster_config()
-    return client.ApiClient()
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = 64
+    return client.ApiClient(cfg)
 
 
 def run(opts: RunOptions) -> None:
