@@ -38,7 +38,7 @@ import numpy as np
 from qosmos.extender.core import genie
 from qosmos.extender.core.admission import Carry, Partition, PartitionRuntime, RunningJob, admit
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
-from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.cluster import FULL, ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy
@@ -360,7 +360,9 @@ class Simulator:
             self.queues.append(_Queue(PartitionRuntime(part, ctx)))
         self.drf = any(q.policy.name == "soda" for q in self.queues)
         self.track_progress = any(q.preemptive or q.policy.arrays for q in self.queues) or config.migration
-        self.order = sorted(range(n), key=lambda i: (self.jobs[i].submit_time, i))
+        # by submit time, ties in trace order (a stable sort)
+        submit = np.fromiter((j.submit_time for j in self.jobs), float, n)
+        self.order: list[int] = np.argsort(submit, kind="stable").tolist()
         self.withdraw = trace.withdraw_at
         self.exp_end = [nan] * n  # expected end of the current segment (backfilling's view)
         self.res_latest = [nan] * n  # a reserved head's latest start (seed 004 §VI-B)
@@ -423,19 +425,22 @@ class Simulator:
     def _admissible(self) -> None:
         """Reject, before running, jobs that no partition could ever host (reason counted)."""
         cache: dict[tuple, str | None] = {}
+        verdicts: dict[tuple, str | None] = {}  # one per distinct request: a million jobs have few
         for i, j in enumerate(self.jobs):
             if j.vc not in self.vc_index:
                 reason: str | None = f"no nodes in vc {j.vc!r}"
             else:
-                key = (j.vc, j.gpus, j.gpu_models, j.gpu_milli < 1000, j.cpu_milli, j.memory_mib, j.nodes)
-                if key not in cache:
+                key = (j.vc, j.gpus, j.gpu_models, j.gpu_milli, j.cpu_milli, j.memory_mib, j.nodes)
+                if key in verdicts:
+                    reason = verdicts[key]
+                else:
                     try:
-                        cache[key] = self.cluster.could_ever_fit(self._request(i))
+                        reason = self.cluster.could_ever_fit(self._request(i))
                     except InvalidInput as exc:
-                        cache[key] = str(exc)
-                reason = cache[key]
-                if reason is None and j.gpus > 0 and j.gpu_milli == 1000:
-                    reason = self._fits_empty(i, cache)
+                        reason = str(exc)
+                    if reason is None and j.gpus > 0 and j.gpu_milli == 1000:
+                        reason = self._fits_empty(i, cache)
+                    verdicts[key] = reason
             if reason is None and j.duration is None and not j.has_genie_task:
                 reason = "no duration and no GENIE task"
             if reason is not None and self.recorded and self.trace.recorded_start[i] is not None:
@@ -503,24 +508,26 @@ class Simulator:
         return math.inf if d is None else d * self.frac_left[i]
 
     # ---- starting and stopping ---------------------------------------------------------------
-    def _book(self, i: int, alloc: Allocation, sign: int) -> None:
-        """Allocate/release on the ClusterState and keep the engine's counters in step."""
+    def _book(self, i: int, alloc: Allocation, sign: int, booked: bool = False) -> None:
+        """Allocate (unless the admission pass ``booked`` it already) or release on the ClusterState, and
+        keep the engine's counters in step."""
         cl = self.cluster
         job = self.jobs[i]
         whole = job.gpu_milli == 1000
-        if not whole:
-            free = cl.free_gpus
-            before = [int(free[g.node]) for g in alloc.grants]
-        if sign > 0:
-            cl.allocate(alloc)
-        else:
+        if sign < 0:
             cl.release(alloc)
+        elif not booked:
+            cl.allocate(alloc)
         node_vcidx = self.node_vcidx
         node_jobs = self.node_jobs
-        for k, g in enumerate(alloc.grants):
+        for g in alloc.grants:
             node = g.node
-            d = sign * -len(g.gpu_ids) if whole else int(free[node]) - before[k]
-            self.used_gpus -= d
+            if whole:
+                self.used_gpus += sign * len(g.gpu_ids)
+            elif g.gpu_milli:  # a shared GPU is used while any share is held: count the ones that flipped
+                row = cl.gpu_free_milli[node]
+                flipped = FULL - g.gpu_milli if sign > 0 else FULL
+                self.used_gpus += sign * sum(1 for x in g.gpu_ids if row[x] == flipped)
             nj = node_jobs[node]
             if sign > 0:
                 if not nj:
@@ -539,10 +546,10 @@ class Simulator:
             g0, c0 = u.get(job.user, (0, 0))
             u[job.user] = (g0 + sign * job.gpus, c0 + sign * job.cpu_milli)  # type: ignore[index]
 
-    def _start(self, i: int, alloc: Allocation | None, q: _Queue) -> None:
+    def _start(self, i: int, alloc: Allocation | None, q: _Queue, booked: bool = False) -> None:
         now = self.now
         if alloc is not None:
-            self._book(i, alloc, +1)
+            self._book(i, alloc, +1, booked)
         self.alloc[i] = alloc
         full = self._full_runtime(i, alloc)
         seg = full * self.frac_left[i]
@@ -582,17 +589,18 @@ class Simulator:
         now = self.now
         alloc = self.alloc[i]
         ran = now - self.seg_start[i]
-        q = self.queues[self.vc_index[self.jobs[i].vc]]
+        job = self.jobs[i]
+        q = self.queues[self.vc_index[job.vc]]
         q.running.discard(i)
         self.n_running -= 1
-        job = self.jobs[i]
         gpus = job.gpus if job.gpu_milli == 1000 else job.gpu_milli / 1000.0
         if alloc is not None:
-            gpus = max(alloc.gpus, gpus if alloc.gpus == 0 else 0)
+            held = alloc.gpus
+            gpus = max(held, gpus if held == 0 else 0)
             self._book(i, alloc, -1)
             if self.cfg.record_segments:
-                for g in alloc.grants:
-                    self.segments.append((i, g.node, self.seg_start[i], now, len(g.gpu_ids)))
+                seg_start = self.seg_start[i]
+                self.segments.extend((i, g.node, seg_start, now, len(g.gpu_ids)) for g in alloc.grants)
         self.run_time[i] += ran
         self.gpu_sec[i] += ran * gpus
         self.alloc[i] = None
@@ -685,6 +693,7 @@ class Simulator:
             presorted=q.static,
             queue_len=len(q),
             explain=False,
+            book=True,
         )
         q.carry = res.carry
         idx = self._idx_of
@@ -695,7 +704,7 @@ class Simulator:
             self._dequeue(i, q)
             if st.backfilled:
                 self.backfilled[i] = True
-            self._start(i, st.allocation, q)
+            self._start(i, st.allocation, q, res.booked)
         r = res.carry.reservation
         if r is not None:
             h = idx[r.job_id]
@@ -785,9 +794,15 @@ class Simulator:
         last_t = jobs[order[0]].submit_time if order else 0.0
         done_count = 0
         prog_every = max(1, n_order // 200)
+        next_report = 0  # report progress when done_count reaches it (not at every instant)
         migrate = self.cfg.migration
+        recorded = self.recorded
+        state, gen, queues = self.state, self.gen, self.queues
+        predictor, supplied, withdraw = self.predictor, self.supplied, self.withdraw
+        heappop = heapq.heappop
+        n_arrivals = 0 if recorded else n_order  # recorded runs start jobs by their recorded-start events
         while True:
-            t_arr = jobs[order[pos]].submit_time if pos < n_order and not self.recorded else math.inf
+            t_arr = jobs[order[pos]].submit_time if pos < n_arrivals else math.inf
             t_ev = ev[0][0] if ev else math.inf
             t = t_arr if t_arr < t_ev else t_ev
             if t == math.inf:
@@ -800,24 +815,25 @@ class Simulator:
             self.job_time += (t - last_t) * (self.n_waiting + self.n_running)
             last_t = t
             self.now = t
-            finished_q: set[int] = set()
+            finished_q: set[int] | None = set() if migrate else None
             while ev and ev[0][0] == t:
-                _, kind, _, i, g = heapq.heappop(ev)
+                _, kind, _, i, g = heappop(ev)
                 if kind == EV_TICK:
                     dirty.update(range(len(self.queues)))
                     if pos < n_order or self.n_running or self.n_waiting:
                         self._push(t + self.cfg.tick, EV_TICK, -1)
                     continue
-                if g != self.gen[i] and kind != EV_RSTART and kind != EV_WITHDRAW:
+                if g != gen[i] and kind != EV_RSTART and kind != EV_WITHDRAW:
                     continue
                 qi = qidx[i]
                 if kind == EV_FINISH:
-                    if self.state[i] != RUNNING:
+                    if state[i] != RUNNING:
                         continue
                     self._stop(i, finished=True)
                     done_count += 1
                     dirty.add(qi)
-                    finished_q.add(qi)
+                    if finished_q is not None:
+                        finished_q.add(qi)
                 elif kind == EV_REQUEUE:  # a turn ended: back of its queue (MLFQ, RR, LAS)
                     if self.state[i] == RUNNING:
                         self._sync_progress(self.queues[qi])
@@ -837,31 +853,32 @@ class Simulator:
                         done_count += 1
                 elif kind == EV_RSTART:
                     self._recorded_start(i)
-            while pos < n_order and not self.recorded and jobs[order[pos]].submit_time == t:
+            while pos < n_arrivals and jobs[order[pos]].submit_time == t:
                 i = order[pos]
                 pos += 1
                 qi = qidx[i]
-                if self.predictor is not None and not self.supplied[i]:
-                    jobs[i].predicted_duration = self.predictor.predict(jobs[i], t)
-                self.state[i] = WAITING
+                if predictor is not None and not supplied[i]:
+                    jobs[i].predicted_duration = predictor.predict(jobs[i], t)
+                state[i] = WAITING
                 self.n_waiting += 1
-                self._enqueue(i, self.queues[qi])
-                if self.withdraw[i] is not None:
-                    self._push(self.withdraw[i], EV_WITHDRAW, i)  # type: ignore[arg-type]
+                self._enqueue(i, queues[qi])
+                if withdraw[i] is not None:
+                    self._push(withdraw[i], EV_WITHDRAW, i)  # type: ignore[arg-type]
                 dirty.add(qi)
-            if migrate:
+            if finished_q:
                 for qi in finished_q:
                     self._migrate(qi)
             if self.external:
                 if self.n_waiting:
                     yield t
-            elif not self.recorded:
-                for qi in sorted(dirty):
+            elif not recorded:
+                for qi in sorted(dirty) if len(dirty) > 1 else dirty:
                     self._schedule(qi)
             dirty.clear()
             self.sampler.add(t, self.used_gpus, self.used_nodes, self.n_waiting, self.n_running)
-            if self.progress is not None and done_count % prog_every == 0:
+            if self.progress is not None and done_count >= next_report:
                 self.progress(done_count, n_order)
+                next_report = done_count + prog_every
         if self.progress is not None:
             self.progress(n_order, n_order)
         for i in range(self.n):

@@ -12,6 +12,7 @@ rectangle per job, so plotting stays well under a second on large runs.
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ def _fixed(values: np.ndarray, digits: int = 3) -> list[str]:
     return ["" if x != x else fmt(x) for x in values.tolist()]
 
 
+CSV_CHUNK = 65_536  # rows built and written at a time: bounds memory on million-job runs
+
+
 def write_jobs_csv(path: Path, res: SimResult) -> None:
     """One row per job. ``gpu_milli`` is 0 for CPU-only jobs (they hold no GPU)."""
     jobs = res.trace.jobs
@@ -75,37 +79,42 @@ def write_jobs_csv(path: Path, res: SimResult) -> None:
     submit = np.fromiter((j.submit_time for j in jobs), float, n)
     start = np.asarray(res.start, float)
     end = np.asarray(res.end, float)
+    run = np.asarray(res.run_time, float)
+    overhead = np.asarray(res.overhead_s, float)
     qos_names: dict[object, str] = {}
     for j in jobs:
         if j.qos not in qos_names:
             qos_names[j.qos] = j.qos.name.lower()
-    columns: list[list[object]] = [
-        [j.id for j in jobs],
-        [j.vc for j in jobs],
-        [j.user for j in jobs],
-        [j.gpus for j in jobs],
-        [j.gpu_milli if j.gpus > 0 else 0 for j in jobs],
-        [j.model for j in jobs],
-        [qos_names[j.qos] for j in jobs],
-        _fixed(submit),  # type: ignore[list-item]
-        _fixed(start),  # type: ignore[list-item]
-        _fixed(end),  # type: ignore[list-item]
-        _fixed(start - submit),  # type: ignore[list-item]
-        _fixed(end - submit),  # type: ignore[list-item]
-        _fixed(np.asarray(res.run_time, float)),  # type: ignore[list-item]
-        list(res.nodes_used),
-        ["" if sh is None else f"{sh[0]}x{sh[1]}" for sh in res.shape],
-        list(res.preemptions),
-        _fixed(np.asarray(res.overhead_s, float), 1),  # type: ignore[list-item]
-        [int(x) for x in res.cross_switch],
-        [int(x) for x in res.backfilled],
-        [STATE_NAMES.get(x, "unfinished") for x in res.state],
-        [j.end_state.value for j in jobs],
-    ]
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(JOB_COLUMNS)
-        w.writerows(zip(*columns, strict=True))
+        for a in range(0, n, CSV_CHUNK):
+            b = min(a + CSV_CHUNK, n)
+            part = jobs[a:b]
+            columns: list[list[object]] = [
+                [j.id for j in part],
+                [j.vc for j in part],
+                [j.user for j in part],
+                [j.gpus for j in part],
+                [j.gpu_milli if j.gpus > 0 else 0 for j in part],
+                [j.model for j in part],
+                [qos_names[j.qos] for j in part],
+                _fixed(submit[a:b]),  # type: ignore[list-item]
+                _fixed(start[a:b]),  # type: ignore[list-item]
+                _fixed(end[a:b]),  # type: ignore[list-item]
+                _fixed(start[a:b] - submit[a:b]),  # type: ignore[list-item]
+                _fixed(end[a:b] - submit[a:b]),  # type: ignore[list-item]
+                _fixed(run[a:b]),  # type: ignore[list-item]
+                res.nodes_used[a:b],
+                ["" if sh is None else f"{sh[0]}x{sh[1]}" for sh in res.shape[a:b]],
+                res.preemptions[a:b],
+                _fixed(overhead[a:b], 1),  # type: ignore[list-item]
+                [int(x) for x in res.cross_switch[a:b]],
+                [int(x) for x in res.backfilled[a:b]],
+                [STATE_NAMES.get(x, "unfinished") for x in res.state[a:b]],
+                [j.end_state.value for j in part],
+            ]
+            w.writerows(zip(*columns, strict=True))
 
 
 def _segments(res: SimResult) -> np.ndarray:
@@ -524,6 +533,13 @@ def artefacts(plots: bool = True) -> list[str]:
     return ["summary.json", "jobs.csv", "trace.json"] + ([name for name, _ in PLOTS] if plots else [])
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
 def write_all(
     out: Path,
     res: SimResult,
@@ -531,18 +547,44 @@ def write_all(
     plots: bool = True,
     on_step: Callable[[str], None] | None = None,
 ) -> list[Path]:
-    """Write every artefact into ``out``; ``on_step(name)`` is called after each file."""
+    """Write every artefact into ``out``; ``on_step(name)`` is called after each file.
+
+    With a second core, the plots are drawn by a forked child while this process writes the data
+    files (matplotlib costs about as much as the CSV and JSON together); a child that fails is
+    not trusted: the plots are then drawn here, so any error surfaces as it would have.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    writers: list[tuple[str, Callable[[Path], object]]] = [
+    data: list[tuple[str, Callable[[Path], object]]] = [
         ("summary.json", lambda p: write_summary(p, summary)),
         ("jobs.csv", lambda p: write_jobs_csv(p, res)),
         ("trace.json", lambda p: write_chrome_trace(p, res)),
     ]
-    if plots:
-        writers += [(name, lambda p, fn=fn: fn(p, res)) for name, fn in PLOTS]
+    figures: list[tuple[str, Callable[[Path], object]]] = (
+        [(name, lambda p, fn=fn: fn(p, res)) for name, fn in PLOTS] if plots else []
+    )
+    child = 0
+    if figures and hasattr(os, "fork") and _cores() > 1:
+        child = os.fork()
+        if child == 0:  # the child draws the plots and leaves without running the parent's cleanup
+            code = 1
+            try:
+                for name, write in figures:
+                    write(out / name)
+                code = 0
+            finally:
+                os._exit(code)
     files = []
-    for name, write in writers:
-        write(out / name)
+    try:
+        for name, write in data:
+            write(out / name)
+            files.append(out / name)
+            if on_step is not None:
+                on_step(name)
+    finally:
+        drawn = child > 0 and os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    for name, write in figures:
+        if not drawn:
+            write(out / name)
         files.append(out / name)
         if on_step is not None:
             on_step(name)

@@ -5,7 +5,8 @@ every job left waiting waits. The simulator's event loop and the operator's reco
 A partition is a VirtualCluster (AnalySIM §3.1 logical partition): its own queue, ordering policy,
 placer, backfilling mode and GPU quota. The pass is pure: it reads the cluster state, the waiting and
 running jobs and ``now``, and returns decisions; the caller books them (allocate, create pods, ...).
-It never mutates the ClusterState it is given (projections use a copy).
+It never mutates the ClusterState it is given (projections use a copy) unless the caller asks it to
+book its starts there (``book``: the simulator, which books them anyway).
 
 Backfilling (seed 004 §VI-B) is node-aware: when the head cannot start, it gets a reservation on the
 nodes it will actually get, found by releasing running jobs in order of their expected end on a copy
@@ -132,6 +133,7 @@ class AdmissionResult:
     waiting: list[WaitReason] = field(default_factory=list)
     carry: Carry = field(default_factory=Carry)
     order: list[str] = field(default_factory=list)  # job ids in policy order (explain only)
+    booked: bool = False  # the starts are booked on the caller's ClusterState (admit's ``book``)
 
 
 class FitMemo:
@@ -280,6 +282,7 @@ class _Pass:
         carry: Carry,
         queue_len: int,
         explain: bool,
+        book: bool = False,
     ) -> None:
         self.rt = rt
         self.part = rt.partition
@@ -291,11 +294,15 @@ class _Pass:
         self.explain = explain
         self.result = AdmissionResult(carry=Carry(carry.reservation, max(carry.max_queue_len, queue_len)))
         self.queue_len = queue_len
+        self.backfill = self.part.backfill != "none"
         self.vc = cluster.vc_index(self.part.name)
         self.biggest = cluster.biggest_node(self.part.name) if self.vc >= 0 else 0
         self.held = -1  # GPUs held by the partition's running jobs (computed on demand, for quotas)
         self.started: list[tuple[Job, Allocation | None, float]] = []  # (job, allocation, expected end)
-        self.scratch: ClusterState | None = None  # the cluster with this pass's starts booked
+        # the cluster with this pass's starts booked: a copy made at the first start, or with ``book``
+        # the caller's own (so a caller that books the starts anyway copies and books nothing twice)
+        self.scratch: ClusterState | None = cluster if book else None
+        self.result.booked = book
         self.reclaimed: set[str] = set()  # running jobs this pass preempts to reclaim lent resources
 
     # -- helpers -------------------------------------------------------------------------------
@@ -388,7 +395,8 @@ class _Pass:
         if self.part.gpu_quota is not None and alloc is not None:
             self.quota_left()
             self.held += alloc.gpus
-        end = self.now + self.estimate(job, alloc) if self.estimate is not None else math.inf
+        # expected ends of this pass's starts matter only to backfilling's projections
+        end = self.now + self.estimate(job, alloc) if self.estimate is not None and self.backfill else math.inf
         self.started.append((job, alloc, end))
         self.result.starts.append(Start(job, alloc, shape, backfilled))
 
@@ -493,6 +501,7 @@ def admit(
     presorted: bool = False,
     queue_len: int | None = None,
     explain: bool = True,
+    book: bool = False,
 ) -> AdmissionResult:
     """One admission pass over a partition's queue.
 
@@ -503,6 +512,9 @@ def admit(
     expected ends of jobs started in this pass); required when the partition backfills.
     ``carry``: what the previous pass returned (the head's reservation, the longest queue seen).
     ``explain``: build a WaitReason for every job left waiting (the operator; the simulator skips it).
+    ``book``: book the starts on ``cluster`` itself, for a caller that would book them anyway (the
+    simulator); ignored by preemptive and job-array policies, whose passes also release. The result's
+    ``booked`` says whether it happened. Otherwise ``cluster`` is never changed.
     """
     rt = runtime
     part = rt.partition
@@ -523,8 +535,19 @@ def admit(
         jobs = list(waiting)
         decisions = policy.order(jobs, ctx)
         n = len(jobs)
-    p = _Pass(rt, cluster, now, running, estimate, carry, max(n, 0), explain)
+    p = _Pass(rt, cluster, now, running, estimate, carry, max(n, 0), explain, book and not policy.arrays)
     backfill = part.backfill != "none"
+    if presorted and not (backfill or explain or policy.arrays) and part.gpu_quota is None:
+        # A kept-sorted static order that does not backfill (the simulator's FIFO, SJF, QSSF): the loop
+        # below then starts jobs in order up to the first that does not fit, and stops. The same, spelt
+        # out: O(starts) work, no Decision per job.
+        for job in waiting:
+            alloc = p.place(job, None)
+            if alloc is None:
+                break
+            p.start(job, alloc, None, False)
+        p.result.carry.reservation = None
+        return p.result
     blocked_sub: dict[str, str] = {}  # sub-queue -> the job blocking it (no backfilling)
     res: HeadReservation | None = None
     head: Decision | None = None

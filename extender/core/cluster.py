@@ -49,6 +49,11 @@ class ClusterState:
         switches = sorted({nd.switch for nd in self.nodes})
         self.switch_id = np.array([switches.index(nd.switch) for nd in self.nodes], dtype=np.int64)
         self.n_switches = len(switches)
+        # The static per-node figures as Python ints: allocate/release/grant read them per grant, and a
+        # numpy scalar read costs several times a list read in those loops.
+        self._cap = self.gpu_cap.tolist()
+        self._node_vc = self.vc_id.tolist()
+        self._switch = self.switch_id.tolist()
         self._masks: dict[tuple[str | None, tuple[str, ...], str | None], np.ndarray] = {}
         self._biggest: dict[tuple[str | None, tuple[str, ...], str | None], int] = {}
         # Named node subsets (SODA's resource arrays); static, shared by copies like the masks.
@@ -78,14 +83,14 @@ class ClusterState:
         """Nodes that can host ``per_node_gpus`` of ``req``'s ``total_gpus`` whole GPUs with their share of
         its CPU and memory: eligible (VC, GPU model) and, with ``now``, free enough; without ``now``,
         large enough (could ever fit). Placement, extender filtering/planning and admission all use it."""
-        mask = self.eligible(req.vc, req.gpu_models, req.pool).copy()
+        mask = self.eligible(req.vc, req.gpu_models, req.pool)
+        # a fresh array from here on: the cached eligible mask is never written
+        mask = mask & ((self.free_gpus if now else self.gpu_cap) >= per_node_gpus) if per_node_gpus else mask.copy()
+        if not (req.cpu_milli or req.memory_mib):
+            return mask
         share = per_node_gpus / total_gpus if total_gpus else 1.0
         cpu, mem = math.ceil(req.cpu_milli * share), math.ceil(req.memory_mib * share)
-        gpus, cpus, mems = (
-            (self.free_gpus, self.free_cpu, self.free_mem) if now else (self.gpu_cap, self.cpu_cap, self.mem_cap)
-        )
-        if per_node_gpus:
-            mask &= gpus >= per_node_gpus
+        cpus, mems = (self.free_cpu, self.free_mem) if now else (self.cpu_cap, self.mem_cap)
         if cpu:
             mask &= (cpus >= cpu) | self.cpu_untracked
         if mem:
@@ -178,55 +183,71 @@ class ClusterState:
 
     # ---- mutators --------------------------------------------------------------------------
     def allocate(self, alloc: Allocation) -> None:
+        gfm, cap = self.gpu_free_milli, self._cap
         for g in alloc.grants:
-            row = self.gpu_free_milli[g.node]
-            need = g.gpu_milli
+            row, need, c = gfm[g.node], g.gpu_milli, cap[g.node]
             for gpu in g.gpu_ids:
-                if gpu >= self.gpu_cap[g.node] or row[gpu] < need:
+                if gpu >= c or row[gpu] < need:
                     raise InvalidInput("allocation", (self.nodes[g.node].name, gpu), "GPU is not free")
-            if not self.cpu_fits(g.node, g.cpu_milli, g.memory_mib):
+            if (g.cpu_milli or g.memory_mib) and not self.cpu_fits(g.node, g.cpu_milli, g.memory_mib):
                 raise InvalidInput("allocation", self.nodes[g.node].name, "CPU or memory is not free")
         for g in alloc.grants:
-            row = self.gpu_free_milli[g.node]
-            vc = self.vc_id[g.node]
-            for gpu in g.gpu_ids:
-                if row[gpu] == FULL:
-                    self.free_gpus[g.node] -= 1
-                    self.vc_free[vc] -= 1
-                row[gpu] -= g.gpu_milli
-            if not self.cpu_untracked[g.node]:
-                self.free_cpu[g.node] -= g.cpu_milli
-            if not self.mem_untracked[g.node]:
-                self.free_mem[g.node] -= g.memory_mib
+            node = g.node
+            row = gfm[node]
+            if g.gpu_milli == FULL:  # checked above: each of its GPUs is wholly free
+                n = len(g.gpu_ids)
+                if n:
+                    for gpu in g.gpu_ids:
+                        row[gpu] = 0
+                    self.free_gpus[node] -= n
+                    self.vc_free[self._node_vc[node]] -= n
+            else:
+                vc = self._node_vc[node]
+                for gpu in g.gpu_ids:
+                    if row[gpu] == FULL:
+                        self.free_gpus[node] -= 1
+                        self.vc_free[vc] -= 1
+                    row[gpu] -= g.gpu_milli
+            if g.cpu_milli and not self.cpu_untracked[node]:
+                self.free_cpu[node] -= g.cpu_milli
+            if g.memory_mib and not self.mem_untracked[node]:
+                self.free_mem[node] -= g.memory_mib
 
     def release(self, alloc: Allocation) -> None:
+        gfm = self.gpu_free_milli
         for g in alloc.grants:
-            row = self.gpu_free_milli[g.node]
-            vc = self.vc_id[g.node]
+            node = g.node
+            row = gfm[node]
+            vc = self._node_vc[node]
             for gpu in g.gpu_ids:
                 row[gpu] += g.gpu_milli
                 if row[gpu] > FULL:
-                    raise InvalidInput("release", (self.nodes[g.node].name, gpu), "released more than allocated")
+                    raise InvalidInput("release", (self.nodes[node].name, gpu), "released more than allocated")
                 if row[gpu] == FULL:
-                    self.free_gpus[g.node] += 1
+                    self.free_gpus[node] += 1
                     self.vc_free[vc] += 1
-            if not self.cpu_untracked[g.node]:
-                self.free_cpu[g.node] += g.cpu_milli
-            if not self.mem_untracked[g.node]:
-                self.free_mem[g.node] += g.memory_mib
+            if g.cpu_milli and not self.cpu_untracked[node]:
+                self.free_cpu[node] += g.cpu_milli
+            if g.memory_mib and not self.mem_untracked[node]:
+                self.free_mem[node] += g.memory_mib
             self.vc_releases[vc] += 1
 
     # ---- helpers for placers ---------------------------------------------------------------
     def grant(self, node: int, gpus: int, req: PlacementRequest, total_gpus: int) -> NodeGrant:
         """Whole free GPUs on ``node`` plus its share of the request's CPU and memory."""
-        free = np.flatnonzero(self.gpu_free_milli[node, : self.gpu_cap[node]] == FULL)[:gpus]
+        cap = self._cap[node]
+        if self.free_gpus[node] == cap:  # an idle node: its first GPUs
+            ids = tuple(range(min(gpus, cap)))
+        else:
+            row = self.gpu_free_milli[node, :cap].tolist()  # a handful of GPUs: a list scan beats numpy calls
+            ids = tuple([k for k, free in enumerate(row) if free == FULL][:gpus])
+        if not (req.cpu_milli or req.memory_mib):
+            return NodeGrant(node, ids)
         share = gpus / total_gpus if total_gpus else 1.0
-        return NodeGrant(
-            node=node,
-            gpu_ids=tuple(free.tolist()),
-            cpu_milli=math.ceil(req.cpu_milli * share),
-            memory_mib=math.ceil(req.memory_mib * share),
-        )
+        return NodeGrant(node, ids, FULL, math.ceil(req.cpu_milli * share), math.ceil(req.memory_mib * share))
 
     def cross_switch(self, nodes: Sequence[int]) -> bool:
-        return len({int(self.switch_id[i]) for i in nodes}) > 1
+        if len(nodes) < 2:
+            return False
+        sw = self._switch
+        return len({sw[i] for i in nodes}) > 1

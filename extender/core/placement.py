@@ -28,6 +28,9 @@ def _usable(req: PlacementRequest, cluster: ClusterState, per_node_gpus: int, to
     return cluster.fit_mask(req, per_node_gpus, total)
 
 
+_ONE_NODE: dict[int, Shape] = {}  # Shape(1, g) by g: immutable, so shared (placement asks for one per request)
+
+
 def default_shape(req: PlacementRequest, cluster: ClusterState) -> Shape:
     """The ⟨#nodes, #GPUs per node⟩ a plain GPU request asks for (AnalySIM's request tuple).
 
@@ -42,7 +45,11 @@ def default_shape(req: PlacementRequest, cluster: ClusterState) -> Shape:
         return Shape(req.nodes, req.gpus // req.nodes)
     biggest = cluster.biggest_node(req.vc, req.gpu_models, req.pool)
     if biggest <= 0 or req.gpus <= biggest:
-        return Shape(1, max(req.gpus, 1))
+        g = max(req.gpus, 1)
+        shape = _ONE_NODE.get(g)
+        if shape is None:
+            shape = _ONE_NODE[g] = Shape(1, g)
+        return shape
     d_node = -(-req.gpus // biggest)
     # Uneven splits (9 GPUs on 8-GPU nodes) take ceil(gpus/d_node) per node and one GPU less
     # on the last nodes; see _split.
@@ -106,15 +113,24 @@ class _Placer:
         raise NotImplementedError
 
 
-def _pick_shape(
-    req: PlacementRequest, cluster: ClusterState, shape: Shape, rank: Callable[[np.ndarray], np.ndarray]
-) -> Allocation | None:
-    """``shape.d_node`` usable nodes with ``shape.d_gpn`` free GPUs each, in ``rank`` order."""
-    cand = np.flatnonzero(_usable(req, cluster, shape.d_gpn, shape.gpus))
+_NO_NODE = np.iinfo(np.int64).max
+
+
+def _pick_shape(req: PlacementRequest, cluster: ClusterState, shape: Shape, best_fit: bool) -> Allocation | None:
+    """``shape.d_node`` usable nodes with ``shape.d_gpn`` free GPUs each: the first in node order, or with
+    ``best_fit`` the fewest free GPUs first (the smallest sufficient nodes, leaving big holes intact;
+    ties in node order)."""
+    usable = _usable(req, cluster, shape.d_gpn, shape.gpus)
+    if shape.d_node == 1:  # the common case: one argmin/argmax picks what the stable sort puts first
+        node = int(np.where(usable, cluster.free_gpus, _NO_NODE).argmin()) if best_fit else int(usable.argmax())
+        if not usable[node]:
+            return None
+        return Allocation((cluster.grant(node, req.gpus, req, req.gpus),), False)
+    cand = np.flatnonzero(usable)
     if cand.size < shape.d_node:
         return None
-    chosen = cand[rank(cand)[: shape.d_node]]
-    return _allocation(cluster, req, list(zip((int(i) for i in chosen), _split(shape, req.gpus), strict=True)))
+    chosen = cand[np.argsort(cluster.free_gpus[cand], kind="stable")] if best_fit else cand
+    return _allocation(cluster, req, list(zip(chosen[: shape.d_node].tolist(), _split(shape, req.gpus), strict=True)))
 
 
 class FirstFit(_Placer):
@@ -123,12 +139,7 @@ class FirstFit(_Placer):
     name = "first-fit"
 
     def place_gpus(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
-        return _pick_shape(req, cluster, default_shape(req, cluster), lambda c: np.arange(c.size))
-
-
-def _best_fit_order(cluster: ClusterState) -> Callable[[np.ndarray], np.ndarray]:
-    """Fewest free GPUs first: the smallest sufficient node, leaving big holes intact."""
-    return lambda cand: np.argsort(cluster.free_gpus[cand], kind="stable")
+        return _pick_shape(req, cluster, default_shape(req, cluster), best_fit=False)
 
 
 class BestFit(_Placer):
@@ -137,7 +148,7 @@ class BestFit(_Placer):
     name = "best-fit"
 
     def place_gpus(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
-        return _pick_shape(req, cluster, default_shape(req, cluster), _best_fit_order(cluster))
+        return _pick_shape(req, cluster, default_shape(req, cluster), best_fit=True)
 
 
 class FreeGPU(_Placer):
@@ -204,7 +215,7 @@ class Consolidate(_Placer):
         shape = default_shape(req, cluster)
         free = cluster.free_gpus
         if shape.d_node == 1:
-            return _pick_shape(req, cluster, shape, _best_fit_order(cluster))
+            return _pick_shape(req, cluster, shape, best_fit=True)
         if req.shape is not None or req.nodes:
             return _TopologyAware().place_shape(req, cluster, shape)
         idle = np.flatnonzero(_usable(req, cluster, 1, req.gpus) & (free == cluster.gpu_cap))

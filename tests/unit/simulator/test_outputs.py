@@ -114,3 +114,23 @@ def test_compare_one_panel_per_metric_with_titles_and_labels(tmp_path: Path) -> 
 def test_summary_json_is_plain_json_with_nulls(tmp_path: Path) -> None:
     outputs.write_summary(tmp_path / "s.json", {"a": float("nan"), "b": np.float64(1.5), "c": [1, None]})
     assert json.loads((tmp_path / "s.json").read_text()) == {"a": None, "b": 1.5, "c": [1, None]}
+
+
+def test_write_all_draws_plots_beside_the_data_files_and_surfaces_a_plot_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plots drawn by a forked child (issue 9 §4) are all there, steps are reported for every file, and a
+    plot that fails in the child fails the call here with its own error (the parent redraws it)."""
+    res = simulate(load_trace("builtin:helios-synth", None, jobs=200), SimConfig())
+    steps: list[str] = []
+    files = outputs.write_all(tmp_path / "ok", res, summarize(res), on_step=steps.append)
+    assert steps == outputs.artefacts() and [f.name for f in files] == steps
+    assert all(f.stat().st_size > 0 for f in files)
+
+    def broken(path: Path, _res: object) -> None:
+        raise ValueError("cannot draw this")
+
+    monkeypatch.setattr(outputs, "PLOTS", (*outputs.PLOTS[:1], ("broken.png", broken)))
+    with pytest.raises(ValueError, match="cannot draw this"):
+        outputs.write_all(tmp_path / "bad", res, summarize(res))
+    assert (tmp_path / "bad" / "trace.json").exists()
