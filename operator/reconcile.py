@@ -534,6 +534,16 @@ class Reconciler:
         metrics.OLDEST_WAIT.labels(name).set(oldest)
         if not waiting_dl:
             return
+        if rt.policy.preemptive:
+            # SRTF, LAS, RR, MLFQ order running jobs by the service they attained; the operator keeps
+            # no such record yet, and with equal keys every pass would preempt what the last started
+            msg = (
+                f"policy {spec.policy} preempts by the service running jobs attained, which the operator "
+                "does not record yet; choose a non-preemptive policy for this VirtualCluster"
+            )
+            for d in waiting_dl:
+                self._wait_status(d, "PolicyNotSupported", msg, None, None, now, rep)
+            return
         # The core runs on times relative to this pass (now = 0): its messages then read "reserved to
         # start at 120 s" and waiting allowances are as GENIE defines them; Unix times stay out here.
         waiting = [dataclasses.replace(d.job, submit_time=d.job.submit_time - now) for d in waiting_dl]

@@ -290,6 +290,17 @@ def test_deleting_a_dljob_removes_its_pods(api: Api) -> None:
     wait_for(lambda: not api.pods(ns, "gone"), 60, "pods garbage-collected")
 
 
+def test_a_preemptive_policy_is_refused_not_thrashed(api: Api) -> None:
+    """SRTF/LAS/RR/MLFQ order running jobs by attained service, which the operator does not record:
+    their queues say so instead of preempting back and forth."""
+    ns = api.namespace()
+    api.vc("pre", None, policy="srtf")
+    api.dljob(ns, "p", "pre", 1, run=None)
+    c = wait_for(lambda: _condition(api.get(ns, "p")) or None, 30, "a condition")
+    assert c["reason"] == "PolicyNotSupported" and "srtf" in c["message"]
+    assert _status(api.get(ns, "p"))["phase"] == "Queued" and not api.pods(ns, "p")
+
+
 # --------------------------------------------------------------------------- gangs
 
 
