@@ -18,6 +18,10 @@ from qosmos.extender.core.types import Allocation, Node, NodeGrant, PlacementReq
 FULL = 1000  # milli-GPU of one whole GPU
 
 
+def _distinct(ids: tuple[int, ...]) -> bool:
+    return len(ids) < 2 or len(set(ids)) == len(ids)
+
+
 class ClusterState:
     def __init__(self, nodes: Sequence[Node]) -> None:
         if not nodes:
@@ -194,7 +198,7 @@ class ClusterState:
         for g in alloc.grants:
             node = g.node
             row = gfm[node]
-            if g.gpu_milli == FULL:  # checked above: each of its GPUs is wholly free
+            if g.gpu_milli == FULL and _distinct(g.gpu_ids):  # checked above: each of its GPUs is wholly free
                 n = len(g.gpu_ids)
                 if n:
                     for gpu in g.gpu_ids:
@@ -219,7 +223,15 @@ class ClusterState:
             node = g.node
             row = gfm[node]
             vc = self._node_vc[node]
-            for gpu in g.gpu_ids:
+            ids = g.gpu_ids
+            # whole GPUs held wholly (distinct ids, as placers grant them): booked at once
+            if g.gpu_milli == FULL and ids and all(row[gpu] == 0 for gpu in ids) and _distinct(ids):
+                for gpu in ids:
+                    row[gpu] = FULL
+                self.free_gpus[node] += len(ids)
+                self.vc_free[vc] += len(ids)
+                ids = ()
+            for gpu in ids:
                 row[gpu] += g.gpu_milli
                 if row[gpu] > FULL:
                     raise InvalidInput("release", (self.nodes[node].name, gpu), "released more than allocated")
