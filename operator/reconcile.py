@@ -45,6 +45,7 @@ from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.forecast import forecast
 from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.ordering import POLICIES, get_policy
 from qosmos.extender.core.quota import HeldJob, QuotaState, accounting, effective_quota, reclaim
 from qosmos.extender.core.types import Allocation, Job
 from qosmos.operator import metrics
@@ -75,7 +76,10 @@ from qosmos.operator.translate import (
 log = logging.getLogger("qosmos.operator")
 
 ANN_VC_MANAGED = "qosmos.io/vc-managed"  # on a node: its qosmos.io/vc label is the operator's
-ADMITTED = "Admitted"  # the condition type saying whether (and why not) a DLJob is admitted
+ADMITTED = "Admitted"
+PREEMPTIVE = frozenset(
+    n for n in POLICIES if get_policy(n).preemptive
+)  # not run by the operator yet  # the condition type saying whether (and why not) a DLJob is admitted
 ACTIVE = (DLJobPhase.ADMITTED.value, DLJobPhase.RUNNING.value)
 FINISHED = (DLJobPhase.SUCCEEDED.value, DLJobPhase.FAILED.value)
 ALLOWANCE_STEP_S = 10  # a waiting allowance is rewritten when it moved by this much (it moves every second)
@@ -779,10 +783,35 @@ class Reconciler:
                 "observedGeneration": meta(v).get("generation"),
             }
             have = v.get("status") or {}
+            ready = self._vc_ready(name, specs[name], total, cluster, now, have.get("conditions"))
+            want["conditions"] = [ready]
+            old_ready = next((c for c in have.get("conditions") or [] if c.get("type") == "Ready"), {})
             changed = any(have.get(k) != want[k] for k in ("gpus", "queued", "running", "observedGeneration"))
+            changed |= any(old_ready.get(k) != ready[k] for k in ("status", "reason", "message"))
             if changed or abs(int(have.get("oldestWaitSeconds") or 0) - oldest) >= OLDEST_WAIT_STEP_S:
                 self.kube.patch_vc_status(name, want)
                 rep.writes += 1
+
+    @staticmethod
+    def _vc_ready(
+        name: str,
+        spec: VirtualClusterSpec,
+        total: int,
+        cluster: ClusterState | None,
+        now: float,
+        old: list[dict[str, Any]] | None,
+    ) -> dict[str, Any]:
+        """``Ready``: whether the VirtualCluster has nodes to admit onto and a policy the operator runs."""
+        nodes = int((cluster.vc_id == cluster.vc_index(name)).sum()) if cluster is not None and total else 0
+        if spec.policy in PREEMPTIVE:
+            status, reason, msg = "False", "PolicyNotSupported", f"policy {spec.policy} is preemptive (not run yet)"
+        elif cluster is None or cluster.vc_index(name) < 0:
+            status, reason, msg = "False", "NoNodes", f"no node matches nodeSelector {spec.node_selector or '{}'}"
+        else:
+            status, reason, msg = "True", "NodesSelected", f"{nodes} node(s), {total} GPUs"
+        prev = next((c for c in old or [] if c.get("type") == "Ready"), None)
+        since = prev["lastTransitionTime"] if prev and prev.get("status") == status else rfc3339(now)
+        return {"type": "Ready", "status": status, "reason": reason, "message": msg, "lastTransitionTime": since}
 
     # ---- writes -------------------------------------------------------------------------------
     def _patch(self, dl: DL, status: dict[str, Any], rep: PassReport) -> None:

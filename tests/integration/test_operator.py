@@ -243,6 +243,8 @@ def test_lifecycle_to_succeeded(api: Api, operator: Operator) -> None:
     wait_for(lambda: api.phase(ns, "two") == "Running", 60, "Running")
     labels = {n.metadata.name: n.metadata.labels.get("qosmos.io/vc") for n in api.core.list_node().items}
     assert labels == dict.fromkeys(NODES, "life")  # the label the extender reads, kept by the operator
+    ready = api.vc_status("life")["conditions"][0]
+    assert (ready["status"], ready["reason"], ready["message"]) == ("True", "NodesSelected", "4 node(s), 32 GPUs")
     st = _status(api.get(ns, "two"))
     assert st["placement"]["nodes"] == 2 and st["placement"]["gpusPerNode"] == 2 and st["placement"]["shape"] == "2x2"
     pods = api.pods(ns, "two")
@@ -299,6 +301,11 @@ def test_a_preemptive_policy_is_refused_not_thrashed(api: Api) -> None:
     c = wait_for(lambda: _condition(api.get(ns, "p")) or None, 30, "a condition")
     assert c["reason"] == "PolicyNotSupported" and "srtf" in c["message"]
     assert _status(api.get(ns, "p"))["phase"] == "Queued" and not api.pods(ns, "p")
+    ready = wait_for(lambda: (api.vc_status("pre").get("conditions") or [None])[0], 30, "VC condition")
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "PolicyNotSupported")
+    api.vc("empty", "no-such-pool")
+    ready = wait_for(lambda: (api.vc_status("empty").get("conditions") or [None])[0], 30, "VC condition")
+    assert (ready["status"], ready["reason"]) == ("False", "NoNodes") and "no-such-pool" in ready["message"]
 
 
 # --------------------------------------------------------------------------- gangs
