@@ -540,6 +540,10 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+# Past this many job segments the Chrome trace costs more than the plots: the child writes it too.
+CHILD_TRACE_SEGMENTS = 100_000
+
+
 def write_all(
     out: Path,
     res: SimResult,
@@ -549,41 +553,43 @@ def write_all(
 ) -> list[Path]:
     """Write every artefact into ``out``; ``on_step(name)`` is called after each file.
 
-    With a second core, the plots are drawn by a forked child while this process writes the data
-    files (matplotlib costs about as much as the CSV and JSON together); a child that fails is
-    not trusted: the plots are then drawn here, so any error surfaces as it would have.
+    With a second core, a forked child draws the plots (and, on large runs, writes the Chrome trace)
+    while this process writes the other files: matplotlib costs about as much as the CSV and JSON
+    together. A child that fails is not trusted: its files are then written here, so any error
+    surfaces as it would have.
     """
     out.mkdir(parents=True, exist_ok=True)
-    data: list[tuple[str, Callable[[Path], object]]] = [
+    writers: list[tuple[str, Callable[[Path], object]]] = [
         ("summary.json", lambda p: write_summary(p, summary)),
         ("jobs.csv", lambda p: write_jobs_csv(p, res)),
         ("trace.json", lambda p: write_chrome_trace(p, res)),
     ]
-    figures: list[tuple[str, Callable[[Path], object]]] = (
-        [(name, lambda p, fn=fn: fn(p, res)) for name, fn in PLOTS] if plots else []
-    )
-    child = 0
-    if figures and hasattr(os, "fork") and _cores() > 1:
-        child = os.fork()
-        if child == 0:  # the child draws the plots and leaves without running the parent's cleanup
-            code = 1
-            try:
-                for name, write in figures:
-                    write(out / name)
-                code = 0
-            finally:
-                os._exit(code)
+    if plots:
+        writers += [(name, lambda p, fn=fn: fn(p, res)) for name, fn in PLOTS]
+    # the child takes a suffix of the list, so steps are still reported in order
+    split = len(writers)
+    if plots and hasattr(os, "fork") and _cores() > 1:
+        split = 2 if len(res.segments) > CHILD_TRACE_SEGMENTS else 3
+    child = os.fork() if split < len(writers) else 0
+    if child == 0 and split < len(writers):  # the child: its files, then leave without the parent's cleanup
+        code = 1
+        try:
+            for name, write in writers[split:]:
+                write(out / name)
+            code = 0
+        finally:
+            os._exit(code)
     files = []
     try:
-        for name, write in data:
+        for name, write in writers[:split]:
             write(out / name)
             files.append(out / name)
             if on_step is not None:
                 on_step(name)
     finally:
-        drawn = child > 0 and os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
-    for name, write in figures:
-        if not drawn:
+        done = child > 0 and os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    for name, write in writers[split:]:
+        if not done:
             write(out / name)
         files.append(out / name)
         if on_step is not None:

@@ -126,6 +126,12 @@ def test_write_all_draws_plots_beside_the_data_files_and_surfaces_a_plot_error(
     files = outputs.write_all(tmp_path / "ok", res, summarize(res), on_step=steps.append)
     assert steps == outputs.artefacts() and [f.name for f in files] == steps
     assert all(f.stat().st_size > 0 for f in files)
+    monkeypatch.setattr(outputs, "CHILD_TRACE_SEGMENTS", 0)  # a large run: the child writes the trace too
+    steps.clear()
+    files = outputs.write_all(tmp_path / "large", res, summarize(res), on_step=steps.append)
+    assert steps == outputs.artefacts() and all(f.stat().st_size > 0 for f in files)
+    trace = json.loads((tmp_path / "large" / "trace.json").read_bytes())
+    assert trace == json.loads((tmp_path / "ok" / "trace.json").read_bytes())
 
     def broken(path: Path, _res: object) -> None:
         raise ValueError("cannot draw this")
