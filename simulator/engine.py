@@ -44,6 +44,7 @@ from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy
 from qosmos.extender.core.placement import get_placer
 from qosmos.extender.core.types import Allocation, DurationPredictor, Job, PlacementRequest, Platform, Shape
+from qosmos.predictors.readers import paused_gc
 from qosmos.simulator.traces import Trace
 from sortedcontainers import SortedList
 
@@ -762,8 +763,11 @@ class Simulator:
 
     # ---- main loop ---------------------------------------------------------------------------
     def run(self) -> SimResult:
-        for _ in self.loop():
-            pass
+        # The loop makes millions of short-lived acyclic objects (passes, allocations, events); the cyclic
+        # collector would keep walking them (about a tenth of the run). Reference counting frees them.
+        with paused_gc():
+            for _ in self.loop():
+                pass
         return self.result
 
     def loop(self):  # type: ignore[no-untyped-def]
