@@ -1,0 +1,52 @@
+"""The QSSF history: observations kept as rows, replayed into a fresh predictor after a restart."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from qosmos.extender.core.types import Job
+from qosmos.operator.durations import KEY, Durations
+
+
+class ConfigMaps:
+    """The two ConfigMap calls Durations makes, held in a dict (the real API is the integration tier's)."""
+
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], dict[str, str]] = {}
+
+    def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        return self.data.get((namespace, name))
+
+    def write_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        self.data[(namespace, name)] = dict(data)
+
+
+def job(name: str, submit: float, gpus: int = 1) -> Job:
+    return Job(f"team/{name}", submit, gpus, user="team", vc="vc-a", name=name, model="ResNet50", batch=64, iters=10)
+
+
+def test_history_survives_a_restart() -> None:
+    store: Any = ConfigMaps()
+    first = Durations(store, "ns")
+    first.load()
+    assert first.predict(job("train-x", 0.0), 0.0) is None  # no history: QSSF orders it last
+    first.observe(job("train-a", 0.0), 100.0, 100.0)
+    first.observe(job("train-b", 10.0), 300.0, 310.0)
+    first.save()
+    rows = json.loads(store.data[("ns", "qosmos-operator-durations")][KEY])
+    assert [r["name"] for r in rows] == ["train-a", "train-b"] and rows[1]["duration"] == 300.0
+    before = first.predict(job("train-c", 400.0), 400.0)
+    assert before is not None and 100.0 <= before <= 300.0
+    again = Durations(store, "ns")  # a restarted operator
+    again.load()
+    assert again.predict(job("train-c", 400.0), 400.0) == before
+    assert not again.dirty  # replaying writes nothing back
+
+
+def test_an_unreadable_history_starts_afresh() -> None:
+    store: Any = ConfigMaps()
+    store.data[("ns", "qosmos-operator-durations")] = {KEY: "[{broken"}
+    d = Durations(store, "ns")
+    d.load()
+    assert d.rows == [] and d.predict(job("x", 0.0), 0.0) is None
