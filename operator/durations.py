@@ -44,6 +44,7 @@ class Durations:
         self.rows: list[dict[str, Any]] = []
         self.loaded = False
         self.dirty = False
+        self._now = float("-inf")
 
     def load(self) -> None:
         """Replay the persisted observations once (the first pass after a start)."""
@@ -71,7 +72,9 @@ class Durations:
         self.dirty = True
 
     def predict(self, job: Job, now: float) -> float | None:
-        return self.predictor.predict(job, now)
+        # the predictor wants its clock in order; a wall clock stepped back (NTP) must not stop QSSF
+        self._now = max(self._now, now)
+        return self.predictor.predict(job, self._now)
 
     def save(self) -> None:
         if self.dirty and self.kube is not None:
