@@ -198,7 +198,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     from qosmos.dev.cluster import DevOptions, down, up
 
     directory = tmp_path_factory.mktemp("opdev") / "cluster"
-    state, _ = up(DevOptions(dir=directory, nodes=4, gpus_per_node=8, operator=False))
+    # attached: a killed test run takes the cluster with it (no orphans)
+    state, _ = up(DevOptions(dir=directory, nodes=4, gpus_per_node=8, operator=False, detached=False))
     try:
         yield state.kubeconfig, directory
     finally:
