@@ -63,12 +63,20 @@ def run(
     history_namespace: Annotated[
         str, typer.Option(help="namespace of the ConfigMap holding the QSSF duration history")
     ] = "default",
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            help="model database for GENIE policies and deadlines "
+            "(default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json, over the built-in profiles)"
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:
     """Run the operator until interrupted (SIGINT/SIGTERM)."""
     import logging
 
     from qosmos.extender.core.errors import InvalidInput
+    from qosmos.extender.explain import load_profiles
     from qosmos.operator.runner import RunOptions
     from qosmos.operator.runner import run as run_operator
 
@@ -80,7 +88,11 @@ def run(
         raise InvalidInput("interval", interval, "must be > 0")
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise InvalidInput("log_level", log_level, "expected DEBUG, INFO, WARNING or ERROR")
+    profiles = load_profiles(db)  # the one model database explain, simulate and the extender read
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("qosmos.operator").info(
+        "model database: %s", f"{profiles.file} over the built-in profiles" if profiles.file else "built-in profiles"
+    )
     for noisy in ("kopf", "kubernetes", "urllib3", "aiohttp"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(log_level.upper())))
     run_operator(
@@ -90,6 +102,7 @@ def run(
             metrics_port=metrics_port,
             interval_s=interval,
             history_namespace=history_namespace,
+            modeldb=profiles.db,
         )
     )
 

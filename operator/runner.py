@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from qosmos.extender.core.modeldb import ModelDB
 from qosmos.operator import metrics
 from qosmos.operator.crds import GROUP, LABEL_JOB, VERSION
 
@@ -28,6 +29,7 @@ class RunOptions:
     interval_s: float = 10.0  # the timer: waiting allowances and oldest waits move with time
     debounce_s: float = 0.2  # events within this window share one pass
     history_namespace: str = "default"  # where the QSSF duration history ConfigMap lives
+    modeldb: ModelDB | None = None  # GENIE profiles (qosmos.extender.explain.load_profiles); None: built-ins
 
 
 class Trigger:
@@ -75,7 +77,7 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
 
     api = _api_client(opts.kubeconfig)
     kube = Kube(api, opts.namespace)
-    rec = Reconciler(kube, durations=Durations(kube, opts.history_namespace))
+    rec = Reconciler(kube, modeldb=opts.modeldb, durations=Durations(kube, opts.history_namespace))
     trigger.poke()
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):

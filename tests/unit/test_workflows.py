@@ -39,3 +39,11 @@ def test_profile_fit_then_explain_and_simulate_read_it(tmp_path: Path, monkeypat
     _ok("simulate", "--trace", "builtin:genie", "--out", str(tmp_path / "sim"), "--no-plots", "--quiet")
     notes = json.loads((tmp_path / "sim" / "summary.json").read_text())["notes"]
     assert f"model database {db} over the built-in profiles" in notes
+    # the operator reads it too (its GENIE deadlines and SWAF orders use the fitted profile)
+    import qosmos.operator.runner as runner_mod
+
+    seen: list[object] = []
+    monkeypatch.setattr(runner_mod, "run", seen.append)  # stop before any cluster is contacted
+    _ok("operator", "run")
+    (opts,) = seen
+    assert opts.modeldb.get("mynet").k1 == pytest.approx(4, rel=1e-6)  # type: ignore[attr-defined]

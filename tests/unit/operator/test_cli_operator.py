@@ -18,6 +18,7 @@ QOSMOS = [sys.executable, "-P", "-m", "qosmos", "operator", "run"]
         (["--metrics-port", "70000"], "metrics_port"),
         (["--interval", "0"], "interval"),
         (["--log-level", "LOUD"], "log_level"),
+        (["--db", "/no/such/models.json"], "db"),
     ],
 )
 def test_bad_options_are_one_line_exit_2(args: list[str], field: str, tmp_path: Path) -> None:
