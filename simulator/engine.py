@@ -650,7 +650,11 @@ class Simulator:
 
     def _dequeue(self, i: int, q: _Queue) -> None:
         if q.static:
-            q.items.remove(self.qentry[i])
+            items, entry = q.items, self.qentry[i]
+            if items[0] == entry:  # the head, as a pass without backfilling starts them: no search
+                del items[0]
+            else:
+                items.remove(entry)
             self.qentry[i] = None
         else:
             del q.waiting[i]
