@@ -266,7 +266,8 @@ def run_simulation(
                 for n in [*notes, *tr.notes]:
                     typer.echo(f"note: {n}")
             res = run_one(tr, cfg, phases, profiles.db)
-            summary = summarize(res, profiles.db)
+            with phases.phase("summarizing", 1):  # about 1.5 s for a million jobs
+                summary = summarize(res, profiles.db)
             summary["load_s"] = load_s
             summary["notes"] = [*notes, *summary.get("notes", [])]  # type: ignore[misc]
             target = out / pol if compare else out
