@@ -541,9 +541,9 @@ def bench_scheduling(
     """
     import tempfile
 
-    from qosmos.extender.schedconfig import PERCENTAGE_OF_NODES_TO_SCORE
     from qosmos.dev.controlplane import ControlPlane, free_port
     from qosmos.dev.fakenodes import create_nodes
+    from qosmos.extender.schedconfig import PERCENTAGE_OF_NODES_TO_SCORE
 
     rows = openb_gpu_pods(pods)
     with ControlPlane(start_default_scheduler=False) as cp:

@@ -418,7 +418,10 @@ class _Pass:
         st = self.state().copy()
         req = _request(head, shape)
         place = self.rt.placer.place
-        releases = [(max(r.expected_end, self.now), r.allocation) for r in self.running()]
+        # jobs this pass reclaimed from (SODA) are released in the state already
+        releases = [
+            (max(r.expected_end, self.now), r.allocation) for r in self.running() if r.job.id not in self.reclaimed
+        ]
         releases += [(max(e, self.now), a) for _, a, e in self.started]
         releases += [(max(e, self.now), a) for a, e in extra]
         # allocations started in this pass are booked in ``st`` already (state() includes them);

@@ -205,7 +205,9 @@ def mlfq_level(job: Job, quanta: Sequence[float] = MLFQ_QUANTA) -> int:
     spent = 0.0
     for level, q in enumerate(quanta[:-1]):
         spent += q
-        if job.attained < spent:
+        # attained is a float sum of run segments (3249.9999999999964 for 3250): a quantum used up
+        # to rounding is used, else the next demotion is 1e-13 s away and the clock cannot move
+        if job.attained < spent * (1 - 1e-9):
             return level
     return len(quanta) - 1
 

@@ -374,3 +374,21 @@ def test_soda_requeued_job_goes_to_its_array_head_and_drf_orders_the_rest() -> N
     ]
     order = [d.job.id for d in get_policy("soda").order(jobs, ctx)]
     assert order == ["u1-back", "u2-a", "u1-a"]
+
+
+def test_soda_with_backfilling_projects_without_the_reclaimed_jobs() -> None:
+    # g8 is the 4-GPU array, g4 the 1-GPU array. S2 (2 GPUs) overflowed onto g8 and is expected to end
+    # at 20; G (8 GPUs) reclaims g8 from it. G2 (8 GPUs) then blocks and is reserved at G's end (50):
+    # the projection must not release S2 a second time at 20 (it was released when reclaimed).
+    c = ClusterState([Node("g8", 8), Node("g4", 4)])
+    rt = PartitionRuntime(
+        Partition("default", policy="soda", placement="best-fit", backfill="easy", array_split=0.6),
+        OrderContext(total_gpus=12),
+    )
+    s1 = run(c, Job("S1", 0, 3, duration=1000), 0, node=1)
+    s2 = run(c, Job("S2", 1, 2, duration=19), 1, node=0)
+    waiting = [Job("G", 10, 8, duration=40), Job("G2", 11, 8, duration=30)]
+    res = admit(rt, waiting, [s1, s2], c, 10.0, estimate=oracle)
+    assert [p.job.id for p in res.preemptions] == ["S2"] and started(res) == ["G"]
+    reservation = res.carry.reservation
+    assert reservation is not None and (reservation.job_id, reservation.start) == ("G2", 50)

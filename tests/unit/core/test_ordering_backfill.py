@@ -44,6 +44,9 @@ def test_las_and_mlfq() -> None:
     assert mlfq_next_demotion(b) == pytest.approx(3150)
     assert mlfq_next_demotion(a) == pytest.approx((10450 - 4000) / 4)
     assert mlfq_next_demotion(c) is None
+    # a quantum used up to float rounding is used (else the next demotion is 4.5e-13 s away, forever)
+    edge = Job("e", 0, gpus=1, attained=3249.9999999999964)
+    assert mlfq_level(edge) == 1 and mlfq_next_demotion(edge) == pytest.approx(7200)
 
 
 def genie_job(

@@ -275,3 +275,11 @@ def test_fidelity_native_start_equals_submit(tiny) -> None:  # type: ignore[no-u
     s = summarize(res)
     _same(s, recorded_stats(tr))
     assert s["avg_queue_s"] == pytest.approx(2.5) and s["recorded_overcommitted"] == 1  # B overlaps A on 1 GPU
+
+
+@pytest.mark.timeout(60)
+def test_mlfq_finishes_when_attained_service_rounds_below_a_quantum() -> None:
+    # helios-synth's job h172 reaches 3249.9999999999964 GPU-s of a 3250 quantum: the engine once
+    # pushed its demotion 4.5e-13 s ahead forever (t + d == t)
+    res = simulate(load_trace("builtin:helios-synth", jobs=2000), SimConfig(policy="mlfq"))
+    assert all(s == DONE for s in res.state)
