@@ -483,12 +483,28 @@ class Node:
 
     def run_pod(self, manifest: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
         """Create a pod and wait until it runs; returns its JSON."""
-        p = subprocess.run(
-            [self.cp.bin("kubectl"), "--kubeconfig", str(self.cp.kubeconfig_path), "create", "-f", "-", "-o", "json"],
-            input=json.dumps(manifest),
-            capture_output=True,
-            text=True,
-        )
+        deadline = time.monotonic() + timeout
+        while True:
+            p = subprocess.run(
+                [
+                    self.cp.bin("kubectl"),
+                    "--kubeconfig",
+                    str(self.cp.kubeconfig_path),
+                    "create",
+                    "-f",
+                    "-",
+                    "-o",
+                    "json",
+                ],
+                input=json.dumps(manifest),
+                capture_output=True,
+                text=True,
+            )
+            # a fresh control plane: the ServiceAccount admission refuses pods until the
+            # controller-manager has created the namespace's default ServiceAccount
+            if p.returncode == 0 or "serviceaccount" not in p.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         if p.returncode != 0:
             raise NodeError(f"create pod: {p.stderr.strip()}")
         ns, name = manifest["metadata"].get("namespace", "default"), manifest["metadata"]["name"]
