@@ -10,10 +10,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from qosmos.dev.binaries import DEV_BINARIES, cache_bin_dir, missing_binaries
 from qosmos.testing.controlplane import ControlPlane, binaries_present
 from qosmos.testing.fakenodes import create_nodes, fake_node_manifests, openb_nodes, spread_sample
 
 FAKE_NODE_COUNT = 16
+
+
+def need_dev_binaries() -> None:
+    """Skip (fail in CI) when the binaries `qosmos dev up` starts are not built."""
+    missing = missing_binaries(cache_bin_dir(), DEV_BINARIES)
+    if missing:
+        msg = f"Kubernetes binaries missing ({', '.join(missing)}): run hack/k8s/build.sh"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
 
 
 @pytest.fixture(scope="session")

@@ -16,22 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qosmos.dev.binaries import DEV_BINARIES, cache_bin_dir, missing_binaries
+from qosmos.dev.binaries import DEV_BINARIES, cache_bin_dir
 from qosmos.dev.cluster import operator_command
 from qosmos.dev.process import ProcessRef, start_ticks
+
+from .conftest import need_dev_binaries
 
 pytestmark = pytest.mark.integration
 
 QOSMOS = [sys.executable, "-P", "-m", "qosmos"]
-
-
-def _need_binaries() -> None:
-    missing = missing_binaries(cache_bin_dir(), DEV_BINARIES)
-    if missing:
-        msg = f"Kubernetes binaries missing ({', '.join(missing)}): run hack/k8s/build.sh"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
 
 
 def _qosmos(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -64,7 +57,7 @@ class Kubectl:
 @pytest.fixture(scope="module")
 def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
     """``qosmos dev up --json`` with 2 nodes x 8 GPUs in a fresh folder; ``down`` afterwards whatever happens."""
-    _need_binaries()
+    need_dev_binaries()
     directory = tmp_path_factory.mktemp("qdev") / "cluster"
     t0 = time.monotonic()
     proc = _qosmos("dev", "up", "--dir", str(directory), "--nodes", "2", "--gpus-per-node", "8", "--json")
@@ -247,7 +240,7 @@ def test_down_leaves_no_process_behind(dev_cluster: tuple[Path, dict[str, Any]])
 def test_a_failing_component_stops_everything_started(tmp_path: Path) -> None:
     """KWOK (started after the control plane, the extender and the qosmos-scheduler) cannot start:
     exit 1 with one line naming its log, every process started before it stopped, no state left."""
-    _need_binaries()
+    need_dev_binaries()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for b in DEV_BINARIES:

@@ -23,23 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qosmos.dev.binaries import DEV_BINARIES, cache_bin_dir, missing_binaries
 from qosmos.dev.process import free_port
+
+from .conftest import need_dev_binaries
 
 pytestmark = pytest.mark.integration
 
 GROUP, VERSION = "qosmos.io", "v1alpha1"
 NODES = [f"node-{i}" for i in range(4)]
 QOSMOS = [sys.executable, "-P", "-m", "qosmos"]
-
-
-def _need_binaries() -> None:
-    missing = missing_binaries(cache_bin_dir(), DEV_BINARIES)
-    if missing:
-        msg = f"Kubernetes binaries missing ({', '.join(missing)}): run hack/k8s/build.sh"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
@@ -194,7 +186,7 @@ class Api:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """``qosmos dev up --no-operator`` with 4 nodes x 8 GPUs; ``down`` afterwards."""
-    _need_binaries()
+    need_dev_binaries()
     from qosmos.dev.cluster import DevOptions, down, up
 
     directory = tmp_path_factory.mktemp("opdev") / "cluster"
