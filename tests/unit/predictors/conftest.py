@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+import typer
+from qosmos.predictors.cli import register
 
 
 def _shared_data() -> Path | None:
@@ -23,3 +25,16 @@ def shared_data() -> Path:
     if d is None:
         pytest.skip("real data not found: set QOSMOS_SHARED or place it at <repo>/../shared/data")
     return d
+
+
+@pytest.fixture(scope="module")
+def app() -> typer.Typer:
+    """The predictor commands alone, under a test root (as `qosmos` registers them)."""
+    a = typer.Typer()
+
+    @a.callback()
+    def _root() -> None:
+        """test root"""
+
+    register(a)
+    return a

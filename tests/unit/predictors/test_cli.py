@@ -7,22 +7,9 @@ from pathlib import Path
 
 import pytest
 import typer
-from qosmos.predictors.cli import register
 from typer.testing import CliRunner
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def app() -> typer.Typer:
-    a = typer.Typer()
-
-    @a.callback()
-    def _root() -> None:
-        """test root"""
-
-    register(a)
-    return a
 
 
 def _ok(result) -> str:  # type: ignore[no-untyped-def]

@@ -6,22 +6,9 @@ from pathlib import Path
 
 import pytest
 import typer
-from qosmos.predictors.cli import register
 from typer.testing import CliRunner
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def app() -> typer.Typer:
-    a = typer.Typer()
-
-    @a.callback()
-    def _root() -> None:
-        """test root"""
-
-    register(a)
-    return a
 
 
 def _clean_fail(app: typer.Typer, args: list[str], *expected: str) -> str:
