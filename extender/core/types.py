@@ -284,15 +284,6 @@ class PlacementRequest:
         )
 
 
-@dataclass(slots=True)
-class Reservation:
-    """A start time promised to a blocked head job by backfilling (seed 004 §VI-B)."""
-
-    job_id: str
-    start: float
-    gpus: int
-
-
 @runtime_checkable
 class DurationPredictor(Protocol):
     """What the admission cycle asks of a duration predictor (QSSF, elapsed-time runtime).
