@@ -30,7 +30,7 @@ from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.ordering import Decision, OrderContext, OrderingPolicy, get_policy, soda_array
 from qosmos.extender.core.placement import Placer, default_shape, get_placer
-from qosmos.extender.core.types import Allocation, Job, PlacementRequest, Shape
+from qosmos.extender.core.types import Allocation, Job, PlacementRequest, Shape, shape_text
 
 # Why a job waits (WaitReason.code).
 BEHIND = "behind-head"  # a blocked job ahead of it in a non-backfilling queue
@@ -39,6 +39,7 @@ RESERVED = "reserved"  # would fit now, but would delay the head's reservation
 BLOCKED = "policy"  # the policy holds it (Capacity share, ...)
 QUOTA = "quota"  # the partition's GPU quota is used up
 HEAD = "head"  # the blocked head itself, with a reservation
+NOT_NOW = "does not fit the free resources now"  # why a NO_FIT job (or an unreserved head) waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +252,9 @@ def _needs(job: Job, shape: Shape | None) -> str:
         return f"{job.cpu_milli}m CPU"
     if job.gpu_milli < 1000:
         return f"{job.gpu_milli / 1000:g} of a GPU"
-    what = f"{shape.d_node} node(s) × {shape.d_gpn} GPUs" if shape is not None else f"{job.gpus} GPUs"
+    what = shape_text(shape) if shape is not None else f"{job.gpus} GPUs"
+    if shape is not None and shape == job.fixed_shape:
+        what += " (fixed)"
     if job.gpu_models:
         what += " of " + "|".join(job.gpu_models)
     return what
@@ -404,10 +407,18 @@ class _Pass:
         if not self.explain:
             return
         job = d.job
-        msg = f"needs {_needs(job, d.shape)} in {job.vc}; {_free_text(self.state(), job, d.shape)}; {why}"
+        fixed = job.fixed_shape
+        shape = d.shape if d.shape is not None else fixed
+        if fixed is not None and code in (NO_FIT, HEAD):
+            # the user's shape is what does not fit: say so, and whether it ever can in the partition
+            never = self.cluster.could_ever_fit(PlacementRequest.for_job(job, fixed))
+            said = "its fixed shape " + (f"can never fit in {job.vc}: {never}" if never else NOT_NOW)
+            why = said if why == NOT_NOW else f"{said}; {why}"
+        needs = _needs(job, shape)
+        msg = f"needs {needs} in {job.vc}; {_free_text(self.state(), job, shape)}; {why}"
         if d.waiting_allowance is not None and math.isfinite(d.waiting_allowance):
             msg += f"; waiting allowance {d.waiting_allowance:+.0f} s"
-        self.result.waiting.append(WaitReason(job, code, msg, pos, _needs(job, d.shape), blocking, d.waiting_allowance))
+        self.result.waiting.append(WaitReason(job, code, msg, pos, needs, blocking, d.waiting_allowance))
 
     # -- backfilling ---------------------------------------------------------------------------
     def project(
@@ -591,7 +602,7 @@ def admit(
                     )
                     continue
             if alloc is None:
-                p.wait(d, pos, NO_FIT, "does not fit the free resources now")
+                p.wait(d, pos, NO_FIT, NOT_NOW)
                 continue
             p.start(job, alloc, d.shape, True)
             res.backfilled = (*res.backfilled, job.id)
@@ -599,7 +610,7 @@ def admit(
         if alloc is None:
             if not backfill:
                 blocked_sub[d.queue] = job.id
-                p.wait(d, pos, HEAD, "does not fit the free resources now")
+                p.wait(d, pos, HEAD, NOT_NOW)
                 if not explain and d.queue == "":
                     break
                 continue
@@ -639,7 +650,9 @@ def _preemptive(
     if not waiting:
         return p.result
     by_id = {r.job.id: r for r in run}
-    ds = rt.policy.order(waiting + [r.job for r in run], rt.ctx)
+    # running jobs first: the policies' sorts are stable, so a tie keeps what runs (a waiting job
+    # preempts only what it strictly outranks; else equal keys would swap the two at every pass)
+    ds = rt.policy.order([r.job for r in run] + waiting, rt.ctx)
     if explain:  # the order of waiting and running jobs together: what the positions refer to
         p.result.order = [d.job.id for d in ds]
     vc = p.vc
@@ -679,7 +692,7 @@ def _preemptive(
                 started.add(d.job.id)
     for pos, d in enumerate(ds):
         if d.job.id not in by_id and d.job.id not in started:
-            p.wait(d, pos, NO_FIT, "does not fit the free resources now")
+            p.wait(d, pos, NO_FIT, NOT_NOW)
     return p.result
 
 

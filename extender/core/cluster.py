@@ -173,10 +173,11 @@ class ClusterState:
         if not mask.any():
             return f"no node in vc={req.vc!r} with GPU model in {list(req.gpu_models) or 'any'}"
         caps = self.gpu_cap[mask]
-        if req.shape is not None:
-            fits = int(np.count_nonzero(caps >= req.shape.d_gpn))
-            if fits < req.shape.d_node:
-                return f"only {fits} eligible nodes have {req.shape.d_gpn} GPUs; placement needs {req.shape.d_node}"
+        gang = req.gang  # a chosen or user-fixed shape
+        if gang is not None:
+            fits = int(np.count_nonzero(caps >= gang.d_gpn))
+            if fits < gang.d_node:
+                return f"only {fits} eligible nodes have {gang.d_gpn} GPUs; placement needs {gang.d_node}"
         elif req.gpus > int(caps.sum()):
             return f"needs {req.gpus} GPUs; the eligible nodes have {int(caps.sum())}"
         if req.gpus == 0 and not self.fit_mask(req, 0, 0, now=False).any():

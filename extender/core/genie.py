@@ -272,11 +272,21 @@ def placement_table(
             cancel()
         if s.d_node > platform.nodes or s.d_gpn > platform.gpus_per_node:
             raise InvalidInput("shape", s, f"larger than the platform {platform.nodes}x{platform.gpus_per_node}")
-        pr = processing_rate(task, s, profile)
-        lat = task.batch * task.iters / pr + profile.nu if pr > 0 else math.inf
-        c = cost(s, platform, theta)
-        rows.append(PlacementRow(s, pr, lat, c, pr / c))
+        rows.append(placement_row(task, s, profile, platform, theta))
     return tuple(rows)
+
+
+def placement_row(
+    task: Task, shape: Shape, profile: ThroughputProfile, platform: Platform, theta: float = DEFAULT_THETA
+) -> PlacementRow:
+    """One row of Alg. 1's table: PR (Eq. 5), Lat (Eq. 4), Cost (Eq. 10), CER (Eq. 11) of ``shape``.
+
+    Unchecked against the platform: a shape the user fixed gets its estimates even when it is larger
+    than the platform (it then never starts, and its wait says why)."""
+    pr = processing_rate(task, shape, profile)
+    lat = task.batch * task.iters / pr + profile.nu if pr > 0 else math.inf
+    c = cost(shape, platform, theta)
+    return PlacementRow(shape, pr, lat, c, pr / c)
 
 
 def by_cer(table: Sequence[PlacementRow]) -> list[PlacementRow]:

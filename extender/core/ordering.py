@@ -17,7 +17,7 @@ from typing import Protocol
 from qosmos.extender.core import genie
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.types import Job, JobKind, Platform, Shape
+from qosmos.extender.core.types import Job, JobKind, Platform, Shape, shape_text
 
 INF = math.inf
 MLFQ_QUANTA = (3250.0, 7200.0, 18000.0)  # AnalySIM §4 (from Tiresias), GPU-seconds per queue
@@ -245,13 +245,15 @@ class MLFQ(_Base):
 class _GeniePolicy(_Base):
     """Shared machinery for the policies that use GENIE's model (seed 001 §5, §7.1).
 
-    Caches each task's now-independent placement table ranked by CER.
+    Caches each task's now-independent placement table ranked by CER. A job whose shape the user
+    fixed (``Job.fixed_shape``) has that one shape as its only candidate: the policies still rank
+    and estimate it (Lat, waiting allowance), but never place it with another shape or GPU count.
     """
 
     uses_genie = True
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, int, int, JobKind, Platform, float], list[genie.PlacementRow]] = {}
+        self._cache: dict[tuple[str, int, int, JobKind, Platform, float, Shape | None], list[genie.PlacementRow]] = {}
 
     def _need(self, ctx: OrderContext) -> tuple[Platform, ModelDB]:
         if ctx.platform is None or ctx.modeldb is None:
@@ -264,10 +266,14 @@ class _GeniePolicy(_Base):
         platform, db = self._need(ctx)
         task = genie.Task.from_job(job)
         profile = db.get(job.model)
-        key = (job.model, job.batch, job.iters, job.kind, platform, ctx.theta)
+        fixed = job.fixed_shape
+        key = (job.model, job.batch, job.iters, job.kind, platform, ctx.theta, fixed)
         rows = self._cache.get(key)
         if rows is None:
-            rows = genie.by_cer(genie.placement_table(task, profile, platform, ctx.theta))
+            if fixed is not None:  # the user's shape, even one larger than the platform: Alg. 1 lines 3-7 on it alone
+                rows = [genie.placement_row(task, fixed, profile, platform, ctx.theta)]
+            else:
+                rows = genie.by_cer(genie.placement_table(task, profile, platform, ctx.theta))
             self._cache[key] = rows
         return task, profile, rows
 
@@ -378,9 +384,9 @@ class Capacity(_Base):
             if gpus > cap:
                 shape = self._within(job, cap, ctx)
                 if shape is None:
-                    out.append(
-                        Decision(job, blocked=f"needs {gpus} GPUs, more than model type {model!r}'s share of {cap}")
-                    )
+                    fixed = job.fixed_shape
+                    needs = f"its fixed shape {shape_text(fixed)}" if fixed is not None else f"{gpus} GPUs"
+                    out.append(Decision(job, blocked=f"needs {needs}, more than model type {model!r}'s share of {cap}"))
                     continue
                 gpus = shape.gpus
             if used.get(model, 0) + gpus > cap:
@@ -395,8 +401,9 @@ class Capacity(_Base):
     @staticmethod
     def _within(job: Job, cap: int, ctx: OrderContext) -> Shape | None:
         """A GENIE task (its work is batch × iterations, not a GPU count) runs on at most its type's
-        share: one node when the share fits one, else whole nodes. Other jobs cannot shrink."""
-        if not job.has_genie_task or ctx.platform is None or cap < 1:
+        share: one node when the share fits one, else whole nodes. Other jobs, and a task whose shape the
+        user fixed, cannot shrink."""
+        if not job.has_genie_task or job.fixed_shape is not None or ctx.platform is None or cap < 1:
             return None
         g = ctx.platform.gpus_per_node
         shape = Shape(1, cap) if cap <= g else Shape(cap // g, g)

@@ -34,15 +34,14 @@ _ONE_NODE: dict[int, Shape] = {}  # Shape(1, g) by g: immutable, so shared (plac
 def default_shape(req: PlacementRequest, cluster: ClusterState) -> Shape:
     """The ⟨#nodes, #GPUs per node⟩ a plain GPU request asks for (AnalySIM's request tuple).
 
-    An explicit node count splits the GPUs evenly; otherwise one node when the largest
-    eligible node can hold the job, else as many full nodes of that size as needed.
+    A chosen (GENIE) shape, else the user's fixed node count (:attr:`PlacementRequest.gang`);
+    otherwise one node when the largest eligible node can hold the job, else as many full nodes
+    of that size as needed.
     """
     if req.shape is not None:
         return req.shape
-    if req.nodes:
-        if req.gpus % req.nodes:
-            raise InvalidInput("nodes", req.nodes, f"{req.gpus} GPUs do not split evenly over {req.nodes} nodes")
-        return Shape(req.nodes, req.gpus // req.nodes)
+    if req.nodes and (gang := req.gang) is not None:  # the user's fixed gang (types.fixed_shape)
+        return gang
     biggest = cluster.biggest_node(req.vc, req.gpu_models, req.pool)
     if biggest <= 0 or req.gpus <= biggest:
         g = max(req.gpus, 1)
@@ -161,6 +160,8 @@ class FreeGPU(_Placer):
     name = "free-gpu"
 
     def place_gpus(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+        if req.nodes:  # a gang the user fixed is placed as fixed (best fit, like its spare GPUs below)
+            return _pick_shape(req, cluster, default_shape(req, cluster), best_fit=True)
         cand = np.flatnonzero(_usable(req, cluster, 1, req.gpus))
         if cand.size == 0:
             return None

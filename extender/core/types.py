@@ -73,8 +73,10 @@ def _finite(x: float) -> bool:
 class Job:
     """A task/job as every component sees it.
 
-    ``gpus`` is the request (0 for CPU jobs). GENIE-aware policies may choose another
-    shape ⟨d_node, d_gpn⟩ for training/inference tasks with a model, batch and iterations.
+    ``gpus`` is the request (0 for CPU jobs). ``nodes`` > 0 fixes the gang to that many nodes
+    with gpus / nodes GPUs each (:attr:`fixed_shape`, the DLJob's gpusPerNode); 0 lets the placer
+    choose. GENIE-aware policies may then choose another shape ⟨d_node, d_gpn⟩ (even another GPU
+    count) for training/inference tasks with a model, batch and iterations; never for a fixed one.
     ``duration`` is the oracle/recorded run time on the requested GPUs (simulator only);
     ``predicted_duration`` comes from a predictor (QSSF) and never from the oracle;
     ``requested_duration`` is the user's own estimate (a time limit), when the trace has one.
@@ -123,7 +125,8 @@ class Job:
         _require(self.cpu_milli >= 0, "cpu_milli", self.cpu_milli, "must be >= 0")
         _require(self.memory_mib >= 0, "memory_mib", self.memory_mib, "must be >= 0")
         _require(0 < self.gpu_milli <= 1000, "gpu_milli", self.gpu_milli, "must be in (0, 1000]")
-        _require(self.nodes >= 0, "nodes", self.nodes, "must be >= 0")
+        _require(isinstance(self.nodes, int) and self.nodes >= 0, "nodes", self.nodes, "must be an integer >= 0")
+        fixed_shape(self.gpus, self.nodes)  # a fixed gang must split its GPUs evenly
         if self.gpu_milli < 1000:
             _require(self.gpus == 1, "gpu_milli", self.gpu_milli, "GPU sharing (gpu_milli < 1000) needs gpus == 1")
         if self.kind is JobKind.CPU:
@@ -146,6 +149,11 @@ class Job:
             )
 
     @property
+    def fixed_shape(self) -> Shape | None:
+        """The ⟨nodes, gpus / nodes⟩ the user fixed, None when the placer (or GENIE) chooses."""
+        return fixed_shape(self.gpus, self.nodes)
+
+    @property
     def has_genie_task(self) -> bool:
         """True when GENIE's task model t = <type, b, iters> (Eq. 2) is fully known."""
         return self.kind is not JobKind.CPU and bool(self.model) and self.batch > 0 and self.iters > 0
@@ -165,6 +173,21 @@ class Shape:
     @property
     def gpus(self) -> int:
         return self.d_node * self.d_gpn
+
+
+def fixed_shape(gpus: int, nodes: int) -> Shape | None:
+    """The gang a request fixes: ``nodes`` nodes × gpus / nodes GPUs; None when ``nodes`` is 0 (the
+    placer chooses) or nothing needs whole GPUs. The one place a fixed node count becomes a shape."""
+    if nodes <= 0 or gpus <= 0:
+        return None
+    if gpus % nodes:
+        raise InvalidInput("nodes", nodes, f"{gpus} GPUs do not split evenly over {nodes} nodes")
+    return Shape(nodes, gpus // nodes)
+
+
+def shape_text(shape: Shape) -> str:
+    """A shape as messages spell it."""
+    return f"{shape.d_node} node(s) × {shape.d_gpn} GPUs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +288,11 @@ class PlacementRequest:
         _require(isinstance(self.gpus, int) and self.gpus >= 0, "gpus", self.gpus, "must be an integer >= 0")
         if self.shape is not None:
             _require(self.shape.gpus == self.gpus, "shape", self.shape, f"must cover exactly {self.gpus} GPUs")
+
+    @property
+    def gang(self) -> Shape | None:
+        """The shape this request must be placed with: the chosen one, else the fixed one, else None."""
+        return self.shape if self.shape is not None else fixed_shape(self.gpus, self.nodes)
 
     @classmethod
     def for_job(
