@@ -22,6 +22,8 @@ from qosmos.dev.cluster import (
 from qosmos.extender.core.errors import InvalidInput
 from rich.console import Console
 
+from qosmos.cli import extend_group
+
 dev_app = typer.Typer(
     help="A local Kubernetes cluster with qosmos and fake GPU nodes, without Docker.", no_args_is_help=True
 )
@@ -210,5 +212,132 @@ def nodes_cmd(
     typer.echo(f"{len(names)} fake GPU nodes: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}", err=True)
 
 
+bench_app = typer.Typer()  # commands of the shared ``qosmos bench`` group (qosmos.cli.extend_group)
+PolicyOpt = Annotated[str, typer.Option(help="ordering policy of the bench's VirtualCluster (the core's registry)")]
+PlacementOpt = Annotated[str, typer.Option(help="placement of the bench's VirtualCluster (cer, consolidate, ...)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as one line of JSON")]
+
+
+def _bench_progress(err: Console, what: str) -> Any:
+    """A bar of finished DLJobs on stderr (stdout keeps the JSON)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
+    task = bar.add_task(what, total=None)
+    return bar, lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _bench_run(fn: Any, what: str, **kw: Any) -> dict[str, Any]:
+    """Run a live bench with a spinner while the cluster starts and a bar while the jobs run; bad
+    input and missing binaries as one error line (exit 2), a cluster that fails as exit 1."""
+    err = Console(stderr=True)
+    bar, tick = _bench_progress(err, what)
+    try:
+        with bar:
+            return dict(fn(progress=_RichProgress(err), tick=tick, **kw))
+    except InvalidInput as exc:
+        raise _fail(str(exc), 2) from None
+    except BinariesMissing as exc:
+        raise _fail(str(exc), 2, suffix=f" (build them with hack/k8s/build.sh or set {BIN_DIR_ENV})") from None
+    except (ControlPlaneError, RuntimeError, OSError) as exc:
+        raise _fail(str(exc), 1) from None
+
+
+@bench_app.command("operator")
+def bench_operator_cmd(
+    jobs: Annotated[int, typer.Option(help="DLJobs applied at once (the first pods of the openb trace); >= 1")] = 1000,
+    nodes: Annotated[int, typer.Option(help="openb nodes of the cluster, 1 to 1,523 (spread over the list)")] = 1523,
+    run_seconds: Annotated[
+        float, typer.Option(help="mean seconds each DLJob runs (uniform within +-50 %), as qosmos.io/run-duration")
+    ] = 30.0,
+    policy: PolicyOpt = "fifo",
+    placement: PlacementOpt = "consolidate",
+    timeout: Annotated[float, typer.Option(help="longest wait for every DLJob to finish, seconds")] = 1200.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """The operator under load on a qosmos dev cluster of openb nodes: admissions/s, apply-to-Running
+    latency, operator CPU and peak memory; exit 1 unless every DLJob Succeeded."""
+    from qosmos.dev.bench import bench_operator
+
+    if jobs < 1 or not 1 <= nodes <= 1523 or not run_seconds > 0 or not timeout > 0:
+        raise _fail("--jobs must be >= 1, --nodes in [1, 1523], --run-seconds and --timeout > 0", 2)
+    res = _bench_run(
+        bench_operator,
+        "DLJobs finished",
+        jobs=jobs,
+        nodes=nodes,
+        run_s=run_seconds,
+        policy=policy,
+        placement=placement,
+        timeout=timeout,
+    )
+    typer.echo(json.dumps(res, indent=None if as_json else 2))
+    if not res["all_succeeded"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("fidelity")
+def bench_fidelity_cmd(
+    trace: Annotated[
+        str, typer.Option(help="the trace, as qosmos simulate --trace takes it (e.g. builtin:helios-synth)")
+    ],
+    jobs: Annotated[int, typer.Option(help="GPU jobs of the slice, >= 2")] = 40,
+    offset: Annotated[int, typer.Option(help="jobs of the trace (by submit time) skipped before the slice")] = 0,
+    trace_format: Annotated[
+        str | None, typer.Option("--format", help="trace format (default: inferred as qosmos simulate does)")
+    ] = None,
+    nodes: Annotated[int, typer.Option(help="synthetic nodes of the cluster (live and simulated)")] = 4,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs of each synthetic node")] = 8,
+    span: Annotated[
+        float, typer.Option(help="seconds the slice's arrivals are compressed into (unless --speedup is given)")
+    ] = 120.0,
+    speedup: Annotated[
+        float | None,
+        typer.Option(help="divide arrival and run times by this (default: what fits the arrivals into --span)"),
+    ] = None,
+    min_run: Annotated[float, typer.Option(help="shortest run time after compression, seconds")] = 60.0,
+    max_run: Annotated[float, typer.Option(help="longest run time after compression, seconds")] = 240.0,
+    policy: PolicyOpt = "fifo",
+    placement: PlacementOpt = "consolidate",
+    backfill: Annotated[str, typer.Option(help="backfilling of both sides: none, easy, relaxed, adaptive")] = "none",
+    out: Annotated[
+        Path | None,
+        typer.Option(help="folder for the slice, the simulation and fidelity.csv per job (default: a temporary one)"),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of generated traces (builtin:helios-synth)")] = 0,
+    timeout: Annotated[float, typer.Option(help="longest wait for the live side, seconds")] = 3600.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """The same trace slice live on qosmos dev (arrival times, run times as qosmos.io/run-duration) and
+    replayed by qosmos simulate: the share of job pairs started in the same order and the mean relative
+    JCT difference."""
+    from qosmos.dev.bench import bench_fidelity
+
+    res = _bench_run(
+        bench_fidelity,
+        "DLJobs finished",
+        trace=trace,
+        jobs=jobs,
+        fmt=trace_format,
+        offset=offset,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        span_s=span,
+        speedup=speedup,
+        min_run_s=min_run,
+        max_run_s=max_run,
+        policy=policy,
+        placement=placement,
+        backfill=backfill,
+        timeout=timeout,
+        out=out,
+        seed=seed,
+    )
+    typer.echo(json.dumps(res, indent=None if as_json else 2))
+    if res["succeeded"] != res["jobs"]:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(dev_app, name="dev")
+    extend_group(app, "bench", bench_app)

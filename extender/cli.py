@@ -19,6 +19,7 @@ from qosmos.extender.explain import explain as explain_task
 from rich.console import Console
 from rich.table import Table
 
+from qosmos.cli import extend_group
 from qosmos.clitools import clean_errors
 
 
@@ -226,7 +227,7 @@ def explain_queue(
 extender_app = typer.Typer(
     help="The scheduler extender: HTTP for kube-scheduler, gRPC for qosmos tools.", no_args_is_help=True
 )
-bench_app = typer.Typer(help="Benchmarks of the extender and of scheduling through it.", no_args_is_help=True)
+bench_app = typer.Typer()  # commands of the shared ``qosmos bench`` group (qosmos.cli.extend_group)
 
 
 @extender_app.command("serve")
@@ -414,4 +415,4 @@ def bench_scheduling(
 def register(app: typer.Typer) -> None:
     app.add_typer(explain_app, name="explain")
     app.add_typer(extender_app, name="extender")
-    app.add_typer(bench_app, name="bench")
+    extend_group(app, "bench", bench_app)

@@ -73,10 +73,10 @@ COMPONENTS = ("extender", "predictors", "simulator", "operator", "sidecar", "dev
 # The top-level commands each component registers (tests/unit/test_cli_lazy.py checks it against the
 # registrations): the ``qosmos`` script imports only the component that runs, since importing all of
 # them costs ~0.7 s of CPU (kubernetes, grpc, kopf) that ``qosmos simulate`` never uses.
-COMMANDS = {
+COMMANDS: dict[str, str | tuple[str, ...]] = {
     "explain": "extender",
     "extender": "extender",
-    "bench": "extender",
+    "bench": ("extender", "dev"),  # a group both extend (see ``group``): extender, scheduling / operator, fidelity
     "predict": "predictors",
     "profile": "predictors",
     "simulate": "simulator",
@@ -86,6 +86,25 @@ COMMANDS = {
     "sidecar": "sidecar",
     "dev": "dev",
 }
+
+
+SHARED_GROUPS = {"bench": "Benchmarks: the extender, scheduling through it, the operator, simulator fidelity."}
+
+
+def extend_group(app: typer.Typer, name: str, commands: typer.Typer) -> None:
+    """Add the commands of ``commands`` to the group ``name`` of ``app`` (created on first use), so
+    that several components fill one group (``qosmos bench``) without importing each other."""
+    sub = next((g.typer_instance for g in app.registered_groups if g.name == name and g.typer_instance), None)
+    if sub is None:
+        sub = typer.Typer(help=SHARED_GROUPS[name], no_args_is_help=True)
+        app.add_typer(sub, name=name)
+    sub.registered_commands += commands.registered_commands
+
+
+def owners(command: str) -> tuple[str, ...]:
+    """The components registering ``command`` (none for an unknown one)."""
+    found = COMMANDS.get(command, ())
+    return (found,) if isinstance(found, str) else found
 
 
 def build(components: Sequence[str] = COMPONENTS) -> typer.Typer:
@@ -122,5 +141,4 @@ def main(argv: Sequence[str] | None = None) -> None:
     ``--help``, no command or an unknown one, so that those list every command)."""
     args = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in args if not a.startswith("-")), "")
-    component = COMMANDS.get(command)
-    build((component,) if component else COMPONENTS)(args=args, prog_name="qosmos")
+    build(owners(command) or COMPONENTS)(args=args, prog_name="qosmos")

@@ -1,0 +1,658 @@
+"""``qosmos bench operator`` and ``qosmos bench fidelity``: the operator measured on a ``qosmos dev``
+cluster (real apiserver, scheduler, extender, KWOK nodes), never on mocks.
+
+- operator: N DLJobs applied at once on the openb nodes; admissions/s, apply-to-Running latency, the
+  operator process's CPU and peak memory (from /proc), all DLJobs Succeeded or the run fails.
+- fidelity: a trace slice submitted at its (compressed) arrival times with its run times as
+  ``qosmos.io/run-duration``, then the same slice replayed by ``qosmos simulate`` on the same nodes;
+  how often the live cluster starts job pairs in the simulator's order, and how far JCTs differ.
+
+Times of the live side are taken by this process's DLJob watch (sub-second; the objects' own
+timestamps have one-second resolution).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qosmos.dev.cluster import DevOptions, Progress, _Quiet, down, up
+from qosmos.dev.fakenodes import ALL_NODE_CSV, OPENB_DIR, shared_dir
+from qosmos.dev.kwok import RUN_DURATION_ANNOTATION
+from qosmos.extender.core.errors import InvalidInput
+
+GROUP, VERSION = "qosmos.io", "v1alpha1"
+NAMESPACE = "bench"
+VC_NAME = "bench"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+OPENB_PODS = "openb_pod_list_default.csv"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PHASES = ("Queued", "Admitted", "Running", "Succeeded", "Failed")
+ORDER_GAP_S = 10.0  # pairs whose simulated starts differ by less are not judged (the issue's rule)
+
+
+# --------------------------------------------------------------------------- the live side
+
+
+@dataclass(slots=True)
+class Seen:
+    """When this process first saw a DLJob in each phase (time.time())."""
+
+    created: float = math.nan
+    phases: dict[str, float] = field(default_factory=dict)
+    obj: dict[str, Any] = field(default_factory=dict)
+
+
+class DLJobWatch:
+    """A watch on the namespace's DLJobs from before the first is created, resumed from its last
+    resourceVersion (relisted on 410 Gone): every phase change is seen once, when it happens."""
+
+    def __init__(self, api_client: Any, namespace: str) -> None:
+        from kubernetes import client
+
+        self.custom = client.CustomObjectsApi(api_client)
+        self.namespace = namespace
+        self.seen: dict[str, Seen] = {}
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dljob-watch", daemon=True)
+
+    def __enter__(self) -> DLJobWatch:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the DLJob watch did not start within 30 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(70)
+
+    def created(self, name: str, at: float) -> None:
+        with self.lock:
+            self.seen.setdefault(name, Seen()).created = at
+
+    def _record(self, obj: dict[str, Any], at: float) -> None:
+        name = obj["metadata"]["name"]
+        phase = (obj.get("status") or {}).get("phase")
+        with self.lock:
+            s = self.seen.setdefault(name, Seen())
+            s.obj = obj
+            if phase and phase not in s.phases:
+                s.phases[phase] = at
+
+    def _list(self) -> str:
+        res = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "dljobs")
+        now = time.time()
+        for obj in res.get("items") or []:
+            self._record(obj, now)
+        return str(res["metadata"]["resourceVersion"])
+
+    def _run(self) -> None:
+        from kubernetes import watch
+        from kubernetes.client.rest import ApiException
+
+        rv = self._list()
+        self._ready.set()
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                for ev in w.stream(
+                    self.custom.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    "dljobs",
+                    resource_version=rv,
+                    timeout_seconds=30,
+                    allow_watch_bookmarks=True,
+                ):
+                    obj = ev["object"]
+                    rv = obj["metadata"]["resourceVersion"]
+                    if ev["type"] in ("ADDED", "MODIFIED"):
+                        self._record(obj, time.time())
+                    if self._stop.is_set():
+                        break
+            except ApiException as exc:
+                if exc.status == 410:  # the resourceVersion is too old: list again
+                    rv = self._list()
+                else:
+                    time.sleep(0.5)
+            except Exception:  # a dropped connection: resume from rv
+                if not self._stop.is_set():
+                    time.sleep(0.5)
+
+    def count(self, *phases: str) -> int:
+        with self.lock:
+            return sum(1 for s in self.seen.values() if any(p in s.phases for p in phases))
+
+    def snapshot(self) -> dict[str, Seen]:
+        with self.lock:
+            return {k: Seen(v.created, dict(v.phases), v.obj) for k, v in self.seen.items()}
+
+
+@dataclass(slots=True)
+class ProcStats:
+    """CPU seconds (user + system) and peak resident memory of a process, from /proc."""
+
+    pid: int
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (man 5 proc: fields 14, 15)
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return math.nan
+
+
+def dljob_manifest(
+    name: str,
+    *,
+    gpus: int,
+    run_s: float,
+    kind: str = "training",
+    cpu_milli: int = 0,
+    memory_mib: int = 0,
+    vc: str = VC_NAME,
+    namespace: str = NAMESPACE,
+) -> dict[str, Any]:
+    """A DLJob whose pods KWOK runs for ``run_s`` seconds (pause containers)."""
+    spec: dict[str, Any] = {
+        "virtualCluster": vc,
+        "kind": kind,
+        "gpus": gpus,
+        "template": {
+            "metadata": {"annotations": {RUN_DURATION_ANNOTATION: f"{run_s:.3f}s"}},
+            "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "main", "image": PAUSE_IMAGE}]},
+        },
+    }
+    if cpu_milli:
+        spec["cpus"] = f"{cpu_milli}m"
+    if memory_mib:
+        spec["memory"] = f"{memory_mib}Mi"
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DLJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+@contextlib.contextmanager
+def dev_cluster(opts: DevOptions, progress: Progress) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A ``qosmos dev`` cluster with its operator, torn down afterwards: (API client, state as JSON)."""
+    from kubernetes import config
+
+    state, _ = up(opts, progress)
+    try:
+        if not state.operator.get("started"):
+            raise RuntimeError(f"the operator did not start: {state.operator.get('reason')}")
+        yield config.new_client_from_config(config_file=state.kubeconfig), state.to_json()
+    finally:
+        down(opts.dir, grace=5)
+
+
+def _prepare(api_client: Any, policy: str, placement: str, backfill: str, gpus: int, timeout: float = 300.0) -> float:
+    """The namespace and one VirtualCluster over every node, Ready with all ``gpus`` (the operator has
+    labelled every node for it): jobs applied then measure admission, not the VirtualCluster's set-up.
+    Returns the seconds the VirtualCluster took to be ready."""
+    from kubernetes import client
+
+    t0 = time.monotonic()
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "virtualclusters",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "VirtualCluster",
+            "metadata": {"name": VC_NAME},
+            "spec": {"nodeSelector": {}, "policy": policy, "placement": placement, "backfill": backfill},
+        },
+    )
+
+    def ready() -> bool:
+        with contextlib.suppress(Exception):
+            core.read_namespaced_service_account("default", NAMESPACE)  # pods need it
+            vc = custom.get_cluster_custom_object(GROUP, VERSION, "virtualclusters", VC_NAME)
+            st = vc.get("status") or {}
+            ok = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+            return ok and int((st.get("gpus") or {}).get("total") or 0) == gpus
+        return False
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return time.monotonic() - t0
+        time.sleep(0.5)
+    raise RuntimeError(f"VirtualCluster {VC_NAME} was not Ready with {gpus} GPUs within {timeout:.0f} s")
+
+
+def _create(api_client: Any, watch: DLJobWatch, body: dict[str, Any]) -> None:
+    from kubernetes import client
+
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "dljobs", body)
+    watch.created(body["metadata"]["name"], time.time())
+
+
+def _wait_done(
+    watch: DLJobWatch, n: int, timeout: float, tick: Callable[[int, int], None] | None = None
+) -> tuple[int, int]:
+    """Until all ``n`` DLJobs finished or ``timeout`` s passed: (succeeded, failed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ok, bad = watch.count("Succeeded"), watch.count("Failed")
+        if tick is not None:
+            tick(ok + bad, n)
+        if ok + bad >= n or time.monotonic() >= deadline:
+            return ok, bad
+        time.sleep(0.5)
+
+
+def _quantiles(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    a = np.asarray(values, dtype=float)
+    return {
+        "p50": round(float(np.percentile(a, 50)), 3),
+        "p99": round(float(np.percentile(a, 99)), 3),
+        "max": round(float(a.max()), 3),
+    }
+
+
+# --------------------------------------------------------------------------- bench operator
+
+
+@dataclass(slots=True)
+class JobRow:
+    name: str
+    gpus: int
+    kind: str
+    cpu_milli: int
+    memory_mib: int
+
+
+def openb_jobs(n: int, path: Path | None = None) -> list[JobRow]:
+    """The first ``n`` pods of the openb default trace as DLJobs: a GPU pod a training job of its GPU
+    count (a GPU-sharing pod, gpu_milli < 1000, takes one whole GPU: a DLJob asks for whole GPUs), a
+    CPU pod a ``cpu`` job; CPU and memory requests as the pod's."""
+    p = path or shared_dir() / OPENB_DIR / OPENB_PODS
+    out: list[JobRow] = []
+    with open(p, newline="") as f:
+        for r in csv.DictReader(f):
+            gpus = int(r["num_gpu"] or 0)
+            out.append(
+                JobRow(
+                    name=f"j{len(out):05d}",
+                    gpus=gpus,
+                    kind="training" if gpus else "cpu",
+                    cpu_milli=int(r["cpu_milli"] or 0),
+                    memory_mib=int(r["memory_mib"] or 0),
+                )
+            )
+            if len(out) >= n:
+                break
+    if len(out) < n:
+        raise InvalidInput("jobs", n, f"the openb trace {p} has only {len(out)} pods")
+    return out
+
+
+def bench_operator(
+    jobs: int = 1000,
+    nodes: int = 1523,
+    run_s: float = 30.0,
+    spread_s: float = 0.5,
+    policy: str = "fifo",
+    placement: str = "consolidate",
+    timeout: float = 1200.0,
+    workdir: Path | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+    tick: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """``jobs`` openb DLJobs applied at once (16 clients in parallel) on ``nodes`` openb nodes; each
+    runs ``run_s`` × U(1 − spread, 1 + spread) seconds."""
+    if jobs < 1 or not 1 <= nodes <= 1523:
+        raise InvalidInput("jobs/nodes", (jobs, nodes), "jobs >= 1 and nodes in [1, 1523] (the openb node list)")
+    rows = openb_jobs(jobs)
+    rng = random.Random(seed)
+    runs = [run_s * rng.uniform(1 - spread_s, 1 + spread_s) for _ in rows]
+    tmp = Path(tempfile.mkdtemp(prefix="qosmos-bench-operator-")) if workdir is None else workdir
+    opts = DevOptions(
+        dir=tmp / "cluster",
+        node_list=shared_dir() / OPENB_DIR / ALL_NODE_CSV,
+        nodes=nodes if nodes < 1523 else None,
+        pools=(),
+        detached=False,
+        start_timeout=300.0,
+    )
+    try:
+        with dev_cluster(opts, progress or _Quiet()) as (api_client, state):
+            vc_ready = _prepare(api_client, policy, placement, "none", sum(r["gpu"] for r in opts.node_rows()))
+            proc = ProcStats(int(state["operator"]["pid"]))
+            cpu0 = proc.cpu_s()
+            with DLJobWatch(api_client, NAMESPACE) as watch:
+                t0 = time.time()
+                bodies = [
+                    dljob_manifest(
+                        r.name, gpus=r.gpus, run_s=x, kind=r.kind, cpu_milli=r.cpu_milli, memory_mib=r.memory_mib
+                    )
+                    for r, x in zip(rows, runs, strict=True)
+                ]
+                with ThreadPoolExecutor(16) as pool:
+                    list(pool.map(lambda b: _create(api_client, watch, b), bodies))
+                applied = time.time() - t0
+                ok, bad = _wait_done(watch, jobs, timeout, tick)
+                cpu = proc.cpu_s() - cpu0
+                peak = proc.peak_rss_mb()
+                seen = watch.snapshot()
+    finally:
+        if workdir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    admitted = sorted(s.phases["Admitted"] for s in seen.values() if "Admitted" in s.phases)
+    to_running = [s.phases["Running"] - s.created for s in seen.values() if "Running" in s.phases]
+    to_admitted = [s.phases["Admitted"] - s.created for s in seen.values() if "Admitted" in s.phases]
+    window = (admitted[-1] - t0) if admitted else math.nan
+    return {
+        "jobs": jobs,
+        "nodes": nodes,
+        "gpu_jobs": sum(1 for r in rows if r.gpus),
+        "gpus_requested": sum(r.gpus for r in rows),
+        "run_s": run_s,
+        "policy": policy,
+        "placement": placement,
+        "succeeded": ok,
+        "failed": bad,
+        "all_succeeded": ok == jobs,
+        "vc_ready_s": round(vc_ready, 1),  # before the jobs: the operator labelling every node for the VC
+        "apply_s": round(applied, 3),
+        "admissions": len(admitted),
+        "admission_window_s": round(window, 3),
+        # from the first create to the last admission: what the operator sustains with the whole
+        # queue in front of it (creation is part of the window, as a user applying 1,000 jobs sees)
+        "admissions_per_s": round(len(admitted) / window, 2) if admitted and window > 0 else None,
+        "apply_to_admitted_s": _quantiles(to_admitted),
+        "apply_to_running_s": _quantiles(to_running),
+        "operator": {"cpu_s": round(cpu, 2), "peak_rss_mb": round(peak, 1), "pid": proc.pid},
+        "targets": {"admissions_per_s": ">= 50", "operator_peak_rss_mb": "<= 500"},
+    }
+
+
+# --------------------------------------------------------------------------- bench fidelity
+
+
+@dataclass(slots=True)
+class SliceJob:
+    """One job of the slice, in the bench's (compressed) seconds from the first arrival."""
+
+    name: str
+    submit: float
+    gpus: int
+    run_s: float
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+
+def trace_slice(
+    trace: str,
+    jobs: int,
+    *,
+    fmt: str | None = None,
+    offset: int = 0,
+    max_gpus: int,
+    span_s: float = 120.0,
+    speedup: float | None = None,
+    min_run_s: float = 60.0,
+    max_run_s: float = 240.0,
+    seed: int = 0,
+) -> tuple[list[SliceJob], dict[str, Any]]:
+    """``jobs`` GPU jobs of ``trace`` (by submit time, from ``offset``) that fit the cluster, with
+    arrivals and run times divided by ``speedup`` (default: what fits the arrivals into ``span_s``),
+    run times then clamped to [min_run_s, max_run_s] so the live side's fixed overheads (a few
+    seconds per job) stay small against them. Both sides get exactly these numbers."""
+    from qosmos.simulator.traces import load_trace
+
+    if jobs < 2:
+        raise InvalidInput("jobs", jobs, "must be >= 2 (pairs are compared)")
+    if not 0 < min_run_s <= max_run_s:
+        raise InvalidInput("min_run_s", min_run_s, "must be > 0 and <= max_run_s")
+    tr = load_trace(trace, fmt, seed=seed, jobs=max(10_000, 4 * (offset + jobs)))
+    usable = sorted(
+        (j for j in tr.jobs if j.duration is not None and 1 <= j.gpus <= max_gpus and j.kind != "cpu"),
+        key=lambda j: j.submit_time,
+    )[offset : offset + jobs]
+    if len(usable) < jobs:
+        raise InvalidInput("jobs", jobs, f"{trace} has only {len(usable)} GPU jobs with run times from {offset}")
+    t0 = usable[0].submit_time
+    span = usable[-1].submit_time - t0
+    factor = speedup if speedup is not None else max(1.0, span / span_s)
+    if not factor > 0:
+        raise InvalidInput("speedup", speedup, "must be > 0")
+    out: list[SliceJob] = []
+    clamped = 0
+    for i, j in enumerate(usable):
+        assert j.duration is not None
+        raw = j.duration / factor
+        run = min(max(raw, min_run_s), max_run_s)
+        clamped += run != raw
+        out.append(SliceJob(f"f{i:04d}", (j.submit_time - t0) / factor, j.gpus, round(run, 3)))
+    info = {
+        "trace": trace,
+        "offset": offset,
+        "speedup": round(factor, 3),
+        "arrival_span_s": round(span / factor, 1),
+        "run_s_clamped": clamped,
+        "run_s_range": [min_run_s, max_run_s],
+    }
+    return out, info
+
+
+def write_native(jobs: Sequence[SliceJob], node_rows: Sequence[dict[str, Any]], directory: Path) -> Path:
+    """The slice as a native trace (``jobs.csv``) with its ``nodes.csv``: the dev cluster's nodes with
+    the switch labels ``fake_node_manifest`` gives them (32 nodes a rack, 4 racks a switch)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "nodes.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["name", "gpus", "vc", "switch", "gpu_model", "cpu_milli", "memory_mib"])
+        for i, r in enumerate(node_rows):
+            w.writerow(
+                [
+                    r["sn"].lower(),
+                    r["gpu"],
+                    VC_NAME,
+                    f"switch-{i // 32 // 4:03d}",
+                    r["model"],
+                    r["cpu_milli"],
+                    r["memory_mib"],
+                ]
+            )
+    path = directory / "jobs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "submit", "gpus", "duration", "vc", "cpu_milli", "memory_mib"])
+        for j in jobs:
+            w.writerow([j.name, f"{j.submit:.3f}", j.gpus, f"{j.run_s:.3f}", VC_NAME, j.cpu_milli, j.memory_mib])
+    return path
+
+
+def simulate_slice(
+    trace_csv: Path, out: Path, policy: str, placement: str, backfill: str
+) -> dict[str, dict[str, float]]:
+    """``qosmos simulate`` on the slice (the command a user runs); id -> {submit, start, end}."""
+    cmd = [
+        sys.executable, "-m", "qosmos", "simulate",
+        "--trace", str(trace_csv), "--format", "native", "--node-list", str(trace_csv.with_name("nodes.csv")),
+        "--policy", policy, "--placement", placement, "--backfill", backfill,
+        "--cross-switch-penalty", "1.0",  # KWOK runs a pod exactly its run-duration, wherever it is
+        "--out", str(out), "--no-plots", "--quiet",
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        raise RuntimeError(f"qosmos simulate failed ({res.returncode}): {res.stderr.strip()[-2000:]}")
+    rows: dict[str, dict[str, float]] = {}
+    with open(out / "jobs.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            rows[r["id"]] = {k: float(r[k]) if r[k] else math.nan for k in ("submit", "start", "end")}
+    return rows
+
+
+def pair_order_agreement(sim: Sequence[float], live: Sequence[float], gap: float = ORDER_GAP_S) -> tuple[float, int]:
+    """Of the job pairs whose simulated starts differ by >= ``gap`` s, the fraction the live cluster
+    started in the same order (a live tie counts as disagreement): (fraction, pairs judged)."""
+    s = np.asarray(sim, dtype=float)
+    v = np.asarray(live, dtype=float)
+    if s.shape != v.shape:
+        raise ValueError("sim and live must have one start per job")
+    ds = s[:, None] - s[None, :]
+    dv = v[:, None] - v[None, :]
+    judged = np.triu(np.abs(ds) >= gap, k=1) & np.isfinite(ds) & np.isfinite(dv)
+    n = int(judged.sum())
+    if n == 0:
+        return math.nan, 0
+    agree = np.sign(ds[judged]) == np.sign(dv[judged])
+    return float(agree.mean()), n
+
+
+def mean_relative_jct_difference(sim: Sequence[float], live: Sequence[float]) -> float:
+    """mean over jobs of |JCT_live − JCT_sim| / JCT_sim."""
+    s = np.asarray(sim, dtype=float)
+    v = np.asarray(live, dtype=float)
+    ok = np.isfinite(s) & np.isfinite(v) & (s > 0)
+    return float(np.mean(np.abs(v[ok] - s[ok]) / s[ok])) if ok.any() else math.nan
+
+
+def bench_fidelity(
+    trace: str,
+    jobs: int = 40,
+    *,
+    fmt: str | None = None,
+    offset: int = 0,
+    nodes: int = 4,
+    gpus_per_node: int = 8,
+    gpu_model: str = "V100M32",
+    span_s: float = 120.0,
+    speedup: float | None = None,
+    min_run_s: float = 60.0,
+    max_run_s: float = 240.0,
+    policy: str = "fifo",
+    placement: str = "consolidate",
+    backfill: str = "none",
+    timeout: float = 3600.0,
+    out: Path | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+    tick: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """The slice live on a ``qosmos dev`` cluster of ``nodes`` × ``gpus_per_node``, then simulated."""
+    opts = DevOptions(
+        dir=Path(tempfile.mkdtemp(prefix="qosmos-bench-fidelity-")) / "cluster",
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        gpu_model=gpu_model,
+        pools=(),
+        detached=False,
+    )
+    opts.validate()
+    sl, info = trace_slice(
+        trace,
+        jobs,
+        fmt=fmt,
+        offset=offset,
+        max_gpus=nodes * gpus_per_node,
+        span_s=span_s,
+        speedup=speedup,
+        min_run_s=min_run_s,
+        max_run_s=max_run_s,
+        seed=seed,
+    )
+    work = out if out is not None else opts.dir.parent
+    trace_csv = write_native(sl, opts.node_rows(), work / "slice")
+    try:
+        with dev_cluster(opts, progress or _Quiet()) as (api_client, _state):
+            _prepare(api_client, policy, placement, backfill, nodes * gpus_per_node)
+            with DLJobWatch(api_client, NAMESPACE) as watch:
+                t0 = time.time()
+                for j in sl:  # at its arrival time, one client: the order of creation is the trace's
+                    delay = t0 + j.submit - time.time()
+                    if delay > 0:
+                        time.sleep(delay)
+                    _create(api_client, watch, dljob_manifest(j.name, gpus=j.gpus, run_s=j.run_s))
+                ok, bad = _wait_done(watch, len(sl), timeout, tick)
+                seen = watch.snapshot()
+        sim = simulate_slice(trace_csv, work / "simulated", policy, placement, backfill)
+    finally:
+        if out is None:
+            shutil.rmtree(opts.dir.parent, ignore_errors=True)
+    rows = []
+    for j in sl:
+        s = seen.get(j.name, Seen())
+        live_start = s.phases.get("Admitted", math.nan) - t0
+        live_end = s.phases.get("Succeeded", math.nan) - t0
+        live_submit = s.created - t0
+        sm = sim.get(j.name, {"submit": math.nan, "start": math.nan, "end": math.nan})
+        rows.append(
+            {
+                "id": j.name,
+                "gpus": j.gpus,
+                "run_s": j.run_s,
+                "submit": j.submit,
+                "live_submit": live_submit,
+                "live_start": live_start,
+                "live_end": live_end,
+                "sim_start": sm["start"],
+                "sim_end": sm["end"],
+                "live_jct": live_end - live_submit,
+                "sim_jct": sm["end"] - sm["submit"],
+            }
+        )
+    if out is not None:
+        with open(out / "fidelity.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()} for r in rows)
+    order, pairs = pair_order_agreement([r["sim_start"] for r in rows], [r["live_start"] for r in rows])
+    jct = mean_relative_jct_difference([r["sim_jct"] for r in rows], [r["live_jct"] for r in rows])
+    lag = [r["live_submit"] - r["submit"] for r in rows]
+    return {
+        **info,
+        "jobs": len(sl),
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "policy": policy,
+        "placement": placement,
+        "backfill": backfill,
+        "succeeded": ok,
+        "failed": bad,
+        "simulated": sum(1 for r in rows if math.isfinite(r["sim_end"])),
+        "pair_order_agreement": None if math.isnan(order) else round(order, 4),
+        "pairs_judged": pairs,
+        "mean_relative_jct_difference": None if math.isnan(jct) else round(jct, 4),
+        "submit_lag_s": _quantiles(lag),  # how late this process created jobs against their arrival
+        "mean_jct_s": {
+            "live": round(float(np.nanmean([r["live_jct"] for r in rows])), 2),
+            "sim": round(float(np.nanmean([r["sim_jct"] for r in rows])), 2),
+        },
+        "targets": {"pair_order_agreement": ">= 0.95", "mean_relative_jct_difference": "<= 0.05"},
+        "out": str(out) if out is not None else None,
+    }

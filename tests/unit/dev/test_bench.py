@@ -1,0 +1,84 @@
+"""The pure parts of ``qosmos bench operator|fidelity``: the fidelity measures, the trace slice and its
+native files (read back by the simulator's own loader), the openb DLJobs."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+from qosmos.dev.bench import (
+    SliceJob,
+    dljob_manifest,
+    mean_relative_jct_difference,
+    openb_jobs,
+    pair_order_agreement,
+    simulate_slice,
+    trace_slice,
+    write_native,
+)
+from qosmos.dev.fakenodes import synthetic_nodes
+from qosmos.extender.core.errors import InvalidInput
+
+
+def test_pair_order_counts_only_pairs_apart_in_the_simulation() -> None:
+    sim = [0.0, 5.0, 20.0, 40.0]
+    # pairs >= 10 s apart in sim: (0,2) (0,3) (1,2) (1,3) (2,3); (0,1) is not judged
+    live = [1.0, 0.0, 30.0, 25.0]  # (0,1) swapped but not judged; (2,3) swapped
+    frac, n = pair_order_agreement(sim, live)
+    assert n == 5
+    assert frac == pytest.approx(4 / 5)
+
+
+def test_pair_order_a_live_tie_is_a_disagreement_and_nan_pairs_are_skipped() -> None:
+    frac, n = pair_order_agreement([0.0, 30.0, 60.0], [5.0, 5.0, math.nan])
+    assert n == 1  # only (0,1): the third job never started live
+    assert frac == 0.0
+    assert math.isnan(pair_order_agreement([0.0, 1.0], [0.0, 1.0])[0])
+
+
+def test_mean_relative_jct_difference() -> None:
+    assert mean_relative_jct_difference([100.0, 50.0], [110.0, 45.0]) == pytest.approx((0.1 + 0.1) / 2)
+    assert mean_relative_jct_difference([100.0, 50.0], [100.0, math.nan]) == 0.0
+
+
+def test_trace_slice_compresses_arrivals_and_clamps_run_times() -> None:
+    jobs, info = trace_slice("builtin:helios-synth", 20, max_gpus=32, span_s=60.0, min_run_s=5.0, max_run_s=50.0)
+    assert len(jobs) == 20
+    assert jobs[0].submit == 0.0
+    assert jobs[-1].submit == pytest.approx(60.0, abs=0.01)  # the arrivals fill the span
+    assert all(5.0 <= j.run_s <= 50.0 and 1 <= j.gpus <= 32 for j in jobs)
+    assert [j.submit for j in jobs] == sorted(j.submit for j in jobs)
+    assert info["speedup"] > 1
+    fixed, info2 = trace_slice("builtin:helios-synth", 20, max_gpus=32, speedup=2.0, min_run_s=1.0, max_run_s=1e9)
+    assert info2["speedup"] == 2.0 and fixed[-1].submit == pytest.approx(
+        jobs[-1].submit * info["speedup"] / 2, rel=1e-3
+    )
+    with pytest.raises(InvalidInput, match="jobs"):
+        trace_slice("builtin:helios-synth", 1, max_gpus=32)
+
+
+def test_the_native_slice_is_what_the_simulator_replays(tmp_path: Path) -> None:
+    """One 8-GPU node, FIFO: a (0 s, 8 GPUs, 30 s), b (1 s, 4 GPUs, 10 s), c (2 s, 4, 10) -> b and c
+    wait for a, then start together at 30."""
+    sl = [SliceJob("a", 0.0, 8, 30.0), SliceJob("b", 1.0, 4, 10.0), SliceJob("c", 2.0, 4, 10.0)]
+    path = write_native(sl, synthetic_nodes(1, 8, "V100M32"), tmp_path / "slice")
+    rows = simulate_slice(path, tmp_path / "sim", "fifo", "consolidate", "none")
+    assert rows["a"]["start"] == 0.0 and rows["a"]["end"] == 30.0
+    assert rows["b"]["start"] == 30.0 and rows["c"]["start"] == 30.0 and rows["c"]["end"] == 40.0
+    with open(tmp_path / "slice" / "nodes.csv") as f:
+        (node,) = list(csv.DictReader(f))
+    assert node["name"] == "node-0" and node["gpus"] == "8" and node["switch"] == "switch-000"
+
+
+def test_openb_jobs_and_their_dljobs() -> None:
+    jobs = openb_jobs(50)
+    assert len(jobs) == 50 and len({j.name for j in jobs}) == 50
+    cpu = [j for j in jobs if j.kind == "cpu"]
+    assert all(j.gpus == 0 for j in cpu) and all(j.gpus >= 1 for j in jobs if j.kind == "training")
+    m = dljob_manifest("x", gpus=2, run_s=12.5, cpu_milli=4000, memory_mib=1024)
+    assert m["spec"]["gpus"] == 2 and m["spec"]["cpus"] == "4000m" and m["spec"]["memory"] == "1024Mi"
+    assert m["spec"]["template"]["metadata"]["annotations"]["qosmos.io/run-duration"] == "12.500s"
+    with pytest.raises(InvalidInput, match="only"):
+        openb_jobs(10**6)
