@@ -357,6 +357,21 @@ class DLJobStatus(_Model):
     start_time: datetime | None = Field(None, description="when all its pods were Running")
     completion_time: datetime | None = None
     restarts: int | None = Field(None, ge=0, description="times the gang was recreated after a failed pod")
+    preemptions: int | None = Field(
+        None, ge=0, description="times it was preempted (or reclaimed) and went back to its queue"
+    )
+    attained_service_gpu_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="GPU-seconds of service its finished run segments received (LAS, MLFQ and RR order by it); "
+        "the current segment, since startTime, is not included",
+    )
+    executed_seconds: float | None = Field(
+        None, ge=0, description="seconds its finished run segments ran (SRTF: predicted duration minus this)"
+    )
+    queued_since: datetime | None = Field(
+        None, description="when it last went back to its queue (preempted or reclaimed); unset: its creation"
+    )
     observed_generation: int | None = Field(None, ge=0)
     conditions: Conditions | None = None
 

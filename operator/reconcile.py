@@ -13,7 +13,9 @@ Order of a pass:
 4. admission per VirtualCluster (``core.admission.admit``, the function the simulator calls): starts
    are written to the DLJob's status FIRST (phase Admitted, placement), then the gang's pods are
    created gated with the extender's annotations, then ungated all together; preempted jobs go back
-   to Queued; every waiting job gets the core's reason as its ``Admitted=False`` condition.
+   to Queued (the service of their run folded into their status); every waiting job gets the core's
+   reason as its ``Admitted=False`` condition. Preemptive policies see the running jobs' service as of
+   the partition's latest event (``qosmos.operator.service``), as the simulator's event loop does.
 """
 
 from __future__ import annotations
@@ -45,13 +47,13 @@ from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.forecast import forecast
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.ordering import POLICIES, get_policy
 from qosmos.extender.core.quota import HeldJob, QuotaState, accounting, effective_quota, reclaim
 from qosmos.extender.core.types import Allocation, Job
 from qosmos.operator import metrics
 from qosmos.operator.crds import LABEL_JOB, LABEL_VC, DLJobPhase, DLJobSpec, VirtualClusterSpec
 from qosmos.operator.durations import Durations
 from qosmos.operator.kube import Kube
+from qosmos.operator.service import TurnClock, as_of_last_event
 from qosmos.operator.translate import (
     ANN_CARRY,
     GATE,
@@ -59,6 +61,7 @@ from qosmos.operator.translate import (
     NO_VC,
     Gang,
     assign_nodes,
+    attempt_of,
     book_gang,
     book_pods,
     carry_from_json,
@@ -71,15 +74,14 @@ from qosmos.operator.translate import (
     parse_time,
     rfc3339,
     running_job,
+    segment_start,
+    service_status,
 )
 
 log = logging.getLogger("qosmos.operator")
 
 ANN_VC_MANAGED = "qosmos.io/vc-managed"  # on a node: its qosmos.io/vc label is the operator's
-ADMITTED = "Admitted"
-PREEMPTIVE = frozenset(
-    n for n in POLICIES if get_policy(n).preemptive
-)  # not run by the operator yet  # the condition type saying whether (and why not) a DLJob is admitted
+ADMITTED = "Admitted"  # the condition type saying whether (and why not) a DLJob is admitted
 ACTIVE = (DLJobPhase.ADMITTED.value, DLJobPhase.RUNNING.value)
 FINISHED = (DLJobPhase.SUCCEEDED.value, DLJobPhase.FAILED.value)
 ALLOWANCE_STEP_S = 10  # a waiting allowance is rewritten when it moved by this much (it moves every second)
@@ -144,6 +146,7 @@ class PassReport:
     pods_created: int = 0
     writes: int = 0
     seconds: float = 0.0
+    wake_at: float | None = None  # the earliest turn end of a running job (preemptive policies): pass then
 
 
 class Reconciler:
@@ -163,6 +166,7 @@ class Reconciler:
         self.clock = clock
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
         self._refreshed: dict[str, float] = {}  # job id -> last wait-status write (a restart: one extra write)
+        self._turns = TurnClock()  # turn ends of running jobs under preemptive policies (a cache)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-write")
         self._starts = ThreadPoolExecutor(max_workers=8, thread_name_prefix="qosmos-admit")  # uses _pool inside
 
@@ -239,7 +243,7 @@ class Reconciler:
                     gang = Gang.of_status(dl.status)
                     if gang is None:
                         continue
-                    bound = _bound_nodes(pods_of.get(dl.job.id, []), int(dl.status.get("restarts") or 0))
+                    bound = _bound_nodes(pods_of.get(dl.job.id, []), attempt_of(dl.status))
                     alloc = book_gang(cluster, gang, dl.spec, bound)
                     start = parse_time(dl.status.get("admittedAt")) or now
                     running[dl.spec.virtual_cluster].append(
@@ -284,6 +288,7 @@ class Reconciler:
         self.durations.save()
         queued = {d.job.id for d in jobs if d.phase in (None, DLJobPhase.QUEUED.value)}
         self._refreshed = {k: v for k, v in self._refreshed.items() if k in queued}
+        self._turns.prune()
         rep.seconds = time.perf_counter() - t0
         metrics.PASS_SECONDS.observe(rep.seconds)
         return rep
@@ -312,7 +317,7 @@ class Reconciler:
     def _lifecycle(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> None:
         """An admitted DLJob: its pods follow its status, its status follows its pods."""
         st = dl.status
-        attempt = int(st.get("restarts") or 0)
+        attempt = attempt_of(st)
         gang = Gang.of_status(st)
         if gang is None:  # admitted without a placement: cannot happen from this operator; requeue
             self._requeue(dl, "admitted without a placement", now, rep)
@@ -325,7 +330,7 @@ class Reconciler:
         want = [p["metadata"]["name"] for p in gang_pods(dl.obj, gang, attempt)]
         phases = [_phase(cur[n]) if n in cur else None for n in want]
         if "Failed" in phases or (dl.phase == DLJobPhase.RUNNING.value and None in phases):
-            self._failed(dl, [cur[n] for n in want if n in cur], attempt, now, rep)
+            self._failed(dl, [cur[n] for n in want if n in cur], now, rep)
             return
         if all(p == "Succeeded" for p in phases):
             end = max((_finished_at(cur[n]) or now for n in want), default=now)
@@ -405,37 +410,48 @@ class Reconciler:
             self.kube.ungate(dl.namespace, *todo[0])
         rep.writes += len(todo)
 
-    def _failed(self, dl: DL, pods: list[dict[str, Any]], attempt: int, now: float, rep: PassReport) -> None:
-        """A failed (or lost) pod fails the gang: recreate it up to backoffLimit, then Failed."""
+    def _failed(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> None:
+        """A failed (or lost) pod fails the gang: recreate it up to backoffLimit, then Failed. The service
+        the failed gang received is folded into the status (it ran, preemptive policies count it)."""
         failed = next((meta(p)["name"] for p in pods if _phase(p) == "Failed"), "a pod")
-        if attempt < dl.spec.backoff_limit:
+        restarts = int(dl.status.get("restarts") or 0)
+        if restarts < dl.spec.backoff_limit:
+            served = self._fold(dl, now)
             self._patch(
                 dl,
-                {"phase": DLJobPhase.ADMITTED.value, "restarts": attempt + 1, "startTime": None},
+                {"phase": DLJobPhase.ADMITTED.value, "restarts": restarts + 1, "startTime": None, **served},
                 rep,
             )
             for p in pods:
                 self.kube.delete_pod(dl.namespace, meta(p)["name"])
             self.kube.event(
-                dl.obj, "Restarted", f"{failed} failed: gang recreated ({attempt + 1}/{dl.spec.backoff_limit})", "DLJob"
+                dl.obj,
+                "Restarted",
+                f"{failed} failed: gang recreated ({restarts + 1}/{dl.spec.backoff_limit})",
+                "DLJob",
             )
             rep.restarted.append(dl.job.id)
             gang = Gang.of_status(dl.status)
             if gang is not None:
-                self._ensure_gang(dl, gang, attempt + 1, {}, rep)
+                self._ensure_gang(dl, gang, attempt_of(dl.status), {}, rep)
             return
         self._patch(dl, {"phase": DLJobPhase.FAILED.value, "completionTime": rfc3339(now)}, rep)
         for p in pods:
             if _phase(p) not in FINISHED:
                 self.kube.delete_pod(dl.namespace, meta(p)["name"])
         self.kube.event(
-            dl.obj, "Failed", f"{failed} failed after {attempt} restarts (backoffLimit)", "DLJob", "Warning"
+            dl.obj, "Failed", f"{failed} failed after {restarts} restarts (backoffLimit)", "DLJob", "Warning"
         )
         metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
         rep.finished.append(dl.job.id)
 
-    def _requeue(self, dl: DL, why: str, now: float, rep: PassReport) -> None:
-        """Back to the queue (preempted or reclaimed): placement dropped, pods deleted."""
+    def _requeue(self, dl: DL, why: str, now: float, rep: PassReport, at: float | None = None) -> None:
+        """Back to the queue (preempted or reclaimed): placement dropped, pods deleted. The service of the
+        run it stops is folded into its status before ``startTime`` goes, and ``queuedSince`` says when
+        it went back: ``at``, the event the decision was made for (the simulator's preemption instant),
+        else now. Its next gang is a new attempt (new pod names)."""
+        pods = self._pods_now(dl)  # before the status drops the placement
+        served = self._fold(dl, now)
         self._patch(
             dl,
             {
@@ -443,21 +459,32 @@ class Reconciler:
                 "placement": None,
                 "admittedAt": None,
                 "startTime": None,
+                **served,
+                "queuedSince": rfc3339(now if at is None else at),
+                "preemptions": int(dl.status.get("preemptions") or 0) + 1,
                 "conditions": [condition("False", "Preempted", why, now, dl.status.get("conditions"))],
             },
             rep,
         )
-        for p in self._pods_now(dl):
+        for p in pods:
             self.kube.delete_pod(dl.namespace, p)
         self.kube.event(dl.obj, "Preempted", why, "DLJob", "Warning")
         rep.preempted.append(dl.job.id)
+
+    @staticmethod
+    def _fold(dl: DL, now: float) -> dict[str, float]:
+        """The status fields that fold the run segment ending now into the job's service; the pass's Job
+        follows (a job restarted and then preempted in one pass keeps both segments)."""
+        served = service_status(dl.job, segment_start(dl.status), now)
+        dl.job.attained = served["attainedServiceGpuSeconds"]
+        dl.job.executed = served["executedSeconds"]
+        return served
 
     def _pods_now(self, dl: DL) -> list[str]:
         gang = Gang.of_status(dl.status)
         if gang is None:
             return []
-        attempt = int(dl.status.get("restarts") or 0)
-        return [p["metadata"]["name"] for p in gang_pods(dl.obj, gang, attempt)]
+        return [p["metadata"]["name"] for p in gang_pods(dl.obj, gang, attempt_of(dl.status))]
 
     # ---- quotas -------------------------------------------------------------------------------
     def _quota_states(
@@ -538,28 +565,24 @@ class Reconciler:
         metrics.OLDEST_WAIT.labels(name).set(oldest)
         if not waiting_dl:
             return
-        if rt.policy.preemptive:
-            # SRTF, LAS, RR, MLFQ order running jobs by the service they attained; the operator keeps
-            # no such record yet, and with equal keys every pass would preempt what the last started
-            msg = (
-                f"policy {spec.policy} preempts by the service running jobs attained, which the operator "
-                "does not record yet; choose a non-preemptive policy for this VirtualCluster"
-            )
-            for d in waiting_dl:
-                self._wait_status(d, "PolicyNotSupported", msg, None, None, now, rep)
-            return
+        served: dict[str, Job] = {}
+        at = now
+        if rt.policy.preemptive:  # SRTF, LAS, RR, MLFQ: the jobs' service as of the partition's last event
+            view = as_of_last_event(rt.policy, self._turns, [(d.status, d.job) for d in group], running, now)
+            served, at = view.jobs, view.at
+            if view.wake_at is not None:
+                rep.wake_at = view.wake_at if rep.wake_at is None else min(rep.wake_at, view.wake_at)
+
         # The core runs on times relative to this pass (now = 0): its messages then read "reserved to
         # start at 120 s" and waiting allowances are as GENIE defines them; Unix times stay out here.
-        waiting = [dataclasses.replace(d.job, submit_time=d.job.submit_time - now) for d in waiting_dl]
-        held = [
-            RunningJob(
-                dataclasses.replace(r.job, submit_time=r.job.submit_time - now),
-                r.start - now,
-                r.expected_end - now,
-                r.allocation,
-            )
-            for r in running
-        ]
+        def core_job(job: Job) -> Job:
+            job = served.get(job.id, job)
+            return dataclasses.replace(job, submit_time=job.submit_time - now, enqueued=job.enqueued - now)
+
+        if rt.policy.preemptive:  # in the order they entered the queue, as the simulator's queue holds them
+            waiting_dl.sort(key=lambda d: (d.job.queued_since, d.job.submit_time, d.job.id))
+        waiting = [core_job(d.job) for d in waiting_dl]
+        held = [RunningJob(core_job(r.job), r.start - now, r.expected_end - now, r.allocation) for r in running]
         rt.ctx = order_context(rt.partition, cluster, held, 0.0, self.modeldb)
         carry = carry_from_json((meta(vc).get("annotations") or {}).get(ANN_CARRY), cluster, now)
 
@@ -586,7 +609,7 @@ class Reconciler:
                 log.exception("ETA forecast of VirtualCluster %s failed", name)
                 return {}
 
-        self._apply(vc, res, {d.job.id: d for d in group}, running, cluster, now, rep, etas)
+        self._apply(vc, res, {d.job.id: d for d in group}, running, cluster, now, rep, etas, at)
 
     def _apply(
         self,
@@ -598,12 +621,13 @@ class Reconciler:
         now: float,
         rep: PassReport,
         etas: Callable[[], dict[str, float]] | None = None,
+        at: float | None = None,
     ) -> None:
         name = meta(vc)["name"]
         for pr in res.preemptions:
             dl = by_id.get(pr.job.id)
             if dl is not None:
-                self._requeue(dl, pr.reason, now, rep)
+                self._requeue(dl, pr.reason, now, rep, at)
                 gone = next((r for r in running if r.job.id == pr.job.id), None)
                 if gone is not None:
                     running.remove(gone)
@@ -676,7 +700,7 @@ class Reconciler:
             return rep
         rep.admitted.append(dl.job.id)
         try:
-            self._ensure_gang(dl, gang, int(dl.status.get("restarts") or 0), {}, rep)
+            self._ensure_gang(dl, gang, attempt_of(dl.status), {}, rep)
         except Exception as exc:
             self._job_error(dl, exc, now, rep)
         self.kube.event(dl.obj, "Admitted", f"{why}: {placement.get('shape')} on {', '.join(gang.node_names)}")
@@ -801,11 +825,9 @@ class Reconciler:
         now: float,
         old: list[dict[str, Any]] | None,
     ) -> dict[str, Any]:
-        """``Ready``: whether the VirtualCluster has nodes to admit onto and a policy the operator runs."""
+        """``Ready``: whether the VirtualCluster has nodes to admit onto (every policy of the core runs)."""
         nodes = int((cluster.vc_id == cluster.vc_index(name)).sum()) if cluster is not None and total else 0
-        if spec.policy in PREEMPTIVE:
-            status, reason, msg = "False", "PolicyNotSupported", f"policy {spec.policy} is preemptive (not run yet)"
-        elif cluster is None or cluster.vc_index(name) < 0:
+        if cluster is None or cluster.vc_index(name) < 0:
             status, reason, msg = "False", "NoNodes", f"no node matches nodeSelector {spec.node_selector or '{}'}"
         else:
             status, reason, msg = "True", "NodesSelected", f"{nodes} node(s), {total} GPUs"

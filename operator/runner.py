@@ -70,7 +70,10 @@ def build_registry(trigger: Trigger, opts: RunOptions) -> kopf.OperatorRegistry:
 
 
 async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> None:
-    """Runs the passes: on a poke (after the debounce window) or every ``interval_s``."""
+    """Runs the passes: on a poke (after the debounce window), every ``interval_s``, and when the last
+    pass said a running job's turn ends (preemptive policies: ``PassReport.wake_at``). The decision at a
+    turn end does not depend on when its pass runs (the core sees the service as of the turn end), so
+    the timer alone would make it too, up to ``interval_s`` late; the wake-up makes it on time."""
     from qosmos.operator.durations import Durations
     from qosmos.operator.kube import Kube
     from qosmos.operator.reconcile import Reconciler
@@ -79,14 +82,17 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
     kube = Kube(api, opts.namespace)
     rec = Reconciler(kube, modeldb=opts.modeldb, durations=Durations(kube, opts.history_namespace))
     trigger.poke()
+    wake: float | None = None
     while not stop.is_set():
+        timeout = opts.interval_s if wake is None else min(opts.interval_s, max(wake - time.time(), 0.0))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(trigger.event.wait(), timeout=opts.interval_s)
+            await asyncio.wait_for(trigger.event.wait(), timeout=timeout)
         await asyncio.sleep(opts.debounce_s)
         trigger.event.clear()
         t0 = time.perf_counter()
         try:
             rep = await asyncio.to_thread(rec.run_pass)
+            wake = rep.wake_at
             if rep.admitted or rep.finished or rep.restarted or rep.preempted:
                 log.info(
                     "pass %.0f ms: admitted %d, finished %d, restarted %d, preempted %d, %d writes",

@@ -33,7 +33,7 @@ from qosmos.operator.crds import API_VERSION, LABEL_JOB, LABEL_VC, DLJobPlacemen
 
 GATE = "qosmos.io/admission"  # the scheduling gate every gang pod is created with
 SCHEDULER_NAME = "qosmos-scheduler"
-LABEL_ATTEMPT = "qosmos.io/attempt"  # which recreation of the gang a pod belongs to (status.restarts)
+LABEL_ATTEMPT = "qosmos.io/attempt"  # which gang a pod belongs to: status.restarts + status.preemptions
 ANN_CARRY = "qosmos.io/carry"  # the VirtualCluster's admission carry (head reservation), JSON
 NO_VC = ""  # the partition of nodes no VirtualCluster selects
 DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
@@ -75,8 +75,12 @@ def key_of(obj: Mapping[str, Any]) -> str:
 
 def job_from_dljob(obj: Mapping[str, Any], predicted_duration: float | None = None) -> Job:
     """A DLJob as the core's Job: GENIE's task, QoS class, GPUs (with gpusPerNode: that many nodes),
-    CPU and memory of the whole gang, submitted at its creation; the namespace is the user (tenant)."""
+    CPU and memory of the whole gang, submitted at its creation; the namespace is the user (tenant).
+    The service of its finished run segments (``attained``, ``executed``) and when it last went back
+    to its queue (``enqueued``) come from its status; the current segment is :func:`with_service`'s."""
     m = meta(obj)
+    st = obj.get("status") or {}
+    requeued = parse_time(st.get("queuedSince"))
     spec = DLJobSpec.model_validate(obj.get("spec") or {})
     submit = parse_time(m.get("creationTimestamp"))
     if submit is None:
@@ -102,7 +106,44 @@ def job_from_dljob(obj: Mapping[str, Any], predicted_duration: float | None = No
         gpu_models=tuple(spec.gpu_models or ()),
         nodes=pods if spec.gpus and spec.gpus_per_node else 0,
         category=spec.model_type or "",
+        executed=float(st.get("executedSeconds") or 0.0),
+        attained=float(st.get("attainedServiceGpuSeconds") or 0.0),
+        enqueued=math.nan if requeued is None else requeued,
     )
+
+
+def attempt_of(status: Mapping[str, Any] | None) -> int:
+    """Which gang of the DLJob is current (its pods' names and ``qosmos.io/attempt`` label): a new one
+    after each failed-pod restart and each requeue, so a re-admitted gang never meets the pods of the
+    last one still terminating under the same names."""
+    st = status or {}
+    return int(st.get("restarts") or 0) + int(st.get("preemptions") or 0)
+
+
+def segment_start(status: Mapping[str, Any] | None) -> float | None:
+    """When the current run segment began: ``startTime`` (all pods Running) of an admitted DLJob; None
+    while its gang is not running yet (no service is received before every pod runs)."""
+    st = status or {}
+    if st.get("phase") not in ("Admitted", "Running"):
+        return None
+    return parse_time(st.get("startTime"))
+
+
+def with_service(job: Job, start: float | None, at: float) -> Job:
+    """``job`` (the service of its finished segments) plus its current segment, running since ``start``,
+    up to ``at``: ``executed`` + run seconds, ``attained`` + run seconds × GPUs (the simulator's
+    ``_sync_progress``)."""
+    ran = 0.0 if start is None else max(at - start, 0.0)
+    if ran == 0.0:
+        return dataclasses.replace(job)
+    return dataclasses.replace(job, executed=job.executed + ran, attained=job.attained + ran * job.gpus)
+
+
+def service_status(job: Job, start: float | None, now: float) -> dict[str, float]:
+    """Status fields folding the current segment into the service of the finished ones, written when the
+    segment ends without the job finishing (a requeue, a gang restart)."""
+    j = with_service(job, start, now)
+    return {"attainedServiceGpuSeconds": round(j.attained, 3), "executedSeconds": round(j.executed, 3)}
 
 
 def pods_of(spec: DLJobSpec) -> int:
@@ -380,6 +421,7 @@ __all__ = [
     "SCHEDULER_NAME",
     "Gang",
     "assign_nodes",
+    "attempt_of",
     "book_gang",
     "book_pods",
     "carry_from_json",
@@ -393,5 +435,8 @@ __all__ = [
     "pods_of",
     "rfc3339",
     "running_job",
+    "segment_start",
     "selects",
+    "service_status",
+    "with_service",
 ]

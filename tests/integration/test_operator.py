@@ -285,17 +285,40 @@ def test_deleting_a_dljob_removes_its_pods(api: Api) -> None:
     wait_for(lambda: not api.pods(ns, "gone"), 60, "pods garbage-collected")
 
 
-def test_a_preemptive_policy_is_refused_not_thrashed(api: Api) -> None:
-    """SRTF/LAS/RR/MLFQ order running jobs by attained service, which the operator does not record:
-    their queues say so instead of preempting back and forth."""
+def test_las_preempts_the_most_served_job_for_a_newcomer_once(api: Api) -> None:
+    """LAS on the live cluster: v (32 GPUs, the four nodes) has run a few seconds when n (32 GPUs, no
+    service yet) arrives and outranks it. v goes back to Queued, its pods deleted, the service it
+    attained kept on its status; once n succeeds, v is admitted again (a new gang attempt) and succeeds.
+    No thrashing: v is preempted once and admitted twice, n admitted once (passes run every 2 s)."""
     ns = api.namespace()
-    api.vc("pre", None, policy="srtf")
-    api.dljob(ns, "p", "pre", 1, run=None)
-    c = wait_for(lambda: _condition(api.get(ns, "p")) or None, 30, "a condition")
-    assert c["reason"] == "PolicyNotSupported" and "srtf" in c["message"]
-    assert _status(api.get(ns, "p"))["phase"] == "Queued" and not api.pods(ns, "p")
-    ready = wait_for(lambda: (api.vc_status("pre").get("conditions") or [None])[0], 30, "VC condition")
-    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "PolicyNotSupported")
+    api.vc("las", None, policy="las", placement="consolidate")
+    ready = wait_for(lambda: (api.vc_status("las").get("conditions") or [None])[0], 30, "VC condition")
+    assert (ready["status"], ready["reason"]) == ("True", "NodesSelected")  # a preemptive policy runs
+    api.dljob(ns, "v", "las", 32, run="20s", gpusPerNode=8)
+    wait_for(lambda: api.phase(ns, "v") == "Running", 60, "v Running")
+    time.sleep(3)  # v attains service (startTime is in whole seconds)
+    # n runs longer than v did: a pass that counted n's service up to itself would swap them back
+    # within seconds (n's service passes v's), and again, instead of waiting for an event (n's end)
+    api.dljob(ns, "n", "las", 32, run="12s", gpusPerNode=8)
+    wait_for(lambda: api.phase(ns, "n") in ("Admitted", "Running"), 60, "n admitted")
+    st = _status(api.get(ns, "v"))
+    assert st["phase"] == "Queued" and st["preemptions"] == 1 and "startTime" not in st and "placement" not in st
+    served = st["attainedServiceGpuSeconds"]
+    assert served >= 2 * 32 and st["executedSeconds"] * 32 == pytest.approx(served, abs=0.1)
+    # back in its queue as of the event its preemption was decided for: n's arrival
+    assert st["queuedSince"] == api.get(ns, "n")["metadata"]["creationTimestamp"]
+    wait_for(lambda: not api.pods(ns, "v"), 30, "v's pods deleted")
+    wait_for(lambda: api.phase(ns, "n") == "Succeeded", 60, "n Succeeded")
+    wait_for(lambda: api.phase(ns, "v") == "Succeeded", 90, "v Succeeded after its second run")
+    st = _status(api.get(ns, "v"))
+    assert st["preemptions"] == 1 and st["attainedServiceGpuSeconds"] == served  # kept across the second run
+    assert sorted(p.metadata.name for p in api.pods(ns, "v")) == [f"v-1-{i}" for i in range(4)]  # attempt 1
+    events = Counter(
+        (e.involved_object.name, e.reason)
+        for e in api.core.list_namespaced_event(ns).items
+        if e.reason in ("Admitted", "Preempted")
+    )
+    assert events == {("v", "Admitted"): 2, ("v", "Preempted"): 1, ("n", "Admitted"): 1}
     api.vc("empty", "no-such-pool")
     ready = wait_for(lambda: (api.vc_status("empty").get("conditions") or [None])[0], 30, "VC condition")
     assert (ready["status"], ready["reason"]) == ("False", "NoNodes") and "no-such-pool" in ready["message"]

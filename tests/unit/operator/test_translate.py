@@ -17,9 +17,11 @@ from qosmos.operator.translate import (
     ANN_NODES,
     ANN_PLACEMENT,
     GATE,
+    LABEL_ATTEMPT,
     NO_VC,
     Gang,
     assign_nodes,
+    attempt_of,
     book_gang,
     book_pods,
     carry_from_json,
@@ -28,6 +30,10 @@ from qosmos.operator.translate import (
     gang_pods,
     job_from_dljob,
     parse_time,
+    rfc3339,
+    segment_start,
+    service_status,
+    with_service,
 )
 
 
@@ -200,3 +206,69 @@ def test_wait_codes_become_condition_reasons() -> None:
         "Reserved",
         "Policy",
     ]
+
+
+# ---- service (preemptive policies) -----------------------------------------------------------
+
+
+def test_a_fresh_dljob_has_no_service_and_queues_since_its_creation() -> None:
+    job = job_from_dljob(dljob())
+    assert (job.attained, job.executed) == (0.0, 0.0)
+    assert math.isnan(job.enqueued) and job.queued_since == job.submit_time
+
+
+def test_the_status_service_becomes_the_jobs() -> None:
+    obj = dljob(gpus=4)
+    obj["status"] = {
+        "phase": "Queued",
+        "attainedServiceGpuSeconds": 480.5,
+        "executedSeconds": 120.125,
+        "queuedSince": "2026-01-02T03:10:00Z",
+    }
+    job = job_from_dljob(obj)
+    assert (job.attained, job.executed) == (480.5, 120.125)
+    assert job.enqueued == job.queued_since == parse_time("2026-01-02T03:10:00Z") == job.submit_time + 355
+
+
+def test_the_current_segment_runs_from_start_time_of_an_admitted_dljob() -> None:
+    st = {"phase": "Running", "startTime": "2026-01-02T03:05:00Z", "admittedAt": "2026-01-02T03:04:50Z"}
+    assert segment_start(st) == parse_time("2026-01-02T03:05:00Z")
+    assert segment_start({**st, "phase": "Admitted"}) == parse_time("2026-01-02T03:05:00Z")
+    assert segment_start({"phase": "Admitted", "admittedAt": "2026-01-02T03:04:50Z"}) is None  # pods not running
+    assert segment_start({**st, "phase": "Queued"}) is None and segment_start({**st, "phase": "Succeeded"}) is None
+    assert segment_start(None) is None
+
+
+def test_with_service_adds_the_current_segment_times_the_gpus() -> None:
+    job = job_from_dljob({**dljob(gpus=4), "status": {"attainedServiceGpuSeconds": 100, "executedSeconds": 25}})
+    now = job.submit_time + 1000
+    j = with_service(job, now - 30, now)
+    assert (j.attained, j.executed) == (100 + 30 * 4, 25 + 30)
+    assert (job.attained, job.executed) == (100, 25)  # a copy: the pass's Job holds the finished segments
+    for start in (None, now + 5):  # not running, or started after the instant asked about
+        j = with_service(job, start, now)
+        assert (j.attained, j.executed) == (100, 25) and j is not job
+
+
+def test_a_folded_segment_reads_back_as_service_and_accumulates() -> None:
+    """Status -> Job -> fold -> status: what a requeue writes is what the next pass reads, segment after
+    segment (a restarted operator rebuilds the service from the object alone)."""
+    obj = dljob(gpus=2)
+    t0 = job_from_dljob(obj).submit_time
+    obj["status"] = {"phase": "Running", "startTime": rfc3339(t0 + 10)}
+    obj["status"].update(service_status(job_from_dljob(obj), segment_start(obj["status"]), t0 + 70))
+    obj["status"].update(phase="Queued", startTime=None, queuedSince=rfc3339(t0 + 70))
+    job = job_from_dljob(obj)
+    assert (job.attained, job.executed, job.queued_since) == (120.0, 60.0, t0 + 70)
+    obj["status"].update(phase="Running", startTime=rfc3339(t0 + 100))
+    obj["status"].update(service_status(job_from_dljob(obj), segment_start(obj["status"]), t0 + 100.5))
+    assert job_from_dljob(obj).attained == 121.0 and job_from_dljob(obj).executed == 60.5
+
+
+def test_each_requeue_and_restart_is_a_new_gang_attempt() -> None:
+    assert attempt_of(None) == 0 and attempt_of({"restarts": 1}) == 1
+    st = {"restarts": 1, "preemptions": 2}
+    assert attempt_of(st) == 3
+    pods = gang_pods(dljob(gpus=2, gpusPerNode=1), Gang(("n0", "n1"), (1, 1)), attempt_of(st))
+    assert [p["metadata"]["name"] for p in pods] == ["j-3-0", "j-3-1"]
+    assert {p["metadata"]["labels"][LABEL_ATTEMPT] for p in pods} == {"3"}
