@@ -26,6 +26,7 @@ from qosmos.simulator.outputs import artefacts, plot_compare, write_all, write_s
 from qosmos.simulator.traces import BUILTINS, FORMATS, Trace, infer_format, load_trace, scale_nodes
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from typer.core import TyperGroup
 
 from qosmos.clitools import clean_errors
 
@@ -327,10 +328,38 @@ DB_HELP = (
 )
 
 
+class SimulateGroup(TyperGroup):
+    """``qosmos simulate --trace ...`` replays a trace (the group's own options, as before the group
+    existed); ``qosmos simulate inference ...`` runs a sub-command, and then the trace replay's
+    required options are not asked for."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] in self.commands:
+            for param in self.get_params(ctx):
+                if param.expose_value and param.name:
+                    ctx.params.setdefault(param.name, None)
+            ctx._protected_args, ctx.args = args[:1], args[1:]  # what TyperGroup.parse_args leaves
+            return list(ctx.args)
+        rest = super().parse_args(ctx, args)
+        if ctx._protected_args:  # `simulate --trace T --out O inference ...`: which one was meant?
+            name = ctx._protected_args[0]
+            if name in self.commands:
+                ctx.fail(f"the trace replay's options go without a sub-command; run 'qosmos simulate {name} ...'")
+        return rest
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("simulate")
+    simulate = typer.Typer(
+        cls=SimulateGroup,
+        invoke_without_command=True,
+        subcommand_metavar="[inference ...]",
+    )
+    app.add_typer(simulate, name="simulate")
+
+    @simulate.callback()
     @clean_errors(OSError, json.JSONDecodeError)
     def simulate_cmd(
+        ctx: typer.Context,
         trace: Annotated[str, typer.Option(help=TRACE_HELP)],
         out: Annotated[Path, typer.Option(help="output folder (created; files in it are replaced)")],
         format: Annotated[
@@ -445,7 +474,12 @@ def register(app: typer.Typer) -> None:
         plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors: no progress bars, notes or table")] = False,
     ) -> None:
-        """Replay a trace through the scheduling core; write summary.json, jobs.csv, trace.json and plots."""
+        """Replay a trace through the scheduling core; write summary.json, jobs.csv, trace.json and plots.
+
+        `qosmos simulate inference` replays a query-rate series through the inference placer instead.
+        """
+        if ctx.invoked_subcommand is not None:
+            return
         policies = list(dict.fromkeys(comma_list("compare", compare))) if compare is not None else [_value(policy)]
         summaries = run_simulation(
             trace,
@@ -482,4 +516,161 @@ def register(app: typer.Typer) -> None:
 
     from qosmos.simulator.sweep import register as register_sweep
 
+    register_inference(simulate)
     register_sweep(app)
+
+
+def _check_scaling(qps_scale: float | None, peak_gpus: float | None) -> None:
+    if qps_scale is not None and peak_gpus is not None:
+        raise InvalidInput("peak_gpus", peak_gpus, "give --qps-scale or --peak-gpus, not both")
+    for name, v in (("qps_scale", qps_scale), ("peak_gpus", peak_gpus)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise InvalidInput(name, v, "must be a finite number > 0")
+
+
+def register_inference(simulate: typer.Typer) -> None:
+    """``qosmos simulate inference``: a query-rate series through SODA's inference placer (issue 12 §3)."""
+
+    @simulate.command("inference")
+    @clean_errors(OSError, json.JSONDecodeError)
+    def inference_cmd(
+        qps: Annotated[
+            Path,
+            typer.Option(
+                help="query-rate CSV: a time column (timestamp_anon, timestamp or time) and a value column "
+                "(value or qps), optionally request_type and container_ip, as the Alibaba GenAI trace has them"
+            ),
+        ],
+        model: Annotated[str, typer.Option(help="model type served, looked up in the model database (e.g. ResNet50)")],
+        out: Annotated[Path, typer.Option(help="output folder (created; files in it are replaced)")],
+        qos_target_ms: Annotated[
+            float, typer.Option(min=0.001, help="latency target of every query, milliseconds (SODA's: 200)")
+        ] = 200.0,
+        series: Annotated[
+            str | None,
+            typer.Option(
+                help="which rows make the load: a request type (a unique prefix will do, e.g. generative), "
+                "all, or container:HASH for one container (default: the request type with the most queries, "
+                "or every row when the file has no request types)"
+            ),
+        ] = None,
+        qps_scale: Annotated[
+            float | None,
+            typer.Option(
+                help="multiply every rate by this (the GenAI rates are scaled; default 1, or use --peak-gpus)"
+            ),
+        ] = None,
+        peak_gpus: Annotated[
+            float | None,
+            typer.Option(
+                help="scale the series so that its peak is this many GPU replicas' maximum load, instead of --qps-scale"
+            ),
+        ] = None,
+        gpu_switch_batch: Annotated[
+            int | None,
+            typer.Option(
+                min=1,
+                help="largest batch one GPU serves within the target, the CPU/GPU switching point "
+                "(default: from the model's throughput profile)",
+            ),
+        ] = None,
+        cpu_cores: Annotated[int, typer.Option(min=1, help="CPU cores of a CPU replica")] = 16,
+        cpu_max_batch: Annotated[
+            int | None,
+            typer.Option(
+                min=0,
+                help="largest batch a CPU replica serves within the target; 0 = never on CPU "
+                "(default: from the per-core rate)",
+            ),
+        ] = None,
+        cpu_per_core_qps: Annotated[
+            float | None,
+            typer.Option(
+                min=0.0,
+                help="queries per second one CPU core computes; 0 = never on CPU (default: implied by "
+                "--cpu-max-batch, else SODA's measurement for the model)",
+            ),
+        ] = None,
+        min_replicas: Annotated[int, typer.Option(min=1, help="fewest replicas, in either mode")] = 1,
+        max_replicas: Annotated[int, typer.Option(min=1, help="most GPU replicas")] = 8,
+        cpu_min_replicas: Annotated[
+            int | None, typer.Option(min=1, help="fewest CPU replicas while on CPU (default: --min-replicas)")
+        ] = None,
+        cpu_max_replicas: Annotated[
+            int | None, typer.Option(min=1, help="most CPU replicas (default: --max-replicas)")
+        ] = None,
+        scale_out_threshold: Annotated[
+            float,
+            typer.Option(min=0.0, max=1.0, help="add replicas when the load passes this share of their maximum load"),
+        ] = 0.8,
+        hysteresis: Annotated[
+            float,
+            typer.Option(
+                min=0.0,
+                max=0.99,
+                help="steps down (to CPU, fewer replicas) need the load this share below the point they cross",
+            ),
+        ] = 0.2,
+        switch_cooldown_s: Annotated[
+            float, typer.Option(min=0.0, help="seconds between two CPU/GPU switches, unless replicas are overloaded")
+        ] = 300.0,
+        scale_out_after_s: Annotated[
+            float, typer.Option(min=0.0, help="seconds the load must ask for more before it gets it (0 = at once)")
+        ] = 0.0,
+        scale_in_after_s: Annotated[
+            float, typer.Option(min=0.0, help="seconds the load must ask for less, without a break, before it gets it")
+        ] = 300.0,
+        ready_s: Annotated[
+            float, typer.Option(min=0.0, help="seconds from asking for a replica to its serving (old ones serve till)")
+        ] = 30.0,
+        step_s: Annotated[
+            float | None,
+            typer.Option(min=0.001, help="slot length in seconds (default: the most common gap between the times)"),
+        ] = None,
+        db: Annotated[str | None, typer.Option(help=DB_HELP)] = None,
+        plots: Annotated[bool, typer.Option(help="write the PNG plot inference.png")] = True,
+        quiet: Annotated[bool, typer.Option(help="print nothing but errors")] = False,
+    ) -> None:
+        """Replay a query-rate series through SODA's CPU/GPU inference placer, next to always-GPU serving;
+        write summary.json (GPU-hours, CPU core-hours, QoS violations, switches, p99 latency) and a plot."""
+        from qosmos.extender.core.inference import resolve_spec
+        from qosmos.simulator.inference import read_qps, run
+
+        _check_scaling(qps_scale, peak_gpus)
+        profiles = load_profiles(db)
+        spec = resolve_spec(
+            model,
+            qos_target_ms,
+            db=profiles.db,
+            gpu_switch_batch=gpu_switch_batch,
+            cpu_cores_per_replica=cpu_cores,
+            cpu_max_batch=cpu_max_batch,
+            cpu_per_core_qps=cpu_per_core_qps,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            cpu_min_replicas=cpu_min_replicas,
+            cpu_max_replicas=cpu_max_replicas,
+            scale_out_threshold=scale_out_threshold,
+            hysteresis=hysteresis,
+            switch_cooldown_s=switch_cooldown_s,
+            scale_out_after_s=scale_out_after_s,
+            scale_in_after_s=scale_in_after_s,
+        )
+        load = read_qps(qps, series, step_s=step_s)
+        peak = float(load.qps.max(initial=0.0))
+        if peak_gpus is not None:
+            if peak <= 0:
+                raise InvalidInput("peak_gpus", peak_gpus, f"the series {load.name!r} has no queries to scale")
+            factor = peak_gpus * spec.gpu.capacity_qps / peak
+        else:
+            factor = qps_scale if qps_scale is not None else 1.0
+        extra = {"qps_file": str(qps), "qps_scale": factor, "model_db": profiles.file}
+        summary = run(spec, load.scaled(factor), out, ready_s=ready_s, plots=plots, extra=extra)
+        if not quiet:
+            for note in summary["notes"]:
+                typer.echo(f"note: {note}", err=True)
+            keys = ("gpu_hours", "gpu_hours_always_gpu", "gpu_hours_saved_fraction", "cpu_core_hours")
+            keys += ("qos_violation_fraction", "p99_latency_ms", "switches_per_day")
+            for k in keys:
+                typer.echo(f"{k:<26} {_fmt(summary[k])}")
+            typer.echo(f"wrote {out}")
