@@ -149,7 +149,7 @@ class FitMemo:
     __slots__ = ("exact", "release", "smallest")
 
     def __init__(self) -> None:
-        self.release = -1
+        self.release: tuple[int, int] = (-1, -1)  # (the books' lineage, their release counter)
         self.smallest = 1 << 62
         self.exact: set[int] = set()
 
@@ -165,7 +165,7 @@ class FitMemo:
         )
 
     def _sync(self, cluster: ClusterState, vc: int) -> None:
-        rel = int(cluster.vc_releases[vc])
+        rel = (cluster.lineage, int(cluster.vc_releases[vc]))
         if rel != self.release:
             self.release, self.smallest, self.exact = rel, 1 << 62, set()
 

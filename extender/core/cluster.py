@@ -8,12 +8,15 @@ change, so a stale caller can never double-allocate a GPU.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Allocation, Node, NodeGrant, PlacementRequest
+
+_LINEAGES = itertools.count()
 
 FULL = 1000  # milli-GPU of one whole GPU
 
@@ -66,6 +69,10 @@ class ClusterState:
         # can remember a refusal until something is released (allocations only shrink free space).
         self.vc_free = np.bincount(self.vc_id, weights=self.gpu_cap, minlength=len(self.vcs)).astype(np.int64)
         self.vc_releases = np.zeros(len(self.vcs), dtype=np.int64)
+        # Which books the release counters count on: a state built afresh (the operator's, every pass)
+        # restarts them at 0, so a refusal remembered against another state must not carry over.
+        # Copies share it: they derive from these books.
+        self.lineage = next(_LINEAGES)
 
     def copy(self) -> ClusterState:
         """An independent copy of the mutable books (static arrays and caches are shared)."""

@@ -392,3 +392,21 @@ def test_soda_with_backfilling_projects_without_the_reclaimed_jobs() -> None:
     assert [p.job.id for p in res.preemptions] == ["S2"] and started(res) == ["G"]
     reservation = res.carry.reservation
     assert reservation is not None and (reservation.job_id, reservation.start) == ("G2", 50)
+
+
+# ---- the fit memo keeps a refusal only on the books it was made on ---------------------------------
+
+
+def test_a_refusal_is_not_remembered_across_freshly_built_cluster_states() -> None:
+    """The operator builds its ClusterState afresh every pass (release counters at 0) and keeps the
+    PartitionRuntime: an 8-GPU job refused while the node was busy must start once a new state shows
+    the node free, though no release was ever counted."""
+    rt = PartitionRuntime(Partition("default"))  # consolidate: 8 GPUs on one node
+    busy = ClusterState([Node("n0", 8), Node("n1", 8)])
+    # 4 + 4 GPUs free: enough in the VC, on no single node, so the placer refuses and the memo notes it
+    held = [run(busy, Job("J0", 0, 4, duration=100), 0, node=0), run(busy, Job("J1", 0, 4, duration=100), 0, node=1)]
+    h = Job("H", 1, 8, duration=10)
+    assert started(admit(rt, [h], held, busy, 1.0, estimate=oracle)) == []
+    assert rt.memo.smallest == 8
+    free = ClusterState([Node("n0", 8), Node("n1", 8)])  # the next pass: J0 and J1 have finished
+    assert started(admit(rt, [h], [], free, 101.0, estimate=oracle)) == ["H"]
