@@ -18,6 +18,13 @@ log = logging.getLogger("qosmos.operator")
 BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
+def _done(resp: Any) -> None:
+    """Read and release a raw response: the connection goes back to the pool, and no model object is
+    built from the reply (the client's deserialisation costs more CPU than the request itself)."""
+    resp.read()
+    resp.release_conn()
+
+
 class Kube:
     def __init__(self, api_client: Any, namespace: str | None = None) -> None:
         from kubernetes import client
@@ -66,7 +73,11 @@ class Kube:
 
     # ---- writes -------------------------------------------------------------------------------
     def patch_dljob_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "dljobs", name, {"status": status})
+        _done(
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, "dljobs", name, {"status": status}, _preload_content=False
+            )
+        )
 
     def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_cluster_custom_object_status(GROUP, VERSION, "virtualclusters", name, {"status": status})
@@ -77,14 +88,18 @@ class Kube:
         )
 
     def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
-        self.core.patch_node(name, {"metadata": {"labels": labels, "annotations": annotations}})
+        _done(
+            self.core.patch_node(
+                name, {"metadata": {"labels": labels, "annotations": annotations}}, _preload_content=False
+            )
+        )
 
     def create_pod(self, pod: dict[str, Any]) -> bool:
         """True when created, False when it exists already (a restart redoing its work)."""
         from kubernetes.client.rest import ApiException
 
         try:
-            self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
+            _done(self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod, _preload_content=False))
             return True
         except ApiException as exc:
             if exc.status == 409:
@@ -96,8 +111,13 @@ class Kube:
         from kubernetes.client.rest import ApiException
 
         try:
-            self.core.patch_namespaced_pod(
-                name, namespace, [{"op": "replace", "path": "/spec/schedulingGates", "value": gates}]
+            _done(
+                self.core.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    [{"op": "replace", "path": "/spec/schedulingGates", "value": gates}],
+                    _preload_content=False,
+                )
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -107,7 +127,7 @@ class Kube:
         from kubernetes.client.rest import ApiException
 
         try:
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            _done(self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False))
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -139,7 +159,7 @@ class Kube:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(ns, body)
+            _done(self.core.create_namespaced_event(ns, body, _preload_content=False))
         except Exception as exc:  # best effort, said in the log
             log.debug("event %s on %s/%s not written: %s", reason, ns, m.get("name"), exc)
 

@@ -377,7 +377,8 @@ def gang_pods(obj: Mapping[str, Any], gang: Gang, attempt: int) -> list[dict[str
         pspec["containers"] = containers
         pspec["schedulerName"] = SCHEDULER_NAME
         pspec.setdefault("restartPolicy", "Never")  # a failed pod fails the gang; the operator restarts it
-        pspec["schedulingGates"] = [*(pspec.get("schedulingGates") or []), {"name": GATE}]
+        if len(gang.gpus) > 1:  # the gate holds a pod until its peers exist; a gang of one has none
+            pspec["schedulingGates"] = [*(pspec.get("schedulingGates") or []), {"name": GATE}]
         # pod i on the core's node i, a hard constraint for every scheduler profile (CPU pods skip the
         # extender; GPU pods ungated together could otherwise race onto one planned node)
         pspec.setdefault(

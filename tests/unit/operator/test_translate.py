@@ -191,6 +191,14 @@ def test_gang_pods_are_gated_owned_labelled_and_annotated() -> None:
     assert obj["spec"]["template"]["spec"]["containers"][0] == {"name": "train", "image": "img"}  # not mutated
 
 
+def test_a_gang_of_one_pod_needs_no_gate_but_keeps_the_templates_gates() -> None:
+    gated = {"spec": {"schedulingGates": [{"name": "example.com/quota"}], "containers": [{"name": "c"}]}}
+    (pod,) = gang_pods(dljob(gpus=2, template=gated), Gang(("n0",), (2,)), attempt=0)
+    assert pod["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
+    two = gang_pods(dljob(gpus=4, template=gated), Gang(("n0", "n1"), (2, 2)), attempt=0)
+    assert all(p["spec"]["schedulingGates"] == [{"name": "example.com/quota"}, {"name": GATE}] for p in two)
+
+
 def test_uneven_gang_pods_carry_no_shape_annotation() -> None:
     pods = gang_pods(dljob(gpus=12), Gang(("n0", "n1"), (8, 4)), attempt=0)
     assert [p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] for p in pods] == ["8", "4"]
