@@ -28,6 +28,16 @@ from qosmos.extender.cache import parse_quantity
 from qosmos.extender.core import genie
 from qosmos.extender.core.admission import Partition
 from qosmos.extender.core.backfill import MODES
+from qosmos.extender.core.inference import (
+    DEFAULT_HYSTERESIS,
+    DEFAULT_SCALE_IN_AFTER_S,
+    DEFAULT_SCALE_OUT_AFTER_S,
+    DEFAULT_SCALE_OUT_THRESHOLD,
+    DEFAULT_SWITCH_COOLDOWN_S,
+    SODA_CPU_CORES,
+    SODA_QOS_TARGET_S,
+    Mode,
+)
 from qosmos.extender.core.ordering import POLICIES
 from qosmos.extender.core.placement import PLACERS
 from qosmos.extender.core.types import JobKind, QoSClass
@@ -38,6 +48,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 CATEGORY = "qosmos"  # `kubectl get qosmos` lists both kinds
 LABEL_VC = "qosmos.io/vc"  # the node label the operator keeps in sync and the extender reads
 LABEL_JOB = "qosmos.io/job"  # the pod label naming its DLJob
+LABEL_INFERENCE = "qosmos.io/inference"  # the pod label naming its InferenceService
+ANN_QPS = "qosmos.io/qps"  # an InferenceService's query rate when it has no spec.load.prometheus
+MAX_INFERENCE_REPLICAS = 256
+DEFAULT_PROMETHEUS_INTERVAL_S = 10.0
 
 # Allowed values, read from the core's registries.
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
@@ -391,6 +405,189 @@ class DLJob(_Model):
         return self.status is not None and self.status.phase not in (None, DLJobPhase.QUEUED)
 
 
+# --------------------------------------------------------------------------- InferenceService
+
+
+class InferenceCPU(_Model):
+    """How a CPU replica serves: its cores and the largest batch they serve within the QoS target."""
+
+    cores_per_replica: int = Field(
+        SODA_CPU_CORES,
+        ge=1,
+        description="CPU cores each CPU replica requests, on the spare CPU of GPU nodes (SODA: the 16 a GPU node "
+        "leaves after its GPU jobs' cores)",
+    )
+    max_batch: int | None = Field(
+        None,
+        ge=0,
+        description="largest batch those cores serve within qosTargetMs (profiled); below 1 the service never runs "
+        "on CPU; unset: from SODA's measured per-core rate of the model (seed 002 Table III), else never on CPU",
+    )
+    max_replicas: int | None = Field(
+        None, ge=1, le=MAX_INFERENCE_REPLICAS, description="most CPU replicas (default: maxReplicas)"
+    )
+
+
+class PrometheusLoad(_Model):
+    """The query rate as a Prometheus instant query."""
+
+    url: str = Field(
+        max_length=2048,
+        pattern=r"^https?://[^\s]+$",
+        description="Prometheus base URL; the operator GETs <url>/api/v1/query?query=<query>",
+    )
+    query: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="PromQL expression giving the service's queries per second (several series are summed), "
+        'e.g. sum(rate(http_requests_total{service="resnet"}[1m]))',
+    )
+    interval_seconds: float = Field(
+        DEFAULT_PROMETHEUS_INTERVAL_S, ge=1, description="seconds between two samples of the query"
+    )
+
+
+class InferenceLoad(_Model):
+    """Where the query rate comes from."""
+
+    prometheus: PrometheusLoad | None = Field(
+        None, description=f"a Prometheus instant query; unset: the annotation {ANN_QPS} (queries per second)"
+    )
+
+
+class InferenceServiceSpec(_Model):
+    """An online inference service whose replicas SODA's placer runs on CPU below the GPU switching batch
+    and on GPUs above it, scaled with the query load (seed 002 §V-D)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            cel("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas", ".minReplicas"),
+            cel(
+                "!has(self.cpu) || !has(self.cpu.maxReplicas) || self.cpu.maxReplicas >= self.minReplicas",
+                "cpu.maxReplicas must not be below minReplicas",
+                ".cpu.maxReplicas",
+            ),
+        )
+    )
+
+    model_type: str = Field(
+        min_length=1,
+        max_length=253,
+        description="model type served, looked up in the model database (GPU throughput profile) and in SODA's "
+        "CPU measurements",
+    )
+    qos_target_ms: float = Field(
+        SODA_QOS_TARGET_S * 1000,
+        gt=0,
+        description="latency target of every query in milliseconds: batch window plus compute (SODA: 200)",
+    )
+    gpu_switch_batch: int | None = Field(
+        None,
+        ge=1,
+        description="bs_gpu: the largest batch one GPU serves within qosTargetMs, the CPU/GPU switching point "
+        "(profiled); unset: from the model's throughput profile",
+    )
+    cpu: InferenceCPU = Field(
+        default_factory=InferenceCPU,  # type: ignore[arg-type]
+        description="CPU replicas",
+        json_schema_extra={"default": {}},  # the apiserver fills in coresPerReplica
+    )
+    min_replicas: int = Field(1, ge=1, le=MAX_INFERENCE_REPLICAS, description="fewest replicas, in either mode")
+    max_replicas: int = Field(8, ge=1, le=MAX_INFERENCE_REPLICAS, description="most GPU replicas")
+    scale_out_threshold: float = Field(
+        DEFAULT_SCALE_OUT_THRESHOLD,
+        gt=0,
+        le=1,
+        description="add a replica when the load passes this share of the replicas' maximum load (SODA: 0.8)",
+    )
+    hysteresis: float = Field(
+        DEFAULT_HYSTERESIS,
+        ge=0,
+        lt=1,
+        description="a step down (to CPU, fewer replicas) needs the load this share below the point it crosses",
+    )
+    switch_cooldown_seconds: float = Field(
+        DEFAULT_SWITCH_COOLDOWN_S,
+        ge=0,
+        description="seconds between two CPU/GPU switches, unless the replicas are overloaded",
+    )
+    scale_in_after_seconds: float = Field(
+        DEFAULT_SCALE_IN_AFTER_S,
+        ge=0,
+        description="seconds the load must ask for less (fewer replicas, CPU) without a break before it gets it",
+    )
+    scale_out_after_seconds: float = Field(
+        DEFAULT_SCALE_OUT_AFTER_S,
+        ge=0,
+        description="seconds the load must ask for more before it gets it (0: at once; overload never waits)",
+    )
+    template: dict[str, Any] | None = Field(
+        None,
+        description="PodTemplateSpec of the serving pod; the operator adds one GPU (GPU replicas) or the cores "
+        "(CPU replicas) to its first container",
+        json_schema_extra={"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    )
+    load: InferenceLoad | None = Field(
+        None, description=f"where the query rate comes from; unset: the annotation {ANN_QPS}"
+    )
+
+
+INFERENCE_MODES: tuple[str, ...] = tuple(m.value for m in Mode)  # GPU, CPU
+InferenceModeName = Literal[INFERENCE_MODES]  # type: ignore[valid-type]
+
+
+class InferenceServing(_Model):
+    """The numbers the placer works with, resolved from the spec and the model database."""
+
+    gpu_switch_batch: int | None = Field(None, ge=1, description="bs_gpu, the CPU/GPU switching point")
+    gpu_replica_qps: float | None = Field(
+        None, ge=0, alias="gpuReplicaQPS", description="queries/s one GPU replica serves at most"
+    )
+    cpu_max_batch: int | None = Field(None, ge=0, description="batch a CPU replica serves (0: never on CPU)")
+    cpu_replica_qps: float | None = Field(
+        None, ge=0, alias="cpuReplicaQPS", description="queries/s one CPU replica serves at most"
+    )
+
+
+class InferenceServiceStatus(_Model):
+    """Observed state and the placer's carried state, written by the operator (a restarted operator
+    continues from it)."""
+
+    mode: InferenceModeName | None = Field(None, description="GPU or CPU: the mode its replicas are to serve in")
+    replicas: int | None = Field(None, ge=0, description="replicas wanted in that mode")
+    ready_replicas: int | None = Field(None, ge=0, description="Ready replica pods serving now (either mode)")
+    observed_qps: float | None = Field(
+        None, ge=0, alias="observedQPS", description="the query rate of the last decision, queries per second"
+    )
+    observed_at: datetime | None = Field(None, description="when that rate was sampled (the decision's time)")
+    last_switch_time: datetime | None = Field(None, description="the last CPU/GPU switch")
+    switches: int | None = Field(None, ge=0, description="CPU/GPU switches so far")
+    load_up_since: datetime | None = Field(
+        None, description="since when the load has asked for more (scale out, to GPU) without a break"
+    )
+    load_down_since: datetime | None = Field(
+        None, description="since when the load has asked for less (scale in, to CPU) without a break"
+    )
+    target_mode: InferenceModeName | None = Field(None, description="what the load asks for (differs while waiting)")
+    target_replicas: int | None = Field(None, ge=0, description="replicas the load asks for")
+    reason: str | None = Field(None, max_length=64, description="why the placer decided as it did")
+    message: str | None = Field(None, max_length=1024, description="the placer's decision in words")
+    serving: InferenceServing | None = None
+    observed_generation: int | None = Field(None, ge=0)
+    conditions: Conditions | None = None
+
+
+class InferenceService(_Model):
+    """An online inference service: SODA's hardware-aware placer runs its replicas on the spare CPU of GPU
+    nodes while the query load is below the GPU switching batch, on GPUs above it (seed 002 §V-D)."""
+
+    api_version: Literal["qosmos.io/v1alpha1"] = "qosmos.io/v1alpha1"
+    kind: Literal["InferenceService"] = "InferenceService"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: InferenceServiceSpec
+    status: InferenceServiceStatus | None = None
+
+
 # --------------------------------------------------------------------------- CRD rendering
 
 
@@ -504,7 +701,27 @@ DL_JOB = Resource(
     ),
 )
 
-RESOURCES: tuple[Resource, ...] = (VIRTUAL_CLUSTER, DL_JOB)
+INFERENCE_SERVICE = Resource(
+    kind="InferenceService",
+    plural="inferenceservices",
+    short_names=("qinf",),  # not "isvc": KServe's InferenceService
+    scope="Namespaced",
+    model=InferenceService,
+    columns=(
+        PrinterColumn("Model", "string", ".spec.modelType", "model type served"),
+        PrinterColumn("Mode", "string", ".status.mode", "GPU or CPU"),
+        PrinterColumn("Replicas", "integer", ".status.replicas", "replicas wanted in that mode"),
+        PrinterColumn("Ready", "integer", ".status.readyReplicas", "Ready replicas serving now"),
+        PrinterColumn("QPS", "number", ".status.observedQPS", "query rate of the last decision"),
+        PrinterColumn("Switches", "integer", ".status.switches", "CPU/GPU switches so far"),
+        PrinterColumn("Reason", "string", ".status.reason", "why the placer decided as it did", priority=1),
+        PrinterColumn("Last-Switch", "string", ".status.lastSwitchTime", "the last CPU/GPU switch", priority=1),
+        AGE,
+    ),
+    name_label=LABEL_INFERENCE,
+)
+
+RESOURCES: tuple[Resource, ...] = (VIRTUAL_CLUSTER, DL_JOB, INFERENCE_SERVICE)
 
 # Keys a structural schema node may carry (apiextensions.k8s.io/v1 JSONSchemaProps we use).
 _ALLOWED_KEYS = frozenset(

@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.operator import metrics
+from qosmos.operator import inference, metrics
 from qosmos.operator.crds import GROUP, LABEL_JOB, VERSION
 
 log = logging.getLogger("qosmos.operator")
@@ -53,6 +53,7 @@ def build_registry(trigger: Trigger, opts: RunOptions) -> kopf.OperatorRegistry:
     kopf.on.event(GROUP, VERSION, "virtualclusters", registry=registry)(poke)
     kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT}, registry=registry)(poke)
     kopf.on.event("", "v1", "nodes", registry=registry)(poke)
+    inference.register(registry, poke)  # InferenceServices and their replica pods
 
     @kopf.on.startup(registry=registry)
     def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -81,6 +82,7 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
     api = _api_client(opts.kubeconfig)
     kube = Kube(api, opts.namespace)
     rec = Reconciler(kube, modeldb=opts.modeldb, durations=Durations(kube, opts.history_namespace))
+    serving = inference.InferenceController(kube, modeldb=opts.modeldb)
     trigger.poke()
     wake: float | None = None
     while not stop.is_set():
@@ -91,8 +93,9 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
         trigger.event.clear()
         t0 = time.perf_counter()
         try:
+            served_wake = await inference.tick(serving)  # first: a service's replicas go before queued DLJobs
             rep = await asyncio.to_thread(rec.run_pass)
-            wake = rep.wake_at
+            wake = inference.soonest(rep.wake_at, served_wake)
             if rep.admitted or rep.finished or rep.restarted or rep.preempted:
                 log.info(
                     "pass %.0f ms: admitted %d, finished %d, restarted %d, preempted %d, %d writes",

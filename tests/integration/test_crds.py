@@ -40,7 +40,12 @@ def crds_applied(control_plane: ControlPlane) -> str:
         "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "--force-conflicts", "-f", str(REPO / "crds")
     )
     control_plane.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/dljobs.qosmos.io", "crd/virtualclusters.qosmos.io"
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/dljobs.qosmos.io",
+        "crd/virtualclusters.qosmos.io",
+        "crd/inferenceservices.qosmos.io",
     )
     return res.stdout
 
@@ -48,7 +53,10 @@ def crds_applied(control_plane: ControlPlane) -> str:
 def test_crds_accepted_by_server_side_apply(control_plane: ControlPlane, crds_applied: str) -> None:
     assert "customresourcedefinition.apiextensions.k8s.io/dljobs.qosmos.io serverside-applied" in crds_applied
     assert "customresourcedefinition.apiextensions.k8s.io/virtualclusters.qosmos.io serverside-applied" in crds_applied
-    for name in ("dljobs.qosmos.io", "virtualclusters.qosmos.io"):
+    assert (
+        "customresourcedefinition.apiextensions.k8s.io/inferenceservices.qosmos.io serverside-applied" in crds_applied
+    )
+    for name in ("dljobs.qosmos.io", "virtualclusters.qosmos.io", "inferenceservices.qosmos.io"):
         crd = json.loads(control_plane.kubectl("get", "crd", name, "-o", "json").stdout)
         conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
         assert conds["Established"] == "True" and conds["NamesAccepted"] == "True", conds
@@ -57,6 +65,7 @@ def test_crds_accepted_by_server_side_apply(control_plane: ControlPlane, crds_ap
     rows = {line.split()[0]: line.split() for line in out.splitlines()}
     assert rows["dljobs"][1] == "dlj" and "true" in rows["dljobs"]  # short name, namespaced
     assert rows["virtualclusters"][1] == "qvc" and "false" in rows["virtualclusters"]
+    assert rows["inferenceservices"][1] == "qinf" and "true" in rows["inferenceservices"]
     # a second apply of the same files is a no-op, not a conflict
     again = control_plane.kubectl(
         "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", str(REPO / "crds")
@@ -210,3 +219,29 @@ def test_printer_columns(control_plane: ControlPlane, crds_applied: str, k8s_nam
         assert "dljob.qosmos.io/job-a" in both and f"virtualcluster.qosmos.io/{vc['metadata']['name']}" in both
     finally:
         cp.kubectl("delete", "qvc", vc["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+def test_inference_service_printer_columns(control_plane: ControlPlane, crds_applied: str, k8s_namespace: str) -> None:
+    cp, ns = control_plane, k8s_namespace
+    svc = yaml.safe_load((EXAMPLES / "inferenceservice-resnet50.yaml").read_text())
+    assert _create(cp, ns, svc).returncode == 0
+    name = svc["metadata"]["name"]
+    got = json.loads(cp.kubectl("get", "qinf", name, "-n", ns, "-o", "json").stdout)
+    # defaults filled in by the apiserver, the template kept whole
+    assert got["spec"]["hysteresis"] == 0.2 and got["spec"]["scaleOutAfterSeconds"] == 0
+    assert got["spec"]["template"] == svc["spec"]["template"]
+    status = {"mode": "CPU", "replicas": 3, "readyReplicas": 2, "observedQPS": 41.5, "switches": 4, "reason": "hold"}
+    res = cp.kubectl(
+        "patch", "qinf", name, "-n", ns, "--type=merge", "--subresource=status", "-p", json.dumps({"status": status})
+    )
+    assert res.returncode == 0, res.stderr
+    header, row = cp.kubectl("get", "inferenceservices", "-n", ns).stdout.splitlines()
+    assert header.split() == ["NAME", "MODEL", "MODE", "REPLICAS", "READY", "QPS", "SWITCHES", "AGE"], header
+    assert row.split()[:7] == [name, "ResNet50", "CPU", "3", "2", "41.5", "4"], row
+    wide = cp.kubectl("get", "qinf", "-n", ns, "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[7] == "REASON" and wide[1].split()[7] == "hold", wide
+    rc = cp.kubectl(
+        "patch", "qinf", name, "-n", ns, "--type=merge", "--subresource=status", "-p", '{"status": {"mode": "TPU"}}',
+        check=False,
+    )  # fmt: skip
+    assert rc.returncode != 0 and 'status.mode: Unsupported value: "TPU"' in rc.stderr, rc.stderr

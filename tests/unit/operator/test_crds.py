@@ -233,7 +233,11 @@ def test_cli_generate_and_check(tmp_path: Path) -> None:
     out = tmp_path / "crds"
     res = runner.invoke(app, ["crds", "generate", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in out.iterdir()) == ["dljobs.qosmos.io.yaml", "virtualclusters.qosmos.io.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "dljobs.qosmos.io.yaml",
+        "inferenceservices.qosmos.io.yaml",
+        "virtualclusters.qosmos.io.yaml",
+    ]
     assert (out / "dljobs.qosmos.io.yaml").read_text() == (REPO / "crds" / "dljobs.qosmos.io.yaml").read_text()
     assert runner.invoke(app, ["crds", "generate", "--out", str(out), "--check"]).exit_code == 0
     path = out / "virtualclusters.qosmos.io.yaml"
@@ -274,7 +278,7 @@ def expectation(path: Path) -> tuple[str, str]:
     return field.group(1), message.group(1)
 
 
-MODELS = {"DLJob": crds.DLJob, "VirtualCluster": crds.VirtualCluster}
+MODELS = {"DLJob": crds.DLJob, "VirtualCluster": crds.VirtualCluster, "InferenceService": crds.InferenceService}
 
 
 def test_examples_are_the_issues() -> None:
@@ -295,6 +299,53 @@ def test_examples_are_the_issues() -> None:
         part = v.spec.partition(v.metadata["name"])
         get_policy(part.policy)  # the core accepts it
         assert part.gpu_quota == v.spec.quota.gpus
+
+
+def test_the_inference_service_example_switches_modes() -> None:
+    """The README's example: CPU at its annotated load, GPU above the switching point (issue 12 §1)."""
+    from qosmos.extender.core.inference import Mode, decide
+    from qosmos.operator.inference import annotation_load, spec_of
+
+    (obj,) = [o for o in map(yaml.safe_load, map(Path.read_text, examples())) if o["kind"] == "InferenceService"]
+    svc = crds.InferenceService.model_validate(obj)
+    spec = spec_of(svc.spec, crds_db())
+    qps = annotation_load(obj).qps
+    assert qps is not None and spec.cpu is not None
+    first = decide(spec, None, qps, 0.0)
+    assert first.mode is Mode.CPU
+    high = decide(spec, first.state, 2 * spec.gpu.capacity_qps, 1.0)  # overload: at once, cooldown or not
+    assert high.mode is Mode.GPU and high.replicas >= 2
+
+
+def crds_db() -> Any:
+    from qosmos.extender.core.modeldb import ModelDB
+
+    return ModelDB.builtin()
+
+
+def test_inference_service_schema() -> None:
+    root = schema(crds.INFERENCE_SERVICE)
+    spec = at(root, "spec")
+    assert set(spec["properties"]) == {
+        "modelType", "qosTargetMs", "gpuSwitchBatch", "cpu", "minReplicas", "maxReplicas", "scaleOutThreshold",
+        "hysteresis", "switchCooldownSeconds", "scaleInAfterSeconds", "scaleOutAfterSeconds", "template", "load",
+    }  # fmt: skip
+    assert set(spec["properties"]["cpu"]["properties"]) == {"coresPerReplica", "maxBatch", "maxReplicas"}
+    assert spec["properties"]["scaleOutThreshold"]["default"] == 0.8
+    assert spec["required"] == ["modelType"]
+    prom = at(root, "spec.load.prometheus")
+    assert set(prom["properties"]) == {"url", "query", "intervalSeconds"} and prom["required"] == ["url", "query"]
+    status = at(root, "status")["properties"]
+    assert {
+        "mode", "replicas", "readyReplicas", "observedQPS", "observedAt", "lastSwitchTime", "switches", "conditions",
+    } <= set(status)  # fmt: skip
+    assert status["mode"]["enum"] == ["GPU", "CPU"]
+    names = crds.crd(crds.INFERENCE_SERVICE)["spec"]["names"]
+    assert names["shortNames"] == ["qinf"] and crds.INFERENCE_SERVICE.scope == "Namespaced"
+    cols = crds.crd(crds.INFERENCE_SERVICE)["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert [c["name"] for c in cols if not c.get("priority")] == [
+        "Model", "Mode", "Replicas", "Ready", "QPS", "Switches", "Age",
+    ]  # fmt: skip
 
 
 def test_model_helpers() -> None:
