@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import threading
+import time
 from typing import Any
 
 from qosmos.operator.crds import GROUP, VERSION
@@ -16,6 +19,7 @@ from qosmos.operator.crds import GROUP, VERSION
 log = logging.getLogger("qosmos.operator")
 
 BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+EVENT_BUFFER = 10_000  # Events waiting to be written; beyond it new ones are dropped
 
 
 def _done(resp: Any) -> None:
@@ -33,6 +37,8 @@ class Kube:
         self.namespace = namespace
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self._events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(maxsize=EVENT_BUFFER)
+        threading.Thread(target=self._record_events, name="qosmos-events", daemon=True).start()
 
     # ---- reads (raw JSON: cheap on thousands of objects) ----------------------------------------
     def _items(self, resp: Any) -> list[dict[str, Any]]:
@@ -159,9 +165,28 @@ class Kube:
             "count": 1,
         }
         try:
-            _done(self.core.create_namespaced_event(ns, body, _preload_content=False))
-        except Exception as exc:  # best effort, said in the log
-            log.debug("event %s on %s/%s not written: %s", reason, ns, m.get("name"), exc)
+            self._events.put_nowait((ns, body))
+        except queue.Full:  # a burst beyond the buffer: dropped, as client-go's recorder drops
+            log.debug("event %s on %s/%s dropped: the event buffer is full", reason, ns, m.get("name"))
+
+    def _record_events(self) -> None:
+        """Writes the queued Events in order, off the pass's path: an admission then costs the status
+        patch and the pods, not a third round trip (client-go's recorder is asynchronous too)."""
+        while True:
+            ns, body = self._events.get()
+            try:
+                _done(self.core.create_namespaced_event(ns, body, _preload_content=False))
+            except Exception as exc:  # best effort, said in the log
+                log.debug("event %s on %s not written: %s", body.get("reason"), ns, exc)
+            finally:
+                self._events.task_done()
+
+    def flush_events(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued Event is written (or ``timeout`` s): True when none is left."""
+        deadline = time.monotonic() + timeout
+        while self._events.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self._events.unfinished_tasks
 
     # ---- the duration history (QSSF) ----------------------------------------------------------
     def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:

@@ -52,7 +52,13 @@ def build_registry(trigger: Trigger, opts: RunOptions) -> kopf.OperatorRegistry:
     kopf.on.event(GROUP, VERSION, "dljobs", registry=registry)(poke)
     kopf.on.event(GROUP, VERSION, "virtualclusters", registry=registry)(poke)
     kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT}, registry=registry)(poke)
-    kopf.on.event("", "v1", "nodes", registry=registry)(poke)
+    nodes = NodeChanges()
+
+    def poke_on_node_change(type: str | None, body: Any, **_: Any) -> None:
+        if nodes.changed(type, body):
+            trigger.poke()
+
+    kopf.on.event("", "v1", "nodes", registry=registry)(poke_on_node_change)
     inference.register(registry, poke)  # InferenceServices and their replica pods
 
     @kopf.on.startup(registry=registry)
@@ -68,6 +74,41 @@ def build_registry(trigger: Trigger, opts: RunOptions) -> kopf.OperatorRegistry:
         return kopf.login_via_client(**kwargs)
 
     return registry
+
+
+class NodeChanges:
+    """Node events worth a pass: only a change the pass reads. A heartbeat (KWOK or a kubelet
+    rewriting its conditions' times) would otherwise cost a full pass, which on 1,523 nodes is most of
+    an idle operator's CPU."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[Any, ...]] = {}
+
+    def changed(self, type: str | None, body: Any) -> bool:
+        name = str((body.get("metadata") or {}).get("name", ""))
+        if type == "DELETED":
+            self.seen.pop(name, None)
+            return True
+        sig = node_signature(body)
+        if self.seen.get(name) == sig:
+            return False
+        self.seen[name] = sig
+        return True
+
+
+def node_signature(node: Any) -> tuple[Any, ...]:
+    """What of a node can change a decision: labels (VirtualCluster, GPU model, pool), the operator's
+    annotations, schedulability and taints, allocatable resources, readiness."""
+    m, spec, st = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    ready = next((c.get("status") for c in st.get("conditions") or [] if c.get("type") == "Ready"), None)
+    return (
+        tuple(sorted((m.get("labels") or {}).items())),
+        tuple(sorted((k, v) for k, v in (m.get("annotations") or {}).items() if k.startswith("qosmos.io/"))),
+        bool(spec.get("unschedulable")),
+        repr(spec.get("taints") or []),
+        tuple(sorted((st.get("allocatable") or {}).items())),
+        ready,
+    )
 
 
 async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> None:

@@ -251,8 +251,11 @@ def test_lifecycle_to_succeeded(api: Api, operator: Operator) -> None:
     st = _status(api.get(ns, "two"))
     assert st["completionTime"] >= st["startTime"] >= st["admittedAt"]
     assert _condition(api.get(ns, "two"))["status"] == "True"
-    reasons = {e.reason for e in api.core.list_namespaced_event(ns).items if e.involved_object.name == "two"}
-    assert {"Admitted", "Running", "Succeeded"} <= reasons
+
+    def reasons() -> set[str]:  # Events are written off the pass's path: moments after the status
+        return {e.reason for e in api.core.list_namespaced_event(ns).items if e.involved_object.name == "two"}
+
+    wait_for(lambda: {"Admitted", "Running", "Succeeded"} <= reasons(), 10, "the Events of each transition")
     text = operator.metrics()
     assert 'qosmos_operator_admissions_total{vc="life"}' in text
     assert "qosmos_operator_apply_to_running_seconds_count" in text
@@ -313,12 +316,16 @@ def test_las_preempts_the_most_served_job_for_a_newcomer_once(api: Api) -> None:
     st = _status(api.get(ns, "v"))
     assert st["preemptions"] == 1 and st["attainedServiceGpuSeconds"] == served  # kept across the second run
     assert sorted(p.metadata.name for p in api.pods(ns, "v")) == [f"v-1-{i}" for i in range(4)]  # attempt 1
-    events = Counter(
-        (e.involved_object.name, e.reason)
-        for e in api.core.list_namespaced_event(ns).items
-        if e.reason in ("Admitted", "Preempted")
-    )
-    assert events == {("v", "Admitted"): 2, ("v", "Preempted"): 1, ("n", "Admitted"): 1}
+
+    def events() -> Counter[tuple[str, str]]:
+        return Counter(
+            (e.involved_object.name, e.reason)
+            for e in api.core.list_namespaced_event(ns).items
+            if e.reason in ("Admitted", "Preempted")
+        )
+
+    want = {("v", "Admitted"): 2, ("v", "Preempted"): 1, ("n", "Admitted"): 1}
+    wait_for(lambda: events() == want, 10, f"the Events {want}")
     api.vc("empty", "no-such-pool")
     ready = wait_for(lambda: (api.vc_status("empty").get("conditions") or [None])[0], 30, "VC condition")
     assert (ready["status"], ready["reason"]) == ("False", "NoNodes") and "no-such-pool" in ready["message"]
@@ -404,8 +411,11 @@ def test_quotas_borrowing_and_reclaim(api: Api) -> None:
     assert _condition(api.get(ns, "a2"))["reason"] == "Quota"
     assert "quota of 8 has 0 left" in _condition(api.get(ns, "a2"))["message"]
     assert _condition(api.get(ns, "a3"))["reason"] == "BehindHead"
-    preempted = {e.involved_object.name for e in api.core.list_namespaced_event(ns).items if e.reason == "Preempted"}
-    assert preempted == {"a2", "a3"}
+
+    def preempted() -> set[str]:
+        return {e.involved_object.name for e in api.core.list_namespaced_event(ns).items if e.reason == "Preempted"}
+
+    wait_for(lambda: preempted() == {"a2", "a3"}, 10, "Preempted Events of a2 and a3")
     assert not api.pods(ns, "a3") and not api.pods(ns, "a2")
     wait_for(lambda: api.vc_status("qa").get("gpus", {}).get("borrowed") == 0, 30, "nothing borrowed")
     api.delete_vcs()  # no VirtualCluster selects the nodes any more: the operator's label goes

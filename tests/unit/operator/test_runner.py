@@ -1,0 +1,40 @@
+"""Which node events make the operator run a pass (operator/runner.py)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from qosmos.dev.fakenodes import fake_node_manifest
+from qosmos.operator.runner import NodeChanges
+
+
+def node() -> dict[str, Any]:
+    return fake_node_manifest({"sn": "n0", "cpu_milli": 96000, "memory_mib": 786432, "gpu": 8, "model": "V100M32"}, 0)
+
+
+def test_a_heartbeat_is_not_a_change_but_what_the_pass_reads_is() -> None:
+    nc = NodeChanges()
+    n = node()
+    assert nc.changed("ADDED", n)
+    beat = copy.deepcopy(n)
+    for c in beat["status"]["conditions"]:
+        c["lastHeartbeatTime"] = "2026-11-23T15:00:00Z"
+    beat["metadata"]["resourceVersion"] = "99"
+    beat["metadata"]["annotations"]["kwok.x-k8s.io/last-beat"] = "x"  # not the operator's
+    assert not nc.changed("MODIFIED", beat)
+    for edit in (
+        lambda m: m["metadata"]["labels"].update({"qosmos.io/pool": "a"}),
+        lambda m: m["metadata"]["annotations"].update({"qosmos.io/vc-managed": "true"}),
+        lambda m: m["spec"].update({"unschedulable": True}),
+        lambda m: m["spec"].update({"taints": [{"key": "qosmos.io/power", "value": "asleep", "effect": "NoSchedule"}]}),
+        lambda m: m["status"]["allocatable"].update({"nvidia.com/gpu": "4"}),
+        lambda m: next(c for c in m["status"]["conditions"] if c["type"] == "Ready").update({"status": "False"}),
+    ):
+        changed = copy.deepcopy(beat)
+        edit(changed)
+        assert nc.changed("MODIFIED", changed)
+        assert not nc.changed("MODIFIED", changed)  # seen now
+        assert nc.changed("MODIFIED", beat)  # and back
+    assert nc.changed("DELETED", beat)
+    assert nc.changed("ADDED", beat)  # forgotten on deletion
