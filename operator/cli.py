@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,8 @@ import typer
 from qosmos.operator import crds
 
 from qosmos.clitools import clean_errors
+
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 crds_app = typer.Typer(
     help="The qosmos.io/v1alpha1 CustomResourceDefinitions (VirtualCluster, DLJob).", no_args_is_help=True
@@ -55,8 +58,11 @@ def run(
         str | None, typer.Option(help="watch DLJobs and their pods in this namespace only (default: all namespaces)")
     ] = None,
     metrics_port: Annotated[
-        int, typer.Option(help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default 0: no metrics server)")
+        int, typer.Option(help="serve Prometheus metrics on --metrics-host:PORT/metrics (default 0: no metrics server)")
     ] = 0,
+    metrics_host: Annotated[
+        str, typer.Option(help="address of the metrics server (0.0.0.0 in a pod, for Prometheus)")
+    ] = "127.0.0.1",
     interval: Annotated[
         float, typer.Option(help="seconds between passes without events (waiting allowances move with time)")
     ] = 10.0,
@@ -71,6 +77,17 @@ def run(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
+    peering: Annotated[
+        str | None,
+        typer.Option(
+            help="kopf peering object (ClusterKopfPeering NAME; KopfPeering with --namespace), created if missing: "
+            "the oldest live replica runs the passes, the others stand by (default: none, one replica only)"
+        ),
+    ] = None,
+    peering_priority: Annotated[
+        int | None,
+        typer.Option(help="kopf peering priority, the highest runs (default: by start time, the oldest first)"),
+    ] = None,
 ) -> None:
     """Run the operator until interrupted (SIGINT/SIGTERM)."""
     import logging
@@ -86,6 +103,8 @@ def run(
         raise InvalidInput("metrics_port", metrics_port, "must be in [0, 65535]")
     if not interval > 0:
         raise InvalidInput("interval", interval, "must be > 0")
+    if peering is not None and not _DNS_NAME.match(peering):
+        raise InvalidInput("peering", peering, "must be a DNS subdomain name (lower case, digits, '-', '.')")
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise InvalidInput("log_level", log_level, "expected DEBUG, INFO, WARNING or ERROR")
     profiles = load_profiles(db)  # the one model database explain, simulate and the extender read
@@ -103,6 +122,9 @@ def run(
             interval_s=interval,
             history_namespace=history_namespace,
             modeldb=profiles.db,
+            metrics_host=metrics_host,
+            peering=peering,
+            peering_priority=peering_priority,
         )
     )
 

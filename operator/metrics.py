@@ -19,6 +19,7 @@ PASS_SECONDS = Histogram(
     "one reconcile pass (read, admit every VirtualCluster, write)",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, float("inf")),
 )
+ACTIVE = Gauge("qosmos_operator_active", "1 while this replica runs the passes; 0 while it stands by (kopf peering)")
 ERRORS = Counter("qosmos_operator_errors_total", "operator errors", ["where"])
 ETA_ERROR = Histogram(
     "qosmos_operator_eta_error_seconds",

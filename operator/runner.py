@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -30,6 +31,10 @@ class RunOptions:
     debounce_s: float = 0.2  # events within this window share one pass
     history_namespace: str = "default"  # where the QSSF duration history ConfigMap lives
     modeldb: ModelDB | None = None  # GENIE profiles (qosmos.extender.explain.load_profiles); None: built-ins
+    metrics_host: str = "127.0.0.1"
+    peering: str | None = None  # kopf peering object name (qosmos.operator.peering); None: standalone
+    peering_priority: int | None = None  # None: peering.default_priority() (the oldest replica runs)
+    peering_identity: str | None = None  # None: peering.own_identity()
 
 
 class Trigger:
@@ -124,6 +129,12 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
     kube = Kube(api, opts.namespace)
     rec = Reconciler(kube, modeldb=opts.modeldb, durations=Durations(kube, opts.history_namespace))
     serving = inference.InferenceController(kube, modeldb=opts.modeldb)
+    peer = None
+    if opts.peering:  # kopf pauses only its handlers: the timer's passes ask the peering object too
+        from qosmos.operator.peering import Peering
+
+        assert opts.peering_identity is not None and opts.peering_priority is not None
+        peer = Peering(api, opts.peering, opts.namespace, opts.peering_identity, opts.peering_priority)
     trigger.poke()
     wake: float | None = None
     while not stop.is_set():
@@ -134,6 +145,11 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
         trigger.event.clear()
         t0 = time.perf_counter()
         try:
+            if peer is not None and not await asyncio.to_thread(peer.active):
+                metrics.ACTIVE.set(0)  # standing by
+                wake = None
+                continue
+            metrics.ACTIVE.set(1)
             served_wake = await inference.tick(serving)  # first: a service's replicas go before queued DLJobs
             rep = await asyncio.to_thread(rec.run_pass)
             wake = inference.soonest(rep.wake_at, served_wake)
@@ -172,10 +188,20 @@ def run(opts: RunOptions) -> None:
     """Run until SIGINT/SIGTERM."""
     if opts.kubeconfig:
         os.environ["KUBECONFIG"] = opts.kubeconfig  # kopf's login reads it
+    if opts.peering:
+        from qosmos.operator import peering
+
+        opts = dataclasses.replace(
+            opts,
+            peering_identity=opts.peering_identity or peering.own_identity(),
+            peering_priority=peering.default_priority() if opts.peering_priority is None else opts.peering_priority,
+        )
+        peering.ensure_object(_api_client(opts.kubeconfig), opts.peering, opts.namespace)  # kopf waits for it
+        log.info("peering %s as %s, priority %d", opts.peering, opts.peering_identity, opts.peering_priority)
     if opts.metrics_port:
         from prometheus_client import start_http_server
 
-        start_http_server(opts.metrics_port, addr="127.0.0.1")
+        start_http_server(opts.metrics_port, addr=opts.metrics_host)
 
     async def main() -> None:
         trigger = Trigger()
@@ -192,7 +218,10 @@ def run(opts: RunOptions) -> None:
         try:
             await kopf.operator(
                 registry=registry,
-                standalone=True,
+                standalone=not opts.peering,
+                peering_name=opts.peering or None,
+                priority=opts.peering_priority,
+                identity=opts.peering_identity,  # type: ignore[arg-type]  # kopf's NewType over str
                 clusterwide=opts.namespace is None,
                 namespaces=[opts.namespace] if opts.namespace else (),
                 liveness_endpoint=None,

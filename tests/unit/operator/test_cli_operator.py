@@ -19,6 +19,7 @@ QOSMOS = [sys.executable, "-P", "-m", "qosmos", "operator", "run"]
         (["--interval", "0"], "interval"),
         (["--log-level", "LOUD"], "log_level"),
         (["--db", "/no/such/models.json"], "db"),
+        (["--peering", "Not_A_Name"], "peering"),
     ],
 )
 def test_bad_options_are_one_line_exit_2(args: list[str], field: str, tmp_path: Path) -> None:
