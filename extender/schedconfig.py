@@ -46,15 +46,17 @@ def scheduler_config(
     extenders: list[dict[str, Any]] | None = None,
     kubeconfig: str | None = None,
     percentage_of_nodes_to_score: int | None = None,
+    leader_election: dict[str, Any] | None = None,
 ) -> str:
-    """A ``kubescheduler.config.k8s.io/v1`` config with one profile and leader election off."""
+    """A ``kubescheduler.config.k8s.io/v1`` config with one profile; leader election off unless
+    ``leader_election`` (its ``leaderElection`` block: replicas of a Deployment, the Helm chart)."""
     profile: dict[str, Any] = {"schedulerName": scheduler_name}
     if percentage_of_nodes_to_score is not None:
         profile["percentageOfNodesToScore"] = percentage_of_nodes_to_score
     cfg: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
-        "leaderElection": {"leaderElect": False},
+        "leaderElection": dict(leader_election) if leader_election else {"leaderElect": False},
         "profiles": [profile],
     }
     if kubeconfig:
@@ -101,6 +103,7 @@ def qosmos_scheduler_config(
     scheduler_name: str = SCHEDULER_NAME,
     tls: ExtenderClientTLS | None = None,
     kubeconfig: str | None = None,
+    leader_election: dict[str, Any] | None = None,
 ) -> str:
     """Config for a second scheduler ``qosmos-scheduler`` calling the qosmos HTTP(S) extender."""
     return scheduler_config(
@@ -108,4 +111,10 @@ def qosmos_scheduler_config(
         [extender_entry(extender_url, ignorable, weight, tls)],
         kubeconfig=kubeconfig,
         percentage_of_nodes_to_score=percentage_of_nodes_to_score,
+        leader_election=leader_election,
     )
+
+
+def leader_election(name: str, namespace: str) -> dict[str, Any]:
+    """The ``leaderElection`` block of replicated schedulers: a Lease ``name`` in ``namespace``."""
+    return {"leaderElect": True, "resourceLock": "leases", "resourceName": name, "resourceNamespace": namespace}

@@ -1,0 +1,32 @@
+# The qosmos image: `qosmos operator run`, `qosmos extender serve`, `qosmos sidecar run` (the Helm
+# chart's operator, extender and node agent), plus the kubectl-qosmos plugin.
+#
+#   docker build -t registry.example.com/qosmos:0.1.0 .
+#   docker build --build-arg BASE=python:3.12-slim-bookworm -t ... .
+#
+# BASE: a Debian-based image with Python >= 3.11 (python:3.11-slim-bookworm, or debian:bookworm with
+# Debian's python3, python3-venv and python3-pip). PIP_ARGS: extra pip options, e.g. for an offline
+# build from a wheelhouse in the context: --build-arg PIP_ARGS="--no-index --find-links /src/wheels".
+ARG BASE=python:3.11-slim-bookworm
+
+FROM ${BASE} AS build
+ARG PIP_ARGS=""
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# Debian's python3 needs python3-venv; the python:* images have venv built in
+RUN python3 -m venv /opt/qosmos || (apt-get update && apt-get install -y --no-install-recommends python3-venv \
+      && rm -rf /var/lib/apt/lists/* && python3 -m venv /opt/qosmos)
+WORKDIR /src
+# the source tree (.dockerignore leaves out tests, docs, the chart); a wheels/ folder comes along
+COPY . .
+# .[gpu]: NVML for the node agent's GPU utilisation
+RUN /opt/qosmos/bin/pip install ${PIP_ARGS} ".[gpu]" && /opt/qosmos/bin/python -m compileall -q /opt/qosmos
+
+FROM ${BASE}
+# tc (iproute2) for the node agent's network split (SODA §V-E)
+RUN apt-get update && apt-get install -y --no-install-recommends iproute2 && rm -rf /var/lib/apt/lists/*
+COPY --from=build /opt/qosmos /opt/qosmos
+ENV PATH=/opt/qosmos/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# The chart runs the operator and the extender as 65532 and the node agent as root.
+USER 65532:65532
+ENTRYPOINT ["qosmos"]
+CMD ["--help"]
