@@ -164,11 +164,10 @@ def replicas(
     operator_kubeconfig: Path, peering_crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[Replica]]:
     logs = tmp_path_factory.mktemp("peering")
-    first = Replica(operator_kubeconfig, logs / "a.log", "replica-a", SA_NAMESPACE)
-    wait_for(lambda: first.active() == 1.0, 90, "the first replica active")
-    second = Replica(operator_kubeconfig, logs / "b.log", "replica-b", SA_NAMESPACE)
-    reps = [first, second]
-    try:
+    reps = [Replica(operator_kubeconfig, logs / "a.log", "replica-a", SA_NAMESPACE)]
+    try:  # every replica started is stopped, also when the first never becomes active
+        wait_for(lambda: reps[0].active() == 1.0, 90, "the first replica active")
+        reps.append(Replica(operator_kubeconfig, logs / "b.log", "replica-b", SA_NAMESPACE))
         yield reps
     finally:
         for r in reps:
