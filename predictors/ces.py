@@ -7,12 +7,25 @@ several time scales (10 min … 3 h, and the target slot yesterday and last week
 horizon. One direct model serves every horizon 1…18 slots (3 h); its target is the change
 from the last observed slot.
 
-Controller (Alg. 2), pure — minutes are integers the caller passes, no clocks:
-- JobArrivalCheck: when the demand R exceeds the active nodes C_A (awake + booting),
-  wake R − C_A + σ nodes; they serve after ``boot_delay`` minutes;
-- PeriodicCheck every ``period`` minutes: T_H = running an hour ago − running now,
-  T_P = running now − max(forecast over the next 3 h); when T_H ≥ ξ_H and T_P ≥ ξ_P,
-  DynamicResourceSleep brings C_A down to C_R + σ (only idle awake nodes sleep).
+Controller (Alg. 2), pure functions of node counts — minutes are integers the caller passes,
+no clocks; the replay here (``simulate_ces``) and the live operator (``qosmos.operator.ces``)
+call the same ones:
+- ``nodes_to_wake`` (JobArrivalCheck, l.1-3): when the demand R exceeds the active nodes C_A
+  (awake + booting), wake R − C_A + σ nodes; they serve after ``boot_delay`` minutes;
+- ``nodes_to_sleep`` (PeriodicCheck, l.4-9, every ``period`` minutes):
+  T_H = ``recent_nodes_trend(H)``, the fall of running nodes over the past hour (first − last
+  of H), T_P = ``future_nodes_trend(P)``, the fall the forecast expects over the next 3 h
+  (first − last of P); when T_H ≥ ξ_H and T_P ≥ ξ_P, DynamicResourceSleep brings C_A down to
+  C_R + σ (only idle awake nodes sleep).
+Both trends are read from their own series, as Alg. 2 passes them (H and P only): a forecast
+is compared with itself, never with the minute's node count, whose level it does not share.
+
+Running nodes of a trace: ``busy_nodes``, the nodes busy at any minute of the last 10 (the
+check period). The Philly series counts a node running in a minute when Ganglia saw its GPUs
+busy, and flickers by ±4 nodes a minute (1st-99th percentile ±10, single minutes ±40); a node
+that ran a job a minute ago is not idle. Helios' own CES evaluation resamples the series to
+10-minute maxima for the same reason (HeliosArtifact ``CES_Philly.py``:
+``set_interval(df, "10min", "max")``); ``busy_nodes`` is the causal form of it.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from qosmos.extender.core.errors import InvalidInput
 from qosmos.predictors.base import GBDTModel, smape
 
 SLOT_MIN = 10
+Series = Sequence[float] | np.ndarray  # node counts, oldest first
 HORIZON = 18  # slots: 3 hours
 # US federal holidays (+ the day after Thanksgiving) around the Philly trace (Microsoft, US).
 HOLIDAYS: frozenset[date] = frozenset(
@@ -226,6 +240,51 @@ class CESConfig:
             raise InvalidInput("ces_config", asdict(self), "sigma, boot_delay >= 0; period, history >= 1")
 
 
+def busy_nodes(running: np.ndarray, window: int = SLOT_MIN) -> np.ndarray:
+    """Nodes busy at any minute of the trailing ``window`` minutes (fewer at the start)."""
+    running = np.asarray(running, float)
+    if running.size == 0 or window <= 1:
+        return running.copy()
+    head = np.maximum.accumulate(running[: window - 1])
+    if running.size < window:
+        return head
+    return np.concatenate([head, np.lib.stride_tricks.sliding_window_view(running, window).max(axis=1)])
+
+
+def recent_nodes_trend(history: Series) -> float:
+    """Alg. 2 RecentNodesTrend(H): how far running nodes fell over the past period (first − last of H)."""
+    if not len(history):
+        return 0.0
+    return float(history[0]) - float(history[-1])
+
+
+def future_nodes_trend(prediction: Series) -> float:
+    """Alg. 2 FutureNodesTrend(P): how far the forecast falls over the next period (first − last of P)."""
+    if not len(prediction):
+        return 0.0
+    return float(prediction[0]) - float(prediction[-1])
+
+
+def nodes_to_wake(active: int, request: int, sigma: int, asleep: int) -> int:
+    """Alg. 2 JobArrivalCheck (l.1-3): NodesWakeUp(R − C_A + σ) when C_A < R, at most the ``asleep``
+    nodes there are; 0 when the active nodes (awake + booting) cover the request."""
+    if active >= request:
+        return 0
+    return max(0, min(request - active + sigma, asleep))
+
+
+def nodes_to_sleep(history: Series, prediction: Series, active: int, running: int, idle: int, config: CESConfig) -> int:
+    """Alg. 2 PeriodicCheck (l.4-9): when T_H ≥ ξ_H and T_P ≥ ξ_P, DynamicResourceSleep(C_R + σ) —
+    the number of nodes to put to sleep so that C_A = C_R + σ, taken only from the ``idle`` awake
+    nodes. ``history`` is H (running nodes over the past hour, oldest first), ``prediction`` P
+    (forecast running nodes over the next 3 h)."""
+    if not len(history) or not len(prediction):
+        return 0
+    if recent_nodes_trend(history) < config.xi_h or future_nodes_trend(prediction) < config.xi_p:
+        return 0
+    return max(0, min(idle, active - (running + config.sigma)))
+
+
 @dataclass
 class CESController:
     """Node power state of Alg. 2. ``awake`` serve now; ``booting`` are (ready_minute, count)."""
@@ -256,11 +315,9 @@ class CESController:
             self.booting = [b for b in self.booting if b[0] > now]
 
     def job_arrival_check(self, now: int, request: int) -> int:
-        """Alg. 2 line 1-3: wake R − C_A + σ nodes when C_A < R; returns the number woken."""
+        """Alg. 2 l.1-3 (``nodes_to_wake``); returns the number woken, booting until ``now + boot_delay``."""
         c_a = self.active
-        if c_a >= request:
-            return 0
-        n = min(request - c_a + self.config.sigma, self.total - c_a)
+        n = nodes_to_wake(c_a, request, self.config.sigma, self.total - c_a)
         if n <= 0:
             return 0
         self.booting.append((now + self.config.boot_delay, n))
@@ -268,17 +325,10 @@ class CESController:
         self.woken_nodes += n
         return n
 
-    def periodic_check(self, history: Sequence[float], running: int, forecast: Sequence[float]) -> int:
-        """Alg. 2 line 4-9; ``history`` = running nodes over the past hour (oldest first),
-        ``forecast`` = predicted running nodes over the next 3 h. Returns nodes put to sleep."""
-        if not len(history) or not len(forecast):
-            return 0
-        t_h = float(history[0]) - running
-        t_p = running - float(np.max(forecast))
-        if t_h < self.config.xi_h or t_p < self.config.xi_p:
-            return 0
-        target = running + self.config.sigma
-        n = max(0, min(self.awake - running, self.active - target))
+    def periodic_check(self, history: Series, running: int, forecast: Series) -> int:
+        """Alg. 2 l.4-9 (``nodes_to_sleep``); ``history`` = H, running nodes over the past hour (oldest
+        first), ``forecast`` = P, predicted running nodes over the next 3 h. Returns nodes put to sleep."""
+        n = nodes_to_sleep(history, forecast, self.active, running, max(0, self.awake - running), self.config)
         self.awake -= n
         return n
 
@@ -292,45 +342,53 @@ class CESResult:
     nodes_per_wakeup: float
     node_util_before: float
     node_util_after: float
+    node_util_before_per_minute: float
+    node_util_after_per_minute: float
     delayed_minutes: int
     delayed_node_minutes: float
+    sleeps: int
     active_series: np.ndarray = field(repr=False)
 
 
 def simulate_ces(
     running: np.ndarray,
     total: np.ndarray,
-    forecasts: dict[int, np.ndarray],
+    checks: dict[int, tuple[Series, Series]],
     config: CESConfig | None = None,
     history_before: np.ndarray | None = None,
 ) -> CESResult:
-    """Replay Alg. 2 minute by minute on a demand series (running nodes per minute).
+    """Replay Alg. 2 minute by minute on a demand series (running nodes per minute). Pure.
 
-    ``forecasts[m]`` is the forecast (per-minute or per-slot values over the next 3 h)
-    available at minute index ``m`` (multiples of ``period``). Pure.
+    Demand is ``busy_nodes`` of the series (``history_before``, the minutes before the window,
+    fills the first trailing window). Every minute, JobArrivalCheck with R = the busy nodes;
+    at each minute ``m`` of ``checks`` (multiples of ``period``), PeriodicCheck with
+    ``checks[m] = (H, P)`` (the past hour and the forecast next 3 h, as the forecaster sees them)
+    and C_R = the busy nodes at ``m``. Utilisation is reported on the busy series (what the
+    controller serves) and on the raw per-minute series.
     """
     config = config or CESConfig()
-    running = np.minimum(np.asarray(running, float), np.asarray(total, float))
     total = np.asarray(total, float)
-    n = running.size
-    ctl = CESController(int(total.max()), config)
-    hist = np.concatenate([np.asarray(history_before if history_before is not None else [], float), running])
-    offset = hist.size - n
+    raw = np.minimum(np.asarray(running, float), total)
+    n = raw.size
+    before = np.asarray(history_before if history_before is not None else [], float)
+    before = before[max(0, before.size - (config.period - 1)) :]  # what the first trailing window reads
+    busy = np.minimum(busy_nodes(np.concatenate([before, raw]), config.period)[before.size :], total)
+    ctl = CESController(int(total.max()) if n else 0, config)
     powered = np.empty(n)
     delayed = 0
     delayed_nm = 0.0
+    sleeps = 0
     for m in range(n):
         ctl.tick(m)
-        r = math.ceil(running[m])
+        r = math.ceil(busy[m])
         ctl.job_arrival_check(m, r)
         short = r - ctl.awake
         if short > 0:
             delayed += 1
             delayed_nm += short
-        if m % config.period == 0 and m in forecasts:
-            i = m + offset
-            past = hist[max(0, i - config.history) : i + 1]
-            ctl.periodic_check(past, r, forecasts[m])
+        if m % config.period == 0 and m in checks:
+            h, p = checks[m]
+            sleeps += ctl.periodic_check(h, r, p) > 0
         powered[m] = min(ctl.active, total[m])
     days = n / 1440
     return CESResult(
@@ -339,10 +397,13 @@ def simulate_ces(
         avg_sleep_nodes=float(np.mean(np.maximum(total - powered, 0))),
         daily_wakeups=ctl.wakeups / days if days else 0.0,
         nodes_per_wakeup=ctl.woken_nodes / ctl.wakeups if ctl.wakeups else 0.0,
-        node_util_before=float(running.sum() / total.sum()),
-        node_util_after=float(running.sum() / powered.sum()),
+        node_util_before=float(busy.sum() / total.sum()),
+        node_util_after=float(busy.sum() / powered.sum()),
+        node_util_before_per_minute=float(raw.sum() / total.sum()),
+        node_util_after_per_minute=float(raw.sum() / powered.sum()),
         delayed_minutes=delayed,
         delayed_node_minutes=delayed_nm,
+        sleeps=sleeps,
         active_series=powered,
     )
 
@@ -394,19 +455,22 @@ class ForecastWindow:
         return int(self.eval_to - self.grid[0])
 
     def replay(self, config: CESConfig) -> CESResult:
-        """Alg. 2 minute by minute over the window with forecasts refreshed every period."""
-        forecasts = {}
+        """Alg. 2 minute by minute over the window; a PeriodicCheck at each slot start with H = the
+        slots of the past hour (the slot an hour before the last complete one … the last complete
+        one) and P = the forecast made then for the next 3 hours."""
+        back = max(1, config.history // SLOT_MIN)
+        checks: dict[int, tuple[Series, Series]] = {}
         for k, o in enumerate(self.origins):
             m = int((o + 1) * SLOT_MIN + self.slots[0] - self.eval_from)  # minute index of slot o+1's start
-            if 0 <= m < self.hi - self.lo and m % config.period == 0:
-                forecasts[m] = self.pred[k]
+            if 0 <= m < self.hi - self.lo and m % config.period == 0 and o >= back:
+                checks[m] = (self.y[o - back : o + 1], self.pred[k])
         lo, hi = self.lo, self.hi
         return simulate_ces(
             self.act[lo:hi],
             self.tot[lo:hi],
-            forecasts,
+            checks,
             config,
-            history_before=self.act[max(0, lo - config.history) : lo],
+            history_before=self.act[max(0, lo - config.period) : lo],
         )
 
 
@@ -463,37 +527,55 @@ def sigma_tradeoff(
     sigmas: Sequence[int],
     config: CESConfig | None = None,
     num_rounds: int = 150,
+    xis_h: Sequence[float] | None = None,
+    xis_p: Sequence[float] | None = None,
 ) -> list[dict[str, float]]:
-    """One row per buffer σ on the validation window [val_from, val_to): the forecaster is
-    trained only on data before ``val_from``, so the evaluation window is never looked at."""
+    """One row per candidate (σ, ξ_H, ξ_P) on the validation window [val_from, val_to): the forecaster
+    is trained only on data before ``val_from``, so the evaluation window is never looked at.
+    ``xis_h`` / ``xis_p`` default to the config's one threshold each."""
     if not sigmas:
         raise InvalidInput("sigmas", "", "need at least one candidate σ")
+    base = config or CESConfig()
+    hs = list(xis_h) if xis_h else [base.xi_h]
+    ps = list(xis_p) if xis_p else [base.xi_p]
     w = forecast_window(minutes, active, total, val_from, val_from, val_to, num_rounds)
     rows = []
     for sg in sigmas:
-        res = w.replay(replace(config or CESConfig(), sigma=int(sg)))
-        rows.append(
-            {
-                "sigma": int(sg),
-                "node_util": res.node_util_after,
-                "daily_wakeups": res.daily_wakeups,
-                "avg_sleep_nodes": res.avg_sleep_nodes,
-                "nodes_per_wakeup": res.nodes_per_wakeup,
-                "delayed_node_minutes": res.delayed_node_minutes,
-            }
-        )
+        for xh in hs:
+            for xp in ps:
+                res = w.replay(replace(base, sigma=int(sg), xi_h=float(xh), xi_p=float(xp)))
+                rows.append(
+                    {
+                        "sigma": int(sg),
+                        "xi_h": float(xh),
+                        "xi_p": float(xp),
+                        "node_util": res.node_util_after,
+                        "node_util_per_minute": res.node_util_after_per_minute,
+                        "daily_wakeups": res.daily_wakeups,
+                        "avg_sleep_nodes": res.avg_sleep_nodes,
+                        "nodes_per_wakeup": res.nodes_per_wakeup,
+                        "delayed_node_minutes": res.delayed_node_minutes,
+                    }
+                )
     return rows
 
 
-def choose_sigma(rows: Sequence[dict[str, float]], max_wakeups: float) -> tuple[int, str]:
-    """σ with the highest node utilisation among those with ≤ ``max_wakeups`` wake-ups per day;
-    when none qualifies, the one with the fewest wake-ups (ties: higher utilisation)."""
+def choose_knobs(rows: Sequence[dict[str, float]], max_wakeups: float) -> tuple[dict[str, float], str]:
+    """The row with the highest node utilisation among those with ≤ ``max_wakeups`` wake-ups per day
+    (ties: the smaller σ, then the smaller thresholds); when none qualifies, the one with the fewest
+    wake-ups (ties: higher utilisation)."""
     ok = [r for r in rows if r["daily_wakeups"] <= max_wakeups]
     if ok:
-        best = max(ok, key=lambda r: (r["node_util"], -r["sigma"]))
-        return int(best["sigma"]), f"highest node utilisation with <= {max_wakeups:g} wake-ups/day"
+        best = max(ok, key=lambda r: (r["node_util"], -r["sigma"], -r.get("xi_h", 0.0), -r.get("xi_p", 0.0)))
+        return best, f"highest node utilisation with <= {max_wakeups:g} wake-ups/day"
     best = min(rows, key=lambda r: (r["daily_wakeups"], -r["node_util"]))
-    return int(best["sigma"]), f"no candidate has <= {max_wakeups:g} wake-ups/day: fewest wake-ups"
+    return best, f"no candidate has <= {max_wakeups:g} wake-ups/day: fewest wake-ups"
+
+
+def choose_sigma(rows: Sequence[dict[str, float]], max_wakeups: float) -> tuple[int, str]:
+    """``choose_knobs``' σ."""
+    best, why = choose_knobs(rows, max_wakeups)
+    return int(best["sigma"]), why
 
 
 def run_ces(
@@ -533,6 +615,10 @@ def run_ces(
         "nodes_per_wakeup": res.nodes_per_wakeup,
         "node_util_before": res.node_util_before,
         "node_util_after": res.node_util_after,
+        "node_util_before_per_minute": res.node_util_before_per_minute,
+        "node_util_after_per_minute": res.node_util_after_per_minute,
+        "running_nodes": f"busy at any minute of the last {config.period} (busy_nodes); *_per_minute: the raw series",
+        "sleeps": res.sleeps,
         "delayed_minutes": res.delayed_minutes,
         "delayed_node_minutes": res.delayed_node_minutes,
         "eval_days": res.days,

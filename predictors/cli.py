@@ -25,6 +25,7 @@ profile_app = typer.Typer(
 console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_SIGMAS = tuple(range(0, 65, 5))
+DEFAULT_XIS = (0.0, 2.0, 5.0, 10.0)
 
 
 # OSError: a folder, an unreadable file or an occupied path where a file was expected
@@ -91,11 +92,22 @@ def predict_ces(
         float, typer.Option(min=0.0, help="--sigma auto: most wake-ups per day accepted (Helios: 0.5)")
     ] = 1.0,
     xi_h: Annotated[
-        float, typer.Option(help="sleep only when running nodes fell by at least this over the past hour")
-    ] = 0.0,
+        str,
+        typer.Option(
+            help="ξ_H: sleep only when running nodes fell by at least this over the past hour; a number, or "
+            "'auto' to choose it with σ on the validation window among --xis"
+        ),
+    ] = "auto",
     xi_p: Annotated[
-        float, typer.Option(help="sleep only when the forecast stays at least this far below now for 3 hours")
-    ] = 0.0,
+        str,
+        typer.Option(
+            help="ξ_P: sleep only when the forecast falls by at least this over the next 3 hours; a number, or "
+            "'auto' (among --xis)"
+        ),
+    ] = "auto",
+    xis: Annotated[str, typer.Option(help="candidates for --xi-h/--xi-p auto (comma-separated)")] = ",".join(
+        f"{x:g}" for x in DEFAULT_XIS
+    ),
     boot_delay: Annotated[int, typer.Option(min=0, help="minutes for a woken node to serve")] = 5,
     rounds: Annotated[int, typer.Option(min=1, help="LightGBM boosting rounds of the forecaster")] = 150,
 ) -> None:
@@ -103,19 +115,16 @@ def predict_ces(
     demand is forecast to stay low. Writes ces.json and ces.png."""
     from dataclasses import asdict
 
-    from qosmos.predictors.ces import CESConfig, choose_sigma, parse_when, plot_ces, run_ces, sigma_tradeoff
+    from qosmos.predictors.ces import CESConfig, choose_knobs, parse_when, plot_ces, run_ces, sigma_tradeoff
     from qosmos.predictors.data import load_node_series
 
     t_until, e_from, e_to = parse_when(train_until), parse_when(eval_from), parse_when(eval_to, end_of_day=True)
-    base = CESConfig(sigma=0, xi_h=xi_h, xi_p=xi_p, boot_delay=boot_delay)
-    auto = sigma.strip().lower() == "auto"
-    if not auto:
-        try:
-            fixed = int(sigma)
-        except ValueError:
-            raise InvalidInput("--sigma", sigma, "expected a whole number of nodes or 'auto'") from None
-        if fixed < 0:
-            raise InvalidInput("--sigma", sigma, "must be >= 0")
+    fixed = _auto_int(sigma, "--sigma")
+    if fixed is not None and fixed < 0:
+        raise InvalidInput("--sigma", sigma, "must be >= 0")
+    fixed_h = _auto_float(xi_h, "--xi-h")
+    fixed_p = _auto_float(xi_p, "--xi-p")
+    base = CESConfig(sigma=0, xi_h=fixed_h or 0.0, xi_p=fixed_p or 0.0, boot_delay=boot_delay)
     if not t_until <= e_from < e_to:
         raise InvalidInput(
             "dates", f"--train-until {train_until} --eval-from {eval_from} --eval-to {eval_to}",
@@ -125,25 +134,41 @@ def predict_ces(
         raise InvalidInput("--out", str(out), "exists and is not a folder")
     minutes, active, total = load_node_series(series)
     selection: dict[str, object] | None = None
-    if auto:
-        candidates = _int_list(sigmas, "--sigmas")
+    chosen, chosen_h, chosen_p = fixed or 0, base.xi_h, base.xi_p
+    if fixed is None or fixed_h is None or fixed_p is None:
+        cand_s = _int_list(sigmas, "--sigmas") if fixed is None else [fixed]
+        cand_xi = _float_list(xis, "--xis") if fixed_h is None or fixed_p is None else []
         val_from = t_until - validation_days * 1440
-        rows = sigma_tradeoff(minutes, active, total, val_from, t_until, candidates, base, num_rounds=rounds)
-        chosen, why = choose_sigma(rows, max_wakeups)
+        rows = sigma_tradeoff(
+            minutes, active, total, val_from, t_until, cand_s, base, num_rounds=rounds,
+            xis_h=cand_xi if fixed_h is None else None, xis_p=cand_xi if fixed_p is None else None,
+        )  # fmt: skip
+        best, why = choose_knobs(rows, max_wakeups)
+        chosen, chosen_h, chosen_p = int(best["sigma"]), float(best["xi_h"]), float(best["xi_p"])
+        per_sigma = [r for r in rows if (r["xi_h"], r["xi_p"]) == (chosen_h, chosen_p)]  # σ at the chosen ξ
         selection = {
             "validation_window": [_day(val_from), _day(t_until)],
             "rule": why,
             "max_wakeups_per_day": max_wakeups,
             "chosen_sigma": chosen,
-            "tradeoff": rows,
+            "chosen_xi_h": chosen_h,
+            "chosen_xi_p": chosen_p,
+            "tradeoff": per_sigma,
+            "tradeoff_all": rows,
         }
-        t = Table(title=f"σ chosen on the validation window {_day(val_from)} … {_day(t_until)} ({why})")
-        for c in ("σ", "node utilisation", "wake-ups/day", "sleeping nodes", "nodes/wake-up", "delayed node-min"):
+        what = "σ" if fixed is None else f"σ = {fixed}"
+        if fixed_h is None or fixed_p is None:
+            what += ", ξ_H, ξ_P" if fixed_h is None and fixed_p is None else (", ξ_H" if fixed_h is None else ", ξ_P")
+        t = Table(title=f"{what} chosen on the validation window {_day(val_from)} … {_day(t_until)} ({why})")
+        for c in ("σ", "ξ_H", "ξ_P", "node utilisation", "wake-ups/day", "sleeping nodes", "nodes/wake-up",
+                  "delayed node-min"):  # fmt: skip
             t.add_column(c, justify="right")
-        for r in rows:
-            mark = " ←" if r["sigma"] == chosen else ""
+        for r in per_sigma:
+            mark = " ←" if r is best else ""
             t.add_row(
                 f"{r['sigma']}{mark}",
+                f"{r['xi_h']:g}",
+                f"{r['xi_p']:g}",
                 f"{100 * r['node_util']:.1f} %",
                 f"{r['daily_wakeups']:.2f}",
                 f"{r['avg_sleep_nodes']:.1f}",
@@ -151,17 +176,27 @@ def predict_ces(
                 f"{r['delayed_node_minutes']:.0f}",
             )
         console.print(t)
-    else:
-        chosen = fixed
-    cfg = CESConfig(**{**asdict(base), "sigma": chosen})
+    cfg = CESConfig(**{**asdict(base), "sigma": chosen, "xi_h": chosen_h, "xi_p": chosen_p})
     summary, arrays = run_ces(minutes, active, total, t_until, e_from, e_to, cfg, num_rounds=rounds)
     summary["series"] = str(series)
     summary["train_until"], summary["eval_from"], summary["eval_to"] = train_until, eval_from, eval_to
-    summary["sigma_selection"] = selection or {"chosen_sigma": chosen, "rule": "given with --sigma"}
+    summary["sigma_selection"] = selection or {
+        "chosen_sigma": chosen,
+        "chosen_xi_h": chosen_h,
+        "chosen_xi_p": chosen_p,
+        "rule": "given with --sigma, --xi-h, --xi-p",
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "ces.json").write_text(_dump(summary))
-    plot_ces(arrays, out / "ces.png", f"CES on {series.name}: {eval_from} … {eval_to}, σ = {chosen}")
-    t = Table(title=f"Cluster Energy Saving on the evaluation window, σ = {chosen} (Helios Table 5 quantities)")
+    plot_ces(
+        arrays,
+        out / "ces.png",
+        f"CES on {series.name}: {eval_from} … {eval_to}, σ = {chosen}, ξ_H = {chosen_h:g}, ξ_P = {chosen_p:g}",
+    )
+    t = Table(
+        title=f"Cluster Energy Saving on the evaluation window, σ = {chosen}, ξ_H = {chosen_h:g}, ξ_P = {chosen_p:g} "
+        "(Helios Table 5 quantities)"
+    )
     t.add_column("metric")
     t.add_column("value", justify="right")
     labels = {
@@ -174,6 +209,8 @@ def predict_ces(
         "nodes_per_wakeup": "nodes per wake-up",
         "node_util_before": "node utilisation without CES",
         "node_util_after": "node utilisation with CES",
+        "node_util_before_per_minute": "… without CES, raw per-minute series",
+        "node_util_after_per_minute": "… with CES, raw per-minute series",
         "delayed_node_minutes": "node-minutes of demand waiting for a boot",
     }
     for k, label in labels.items():
@@ -253,6 +290,36 @@ def _check_save_dir(save: Path, force: bool) -> None:
         raise InvalidInput("--save", str(save), "exists and is not a folder")
     if save.is_dir() and any((save / f).exists() for f in ("qssf_state.json", "qssf_pm.txt")) and not force:
         raise InvalidInput("--save", str(save), "already holds a saved predictor; pass --force to overwrite it")
+
+
+def _auto_int(text: str, option: str) -> int | None:
+    """None for 'auto', else a whole number."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidInput(option, text, "expected a whole number of nodes or 'auto'") from None
+
+
+def _auto_float(text: str, option: str) -> float | None:
+    """None for 'auto', else a number."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidInput(option, text, "expected a number of nodes or 'auto'") from None
+
+
+def _float_list(text: str, option: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidInput(option, text, "expected comma-separated numbers") from None
+    if not values:
+        raise InvalidInput(option, text, "expected one or more numbers")
+    return values
 
 
 def _int_list(text: str, option: str) -> list[int]:

@@ -9,42 +9,96 @@ from qosmos.predictors.ces import (
     CESConfig,
     CESController,
     CESForecaster,
+    busy_nodes,
+    future_nodes_trend,
+    nodes_to_sleep,
+    nodes_to_wake,
     parse_when,
+    recent_nodes_trend,
     simulate_ces,
     to_slots,
 )
 
 
-def crafted() -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
-    """80 nodes for 2 h, 40 for 1 h, then 70 for 1 h on a 100-node cluster; flat forecasts."""
+def crafted() -> tuple[np.ndarray, np.ndarray, dict[int, tuple[list[float], list[float]]]]:
+    """80 nodes for 2 h, 40 for 1 h, then 70 for 1 h on a 100-node cluster. A PeriodicCheck every
+    10 min with H = (running an hour ago, running now) and a flat forecast P."""
     running = np.array([80.0] * 120 + [40.0] * 60 + [70.0] * 60)
     total = np.full(running.size, 100.0)
-    forecasts = {m: np.full(18, running[m]) for m in range(0, running.size, 10)}
-    return running, total, forecasts
+    checks = {
+        m: ([float(running[max(0, m - 60)]), float(running[m])], [float(running[m])] * 18)
+        for m in range(0, running.size, 10)
+    }
+    return running, total, checks
 
 
 def test_controller_on_crafted_series_exact() -> None:
-    running, total, forecasts = crafted()
-    res = simulate_ces(running, total, forecasts, CESConfig(sigma=5, boot_delay=5))
-    # m=0 sleeps 100→85; m=120 sleeps 85→45; m=180 wakes 70−45+5 = 30 (one wake-up)
+    running, total, checks = crafted()
+    res = simulate_ces(running, total, checks, CESConfig(sigma=5, boot_delay=5))
+    # m=0: T_H = T_P = 0 (>= ξ = 0), C_R = 80 -> sleep 100 -> 85.
+    # m=120: the drop to 40 is one minute old: the nodes busy in the last 10 minutes are still 80,
+    #        so C_R + σ = 85 and nothing sleeps. m=130: C_R = 40 -> sleep 85 -> 45 (40 nodes).
+    # m=180: R = 70 > C_A = 45 -> JobArrivalCheck wakes 70 - 45 + 5 = 30 (one wake-up), booting
+    #        5 minutes; the check at 180 sees H = (40, 70), T_H = -30: no sleep.
+    assert res.sleeps == 2
     assert res.daily_wakeups == pytest.approx(6.0)  # 1 wake-up in 1/6 day
     assert res.nodes_per_wakeup == 30
-    assert res.avg_sleep_nodes == pytest.approx((120 * 15 + 60 * 55 + 60 * 25) / 240)
-    assert res.node_util_before == pytest.approx(16200 / 24000)
-    assert res.node_util_after == pytest.approx(16200 / (120 * 85 + 60 * 45 + 60 * 75))
-    assert res.delayed_minutes == 5 and res.delayed_node_minutes == 125
-    assert list(res.active_series[[0, 119, 120, 179, 180, 184, 185, 239]]) == [85, 85, 45, 45, 75, 75, 75, 75]
+    assert list(res.active_series[[0, 129, 130, 179, 180, 184, 185, 239]]) == [85, 85, 45, 45, 75, 75, 75, 75]
+    assert res.avg_sleep_nodes == pytest.approx((130 * 15 + 50 * 55 + 60 * 25) / 240)
+    powered = 130 * 85 + 50 * 45 + 60 * 75
+    busy = 129 * 80 + 51 * 40 + 60 * 70  # busy_nodes: 80 until minute 128 (the trailing 10 minutes)
+    assert res.node_util_after == pytest.approx(busy / powered)
+    assert res.node_util_before == pytest.approx(busy / 24000)
+    assert res.node_util_after_per_minute == pytest.approx(16200 / powered)
+    assert res.node_util_before_per_minute == pytest.approx(16200 / 24000)
+    assert res.delayed_minutes == 5 and res.delayed_node_minutes == 5 * 25  # 70 wanted, 45 awake
+
+
+def test_alg2_trends_read_their_own_series() -> None:
+    # RecentNodesTrend(H) and FutureNodesTrend(P): first minus last of each series
+    assert recent_nodes_trend([70.0, 90.0, 60.0]) == 10
+    assert future_nodes_trend([60.0, 99.0, 55.0]) == 5
+    assert recent_nodes_trend([]) == 0 and future_nodes_trend([]) == 0
+    cfg = CESConfig(sigma=5)
+    # T_H = 10, T_P = 5: sleep down to C_R + σ = 65, from the 40 idle nodes
+    assert nodes_to_sleep([70.0, 60.0], [60.0, 55.0], active=100, running=60, idle=40, config=cfg) == 35
+    # the forecast's level is not compared with the minute's count: a forecast above C_R that falls
+    # still says "falling" (T_P = 90 - 85 = 5)
+    assert nodes_to_sleep([70.0, 60.0], [90.0, 85.0], active=100, running=60, idle=40, config=cfg) == 35
+    assert nodes_to_sleep([70.0, 60.0], [60.0, 61.0], 100, 60, 40, cfg) == 0  # predicted rise: T_P = -1
+    assert nodes_to_sleep([50.0, 60.0], [60.0, 55.0], 100, 60, 40, cfg) == 0  # past hour rose: T_H = -10
+    assert nodes_to_sleep([70.0, 60.0], [60.0, 55.0], 100, 60, 10, cfg) == 10  # only idle nodes sleep
+    assert nodes_to_sleep([70.0, 60.0], [60.0, 55.0], 62, 60, 2, cfg) == 0  # C_A already below C_R + σ
+    # thresholds: T >= ξ sleeps, T < ξ does not
+    assert nodes_to_sleep([70.0, 60.0], [60.0, 55.0], 100, 60, 40, CESConfig(sigma=5, xi_h=10, xi_p=5)) == 35
+    assert nodes_to_sleep([70.0, 60.0], [60.0, 55.0], 100, 60, 40, CESConfig(sigma=5, xi_h=10.5)) == 0
+    assert nodes_to_sleep([70.0, 60.0], [60.0, 55.0], 100, 60, 40, CESConfig(sigma=5, xi_p=5.5)) == 0
+    assert nodes_to_sleep([], [60.0], 100, 60, 40, cfg) == 0 and nodes_to_sleep([60.0], [], 100, 60, 40, cfg) == 0
+
+
+def test_nodes_to_wake_only_when_a_job_lacks_nodes() -> None:
+    assert nodes_to_wake(active=50, request=50, sigma=3, asleep=50) == 0  # C_A covers R
+    assert nodes_to_wake(active=50, request=40, sigma=3, asleep=50) == 0
+    assert nodes_to_wake(active=50, request=60, sigma=3, asleep=50) == 13  # R - C_A + σ
+    assert nodes_to_wake(active=50, request=60, sigma=3, asleep=5) == 5  # no more than are asleep
+    assert nodes_to_wake(active=0, request=1, sigma=0, asleep=4) == 1
+
+
+def test_busy_nodes_is_the_trailing_max() -> None:
+    assert list(busy_nodes(np.array([1.0, 5, 2, 3, 0, 0, 0]), 3)) == [1, 5, 5, 5, 3, 3, 0]
+    assert list(busy_nodes(np.array([2.0, 1]), 3)) == [2, 2]
+    assert list(busy_nodes(np.array([2.0, 1]), 1)) == [2, 1]
 
 
 def test_no_sleep_when_forecast_rises_or_history_rises() -> None:
-    running, total, _ = crafted()
-    rising = {m: np.full(18, 95.0) for m in range(0, running.size, 10)}
+    running, total, checks = crafted()
+    rising = {m: (h, [p[0], p[0] + 1.0]) for m, (h, p) in checks.items()}
     res = simulate_ces(running, total, rising, CESConfig(sigma=5))
-    assert res.avg_sleep_nodes == 0 and res.daily_wakeups == 0
+    assert res.avg_sleep_nodes == 0 and res.daily_wakeups == 0 and res.sleeps == 0
     ctl = CESController(100, CESConfig(sigma=5))
-    assert ctl.periodic_check([40.0, 50.0, 60.0], 60, [60.0]) == 0  # past hour rose: T_H = −20
-    assert ctl.periodic_check([70.0, 60.0], 60, [60.0, 61.0]) == 0  # predicted rise: T_P = −1
-    assert ctl.periodic_check([70.0, 60.0], 60, [60.0, 55.0]) == 35  # 100 → 65
+    assert ctl.periodic_check([40.0, 50.0, 60.0], 60, [60.0]) == 0  # past hour rose: T_H = -20
+    assert ctl.periodic_check([70.0, 60.0], 60, [60.0, 61.0]) == 0  # predicted rise: T_P = -1
+    assert ctl.periodic_check([70.0, 60.0], 60, [60.0, 55.0]) == 35  # 100 -> 65
     assert ctl.awake == 65
 
 
@@ -104,6 +158,20 @@ def test_choose_sigma_hand_computed() -> None:
     assert sigma == 50 and "no candidate" in why
 
 
+def test_choose_knobs_ties_prefer_smaller_sigma_then_thresholds() -> None:
+    from qosmos.predictors.ces import choose_knobs
+
+    rows = [
+        {"sigma": 30, "xi_h": 2.0, "xi_p": 0.0, "node_util": 0.92, "daily_wakeups": 0.9},
+        {"sigma": 30, "xi_h": 0.0, "xi_p": 0.0, "node_util": 0.92, "daily_wakeups": 0.9},
+        {"sigma": 20, "xi_h": 5.0, "xi_p": 5.0, "node_util": 0.93, "daily_wakeups": 1.2},
+        {"sigma": 40, "xi_h": 0.0, "xi_p": 0.0, "node_util": 0.92, "daily_wakeups": 0.5},
+    ]
+    best, _ = choose_knobs(rows, 1.0)
+    assert (best["sigma"], best["xi_h"], best["xi_p"]) == (30, 0.0, 0.0)
+    assert choose_knobs(rows, 1.5)[0]["sigma"] == 20
+
+
 def test_sigma_tradeoff_never_reads_the_evaluation_window() -> None:
     from qosmos.predictors.ces import sigma_tradeoff
 
@@ -121,3 +189,5 @@ def test_sigma_tradeoff_never_reads_the_evaluation_window() -> None:
     changed[(minutes >= val_from) & (minutes < val_to)] += 60  # the validation window itself matters
     assert sigma_tradeoff(minutes, changed, total, val_from, val_to, [0, 20], num_rounds=10) != rows
     assert [r["sigma"] for r in rows] == [0, 20] and rows[0]["daily_wakeups"] >= rows[1]["daily_wakeups"]
+    grid = sigma_tradeoff(minutes, active, total, val_from, val_to, [0], num_rounds=10, xis_h=[0, 3], xis_p=[0, 1])
+    assert [(r["xi_h"], r["xi_p"]) for r in grid] == [(0, 0), (0, 1), (3, 0), (3, 1)]

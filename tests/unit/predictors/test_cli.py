@@ -40,6 +40,13 @@ def test_predict_ces_chooses_sigma_on_validation(app: typer.Typer, shared_data: 
     ok = [r for r in sel["tradeoff"] if r["daily_wakeups"] <= 1.0]
     assert sel["chosen_sigma"] == max(ok, key=lambda r: r["node_util"])["sigma"]
     assert data["config"]["sigma"] == sel["chosen_sigma"]
+    # ξ_H and ξ_P chosen with σ (default candidates 0, 2, 5, 10 each): 3 x 4 x 4 rows, and the one chosen
+    # is the best of all of them within the wake-up budget
+    assert len(sel["tradeoff_all"]) == 48
+    assert (data["config"]["xi_h"], data["config"]["xi_p"]) == (sel["chosen_xi_h"], sel["chosen_xi_p"])
+    best = max((r for r in sel["tradeoff_all"] if r["daily_wakeups"] <= 1.0), key=lambda r: r["node_util"])
+    assert (best["sigma"], best["xi_h"], best["xi_p"]) == (sel["chosen_sigma"], sel["chosen_xi_h"], sel["chosen_xi_p"])
+    assert data["node_util_after_per_minute"] > data["node_util_before_per_minute"] > 0.5
     assert "validation window 2017-11-02" in text and "wake-ups/day" in text
     assert (out / "ces.png").stat().st_size > 10_000
 
@@ -52,8 +59,9 @@ def test_predict_ces_bad_dates(app: typer.Typer, shared_data: Path, tmp_path: Pa
     assert res.exit_code == 2 and "train_until <= eval_from" in res.output
     assert "--train-until 2017-11-20" in res.output  # dates as the user wrote them, not minute counts
     args = ["predict", "ces", "--series", series, "--train-until", "2017-10-03", "--eval-from", "2017-12-16",
-            "--eval-to", "2017-12-30", "--out", str(tmp_path), "--sigma", "20"]  # fmt: skip
-    res = runner.invoke(app, args)
+            "--eval-to", "2017-12-30", "--out", str(tmp_path), "--sigma", "20", "--xi-h", "0",
+            "--xi-p", "0"]  # fmt: skip
+    res = runner.invoke(app, args)  # all knobs fixed: no validation window, the evaluation window is refused
     assert res.exit_code == 2 and "2017-10-03" in res.output and "2017-12-16 00:00" in res.output
     assert "Traceback" not in res.output
 
