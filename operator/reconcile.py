@@ -207,10 +207,11 @@ class Reconciler:
                 metrics.ERRORS.labels("translate").inc()
 
         # 2. admitted gangs
+        node_names = {meta(n)["name"] for n in nodes}
         for dl in jobs:
             if dl.phase in ACTIVE:
                 try:
-                    self._lifecycle(dl, pods_of.get(dl.job.id, []), now, rep)
+                    self._lifecycle(dl, pods_of.get(dl.job.id, []), now, rep, node_names)
                 except Exception as exc:  # one DLJob's trouble must not stop the others
                     self._job_error(dl, exc, now, rep)
         for dl in jobs:  # pods of finished or requeued DLJobs that still run are stopped
@@ -317,13 +318,19 @@ class Reconciler:
         rep.writes += len(todo)
 
     # ---- gangs --------------------------------------------------------------------------------
-    def _lifecycle(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> None:
-        """An admitted DLJob: its pods follow its status, its status follows its pods."""
+    def _lifecycle(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport, node_names: set[str]) -> None:
+        """An admitted DLJob: its pods follow its status, its status follows its pods. A gang whose node
+        is gone goes back to the queue (its pods could never run there again; no restart is counted,
+        the job did not fail) and the core places it anew."""
         st = dl.status
         attempt = attempt_of(st)
         gang = Gang.of_status(st)
         if gang is None:  # admitted without a placement: cannot happen from this operator; requeue
             self._requeue(dl, "admitted without a placement", now, rep)
+            return
+        lost = [n for n in gang.node_names if n not in node_names]
+        if lost:
+            self._requeue(dl, f"node {', '.join(lost)} of its placement is gone", now, rep, reason="NodeLost")
             return
         cur = {meta(p)["name"]: p for p in pods if _attempt(p) == attempt}
         for p in pods:
@@ -449,7 +456,9 @@ class Reconciler:
         metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
         rep.finished.append(dl.job.id)
 
-    def _requeue(self, dl: DL, why: str, now: float, rep: PassReport, at: float | None = None) -> None:
+    def _requeue(
+        self, dl: DL, why: str, now: float, rep: PassReport, at: float | None = None, reason: str = "Preempted"
+    ) -> None:
         """Back to the queue (preempted or reclaimed): placement dropped, pods deleted. The service of the
         run it stops is folded into its status before ``startTime`` goes, and ``queuedSince`` says when
         it went back: ``at``, the event the decision was made for (the simulator's preemption instant),
@@ -466,13 +475,13 @@ class Reconciler:
                 **served,
                 "queuedSince": rfc3339(now if at is None else at),
                 "preemptions": int(dl.status.get("preemptions") or 0) + 1,
-                "conditions": [condition("False", "Preempted", why, now, dl.status.get("conditions"))],
+                "conditions": [condition("False", reason, why, now, dl.status.get("conditions"))],
             },
             rep,
         )
         for p in pods:
             self.kube.delete_pod(dl.namespace, p)
-        self.kube.event(dl.obj, "Preempted", why, "DLJob", "Warning")
+        self.kube.event(dl.obj, reason, why, "DLJob", "Warning")
         rep.preempted.append(dl.job.id)
 
     @staticmethod

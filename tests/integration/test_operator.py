@@ -278,6 +278,39 @@ def test_failed_pod_restarts_the_gang_then_fails(api: Api) -> None:
     wait_for(lambda: [p.metadata.name for p in api.pods(ns, "flaky")] == ["flaky-1-1"], 30, "pods stopped")
 
 
+def test_a_gang_whose_node_is_deleted_goes_back_to_the_queue(api: Api) -> None:
+    """A node deleted under an admitted gang: the DLJob is requeued (NodeLost, no restart counted) and
+    admitted again, on another node, once one is there."""
+    from qosmos.dev.fakenodes import create_nodes, fake_node_manifest
+
+    row = {"sn": "extra-0", "cpu_milli": 96000, "memory_mib": 786432, "gpu": 8, "model": "V100M32"}
+    manifest = fake_node_manifest(row, 0, extra_labels={"qosmos.io/pool": "lost"})
+    create_nodes(api.client, [manifest])
+    ns = api.namespace()
+    try:
+        api.vc("lost", "lost")
+        api.dljob(ns, "orphan", "lost", 8, run=None)
+        wait_for(lambda: api.phase(ns, "orphan") == "Running", 60, "Running on extra-0")
+        assert _status(api.get(ns, "orphan"))["placement"]["nodeNames"] == ["extra-0"]
+        api.core.delete_node("extra-0")
+        wait_for(lambda: api.phase(ns, "orphan") == "Queued", 60, "requeued")
+        st = _status(api.get(ns, "orphan"))
+        assert _condition(api.get(ns, "orphan"))["reason"] in ("NodeLost", "NoFit", "Head")
+        assert not st.get("restarts") and st["preemptions"] == 1 and "placement" not in st
+        reasons = {e.reason for e in api.core.list_namespaced_event(ns).items if e.involved_object.name == "orphan"}
+        assert "NodeLost" in reasons or wait_for(
+            lambda: "NodeLost" in {e.reason for e in api.core.list_namespaced_event(ns).items}, 10, "NodeLost Event"
+        )
+        row2 = {**row, "sn": "extra-1"}
+        create_nodes(api.client, [fake_node_manifest(row2, 0, extra_labels={"qosmos.io/pool": "lost"})])
+        wait_for(lambda: api.phase(ns, "orphan") == "Running", 60, "Running again on extra-1")
+        assert _status(api.get(ns, "orphan"))["placement"]["nodeNames"] == ["extra-1"]
+    finally:
+        for name in ("extra-0", "extra-1"):
+            with contextlib.suppress(Exception):
+                api.core.delete_node(name)
+
+
 def test_deleting_a_dljob_removes_its_pods(api: Api) -> None:
     ns = api.namespace()
     api.vc("del", None)
