@@ -76,6 +76,23 @@ def run(
             "(default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json, over the built-in profiles)"
         ),
     ] = None,
+    ces: Annotated[
+        bool,
+        typer.Option("--ces", help="Cluster Energy Saving: idle GPU nodes sleep when demand falls (Helios Alg. 2)"),
+    ] = False,
+    ces_minute: Annotated[float, typer.Option(help="seconds in a CES minute (tests compress time)")] = 60.0,
+    ces_interval: Annotated[int, typer.Option(help="minutes between CES periodic checks")] = 10,
+    ces_sigma: Annotated[
+        str, typer.Option(help="CES buffer nodes: a number, or 'auto' (chosen on the recorded history)")
+    ] = "auto",
+    ces_wake_latency: Annotated[float, typer.Option(help="seconds a woken node stays unschedulable (booting)")] = 300.0,
+    power_driver: Annotated[str, typer.Option(help="none, command or webhook: what sleeps and wakes nodes")] = "none",
+    power_command: Annotated[
+        str, typer.Option(help="--power-driver command: template with {node}, {action} (sleep|wake), {power} (off|on)")
+    ] = "",
+    power_webhook: Annotated[
+        str, typer.Option(help='--power-driver webhook: URL POSTed {"node": ..., "action": "sleep"|"wake"}')
+    ] = "",
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
     peering: Annotated[
         str | None,
@@ -107,6 +124,12 @@ def run(
         raise InvalidInput("peering", peering, "must be a DNS subdomain name (lower case, digits, '-', '.')")
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise InvalidInput("log_level", log_level, "expected DEBUG, INFO, WARNING or ERROR")
+    from qosmos.operator.ces import options as ces_options
+
+    energy = ces_options(
+        ces, ces_minute, ces_interval, ces_sigma, ces_wake_latency, power_driver, power_command, power_webhook,
+        history_namespace,
+    )  # fmt: skip
     profiles = load_profiles(db)  # the one model database explain, simulate and the extender read
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("qosmos.operator").info(
@@ -121,6 +144,7 @@ def run(
             metrics_port=metrics_port,
             interval_s=interval,
             history_namespace=history_namespace,
+            ces=energy,
             modeldb=profiles.db,
             metrics_host=metrics_host,
             peering=peering,

@@ -12,12 +12,15 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.operator import inference, metrics
 from qosmos.operator.crds import GROUP, LABEL_JOB, VERSION
+
+if TYPE_CHECKING:
+    from qosmos.operator.ces import CESOptions
 
 log = logging.getLogger("qosmos.operator")
 
@@ -31,6 +34,7 @@ class RunOptions:
     debounce_s: float = 0.2  # events within this window share one pass
     history_namespace: str = "default"  # where the QSSF duration history ConfigMap lives
     modeldb: ModelDB | None = None  # GENIE profiles (qosmos.extender.explain.load_profiles); None: built-ins
+    ces: CESOptions | None = None  # Cluster Energy Saving (qosmos.operator.ces); None: off
     metrics_host: str = "127.0.0.1"
     peering: str | None = None  # kopf peering object name (qosmos.operator.peering); None: standalone
     peering_priority: int | None = None  # None: peering.default_priority() (the oldest replica runs)
@@ -128,6 +132,11 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
     api = _api_client(opts.kubeconfig)
     kube = Kube(api, opts.namespace)
     rec = Reconciler(kube, modeldb=opts.modeldb, durations=Durations(kube, opts.history_namespace))
+    power = None
+    if opts.ces is not None:  # a CES step after each pass, in this worker: no pass admits onto a node going to sleep
+        from qosmos.operator.ces import EnergySaver
+
+        power = EnergySaver(kube, opts.ces)
     serving = inference.InferenceController(kube, modeldb=opts.modeldb)
     peer = None
     if opts.peering:  # kopf pauses only its handlers: the timer's passes ask the peering object too
@@ -153,6 +162,8 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
             served_wake = await inference.tick(serving)  # first: a service's replicas go before queued DLJobs
             rep = await asyncio.to_thread(rec.run_pass)
             wake = inference.soonest(rep.wake_at, served_wake)
+            if power is not None:
+                wake = power.sooner(wake, await asyncio.to_thread(power.step))
             if rep.admitted or rep.finished or rep.restarted or rep.preempted:
                 log.info(
                     "pass %.0f ms: admitted %d, finished %d, restarted %d, preempted %d, %d writes",
