@@ -62,6 +62,7 @@ from qosmos.operator.translate import (
     Gang,
     assign_nodes,
     attempt_of,
+    book_cordoned,
     book_gang,
     book_pods,
     carry_from_json,
@@ -250,6 +251,7 @@ class Reconciler:
                     running[dl.spec.virtual_cluster].append(
                         running_job(dl.job, start, alloc, self._predict(dl.job, now))
                     )
+            book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
 
         # DLJobs naming a missing VirtualCluster wait, saying so
         for name, group in by_vc.items():

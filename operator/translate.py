@@ -200,6 +200,23 @@ def book_pods(cluster: ClusterState, pods: Iterable[PodInfo]) -> None:
             cluster.allocate(Allocation((NodeGrant(i, ids, 1000, max(cpu, 0), max(mem, 0)),)))
 
 
+def book_cordoned(cluster: ClusterState, nodes: Iterable[Mapping[str, Any]]) -> None:
+    """Whatever is still free on a cordoned node (``spec.unschedulable``: CES asleep or waking,
+    ``kubectl cordon``) booked, so the core places nothing new there; what already runs there stays
+    booked as its own (call this after booking the gangs and other pods)."""
+    for obj in nodes:
+        if not (obj.get("spec") or {}).get("unschedulable"):
+            continue
+        i = cluster.index.get(str(meta(obj).get("name", "")))
+        if i is None:
+            continue
+        ids = _free_ids(cluster, i, int(cluster.free_gpus[i]))
+        cpu = 0 if cluster.cpu_untracked[i] else max(int(cluster.free_cpu[i]), 0)
+        mem = 0 if cluster.mem_untracked[i] else max(int(cluster.free_mem[i]), 0)
+        if ids or cpu or mem:
+            cluster.allocate(Allocation((NodeGrant(i, ids, 1000, cpu, mem),)))
+
+
 def _free_ids(cluster: ClusterState, node: int, gpus: int) -> tuple[int, ...]:
     row = cluster.gpu_free_milli[node, : int(cluster.gpu_cap[node])]
     return tuple(int(g) for g in (row == 1000).nonzero()[0][:gpus])

@@ -491,6 +491,7 @@ def kopf_needs(peering: bool) -> set[Perm]:
 
 
 def test_operator_rbac_is_what_it_calls(default: list[dict[str, Any]], custom: list[dict[str, Any]]) -> None:
+    from qosmos.operator.ces import CONFIG_MAP as CES_CONFIG_MAP
     from qosmos.operator.durations import CONFIG_MAP
     from qosmos.operator.peering import CLUSTER_PLURAL, NAMESPACED_PLURAL
 
@@ -499,7 +500,7 @@ def test_operator_rbac_is_what_it_calls(default: list[dict[str, Any]], custom: l
     peering = {p for p in calls if p[0] == "kopf.dev"}
     calls -= peering
     configmaps = {p for p in calls if p[1] == "configmaps"}
-    assert configmaps == {("", "configmaps", v) for v in ("get", "patch", "create")}  # durations.py's history
+    assert configmaps == {("", "configmaps", v) for v in ("get", "patch", "create")}  # the QSSF and CES histories
     for docs, with_peering, history_ns in ((default, True, NAMESPACE), (custom, False, "ml-history")):
         got = granted(docs, f"{RELEASE}-qosmos-operator" if docs is default else "gpu-sched-operator")
         cluster = got.pop(("ClusterRole", ""))
@@ -507,11 +508,10 @@ def test_operator_rbac_is_what_it_calls(default: list[dict[str, Any]], custom: l
         assert not got, got
         need = (calls - configmaps) | kopf_needs(with_peering) | (peering if with_peering else set())
         assert _plain(cluster) == need, (sorted(_plain(cluster) - need), sorted(need - _plain(cluster)))
-        # the history ConfigMap only, in one namespace: create cannot name it, get and patch do
+        # the history ConfigMaps only, in one namespace: create cannot name them, get and patch do
         assert local == {
             ("", "configmaps", "create"),
-            ("", f"configmaps@{CONFIG_MAP}", "get"),
-            ("", f"configmaps@{CONFIG_MAP}", "patch"),
+            *(("", f"configmaps@{cm}", verb) for cm in (CONFIG_MAP, CES_CONFIG_MAP) for verb in ("get", "patch")),
         }
         if with_peering:  # get/patch of its own peering object only
             name = f"{RELEASE}-qosmos-operator"

@@ -22,6 +22,7 @@ from qosmos.operator.translate import (
     Gang,
     assign_nodes,
     attempt_of,
+    book_cordoned,
     book_gang,
     book_pods,
     carry_from_json,
@@ -121,6 +122,18 @@ def test_admitted_gang_and_foreign_pods_are_booked() -> None:
     assert cluster.free_cpu[0] == 96_000 - 2 * 1000
     # what no longer fits is left out, never double-booked
     assert book_gang(cluster, Gang(("n0",), (1,)), spec) is None
+
+
+def test_a_cordoned_node_takes_nothing_new_but_keeps_what_runs_there() -> None:
+    nodes = [node("n0"), node("n1")]
+    nodes[1]["spec"] = {"unschedulable": True}  # CES asleep or waking, or kubectl cordon
+    cluster = ClusterState(core_nodes(nodes, {"n0": "vc-a", "n1": "vc-a"}))
+    spec = DLJobSpec.model_validate({"virtualCluster": "vc-a", "gpus": 2, "cpus": 1})
+    assert book_gang(cluster, Gang(("n1",), (2,)), spec) is not None  # a gang already running there
+    book_cordoned(cluster, nodes)
+    assert cluster.free_gpus.tolist() == [8, 0]
+    assert cluster.free_cpu[1] == 0 and cluster.free_cpu[0] == 96_000
+    assert cluster.capacity("vc-a") == 16  # still the VirtualCluster's nodes
 
 
 def test_gang_from_allocation_and_status_round_trip() -> None:
