@@ -642,21 +642,32 @@ def test_qssf_orders_by_durations_learnt_from_finished_dljobs(api: Api, operator
 
 def test_the_examples_run_to_succeeded(api: Api) -> None:
     """examples/ as a user applies them (`kubectl apply -f examples/`): both VirtualClusters, a DLJob
-    of each QoS class and a CPU job, all to Succeeded (their run-durations are 30 to 90 s)."""
+    of each QoS class and a CPU job, all to Succeeded (their run-durations are 30 to 90 s), and the
+    InferenceService serving beside them."""
     import yaml
 
     api.label_pools({"node-0": "a", "node-1": "b", "node-2": "a", "node-3": "b"})
     ns = api.namespace()
     examples = Path(__file__).resolve().parents[2] / "examples"
-    names = []
+    names: list[str] = []
+    services: list[str] = []
     for path in sorted(examples.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc["kind"] == "VirtualCluster":
                 api.custom.create_cluster_custom_object(GROUP, VERSION, "virtualclusters", doc)
+            elif doc["kind"] == "InferenceService":
+                api.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", doc)
+                services.append(doc["metadata"]["name"])
             else:
                 api.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", doc)
                 names.append(doc["metadata"]["name"])
-    assert len(names) == 4
+    assert len(names) == 4 and len(services) == 1
+
+    def serving(name: str) -> bool:
+        st = api.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", name).get("status") or {}
+        return int(st.get("readyReplicas") or 0) >= 1
+
+    wait_for(lambda: all(serving(s) for s in services), 90, "the InferenceService serving", interval=2)
 
     def phases() -> dict[str, str | None]:
         return {n: _status(j).get("phase") for n, j in api.jobs(ns).items()}
