@@ -19,11 +19,13 @@ WORKDIR /src
 # the source tree (.dockerignore leaves out tests, docs, the chart); a wheels/ folder comes along
 COPY . .
 # .[gpu]: NVML for the node agent's GPU utilisation
-RUN /opt/qosmos/bin/pip install ${PIP_ARGS} ".[gpu]" && /opt/qosmos/bin/python -m compileall -q /opt/qosmos
+# -P: /src holds the component folder operator/, which would shadow the stdlib module of that name
+RUN /opt/qosmos/bin/pip install ${PIP_ARGS} ".[gpu]" && /opt/qosmos/bin/python -P -m compileall -q /opt/qosmos
 
 FROM ${BASE}
-# tc (iproute2) for the node agent's network split (SODA §V-E)
-RUN apt-get update && apt-get install -y --no-install-recommends iproute2 && rm -rf /var/lib/apt/lists/*
+# tc (iproute2) for the node agent's network split (SODA §V-E); libgomp1: LightGBM's OpenMP runtime
+# (the QSSF duration predictor), which its manylinux wheel does not bundle
+RUN apt-get update && apt-get install -y --no-install-recommends iproute2 libgomp1 && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/qosmos /opt/qosmos
 ENV PATH=/opt/qosmos/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 # The chart runs the operator and the extender as 65532 and the node agent as root.

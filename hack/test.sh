@@ -24,6 +24,15 @@ if [ "$(id -u)" -eq 0 ] && command -v go >/dev/null 2>&1; then
 fi
 # ----------------------------------------------------------------------------------------------
 
+# --- e2e tier (tests/e2e, marker "e2e"; issue 14) ---------------------------------------------
+# The qosmos image (the Dockerfile, by buildah from a debootstrap python3 base, offline wheels) and
+# a kube-scheduler image from hack/k8s's binary, for helm install on the node tier's kubelet
+# (hack/image/build.sh; cached by content hash, a no-op when nothing it copies changed). Root only.
+if [ "$(id -u)" -eq 0 ] && command -v go >/dev/null 2>&1; then
+  bash hack/image/build.sh
+fi
+# ----------------------------------------------------------------------------------------------
+
 # Layers (issue 9 §6; pyproject.toml [tool.importlinter], [tool.mypy]): a broken contract or type error fails the run.
 python3 hack/layers.py imports  # core <- predictors <- simulator; no k8s/RPC/HTTP there; no qosmos.testing in production
 python3 hack/layers.py types    # mypy --strict on the pure core, extender/core

@@ -10,6 +10,14 @@ Network rule — nothing leaves the machine: the node's IP is an extra address o
 serves only there, pods live on a local bridge with no gateway and no masquerading (they reach
 each other, nothing else), and the service CIDR gets a blackhole route.
 
+``cluster_network=True`` (the e2e tier, for pods that talk to the apiserver and to Services): the
+bridge gets the host-side address ``GATEWAY_IP`` (the kubelet's probes reach the pods), pods get one
+route, the service CIDR via that address (still no default route), and the kubelet points their
+DNS at ``DNS_IP``. What answers there is :class:`qosmos.testing.services.ServiceNetwork`, which
+puts each Service VIP on the bridge as a local address: VIP traffic is delivered to this host and
+proxied, nothing is forwarded (ip_forward stays as it is) and the rest of the service CIDR is
+still blackholed.
+
 Host state the node changes is recorded before and put back on ``stop()``: the sysctls the
 kubelet sets (vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops,
 kernel.keys.*), net.ipv4.ip_forward, the iptables rules (when iptables is installed), the
@@ -52,6 +60,9 @@ NODE_IP = "10.255.255.1"  # an extra address on lo: local delivery only
 NODE_IFACE = "lo"
 BRIDGE = "qosmos0"
 POD_CIDR = "10.244.0.0/24"
+GATEWAY_IP = "10.244.0.1"  # cluster_network: the bridge's address (host side of the pod network)
+DNS_IP = "10.0.0.10"  # cluster_network: the cluster DNS Service IP in the kubelet's clusterDNS
+CLUSTER_DOMAIN = "cluster.local"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 HOST_BINARIES = ("containerd", "runc", "ctr", "ip")
 SYSCTLS = (
@@ -341,8 +352,10 @@ class Node:
         name: str = "qosmos-node-0",
         start_timeout: float = 90.0,
         pod_cidr: str = POD_CIDR,
+        cluster_network: bool = False,
     ) -> None:
         self.cp, self.name, self.start_timeout, self.pod_cidr = cp, name, start_timeout, pod_cidr
+        self.cluster_network = cluster_network  # see the module docstring
         self.workdir = Path()
         self.components: list[Component] = []
         self.host: HostState | None = None
@@ -576,6 +589,24 @@ class Node:
         _run("ip", "route", "replace", "blackhole", SERVICE_CIDR)
         cni = self.workdir / "cni"
         cni.mkdir()
+        ipam_range: dict[str, str] = {"subnet": self.pod_cidr}
+        routes: list[dict[str, str]] = []
+        if self.cluster_network:
+            # the bridge exists before the first pod with the host's address on it; the plugin
+            # (isGateway false) keeps it and installs only the service CIDR route in each pod
+            prefix = self.pod_cidr.split("/")[1]
+            _run("ip", "link", "add", BRIDGE, "type", "bridge")
+            _run("ip", "addr", "add", f"{GATEWAY_IP}/{prefix}", "dev", BRIDGE)
+            _run("ip", "link", "set", BRIDGE, "up")
+            ipam_range["gateway"] = GATEWAY_IP
+            routes = [{"dst": SERVICE_CIDR, "gw": GATEWAY_IP}]
+        ipam: dict[str, Any] = {
+            "type": "host-local",
+            "ranges": [[ipam_range]],
+            "dataDir": str(self.workdir / "cni-ipam"),
+        }
+        if routes:
+            ipam["routes"] = routes
         conf = {
             "cniVersion": "0.4.0",
             "name": "qosmos",
@@ -583,14 +614,10 @@ class Node:
                 {
                     "type": "bridge",
                     "bridge": BRIDGE,
-                    "isGateway": False,  # no gateway: pods reach only each other
-                    "ipMasq": False,
+                    "isGateway": False,  # no gateway: pods reach only each other (and the host's
+                    "ipMasq": False,  # address on the bridge with cluster_network)
                     "hairpinMode": True,
-                    "ipam": {
-                        "type": "host-local",
-                        "ranges": [[{"subnet": self.pod_cidr}]],
-                        "dataDir": str(self.workdir / "cni-ipam"),
-                    },
+                    "ipam": ipam,
                 }
             ],
         }
@@ -728,6 +755,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "volumeStatsAggPeriod": "0s",
             "localStorageCapacityIsolation": False,
         }
+        if self.cluster_network:
+            cfg["clusterDNS"] = [DNS_IP]
+            cfg["clusterDomain"] = CLUSTER_DOMAIN
         (w / "kubelet.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         self._spawn(
             "kubelet",
