@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +27,35 @@ def need_dev_binaries() -> None:
         if os.environ.get("CI"):
             pytest.fail(msg)
         pytest.skip(msg)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
+    """``pred()`` once it is truthy; an AssertionError naming ``what`` and the last value after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@contextlib.contextmanager
+def dev_cluster(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[str, Path]]:
+    """``qosmos dev up --no-operator`` with 4 nodes x 8 GPUs, attached (a killed test run takes the
+    cluster with it): (kubeconfig, folder); ``down`` afterwards."""
+    need_dev_binaries()
+    from qosmos.dev.cluster import DevOptions, down, up
+
+    directory = tmp_path_factory.mktemp(name) / "cluster"
+    state, _ = up(DevOptions(dir=directory, nodes=4, gpus_per_node=8, operator=False, detached=False))
+    try:
+        yield state.kubeconfig, directory
+    finally:
+        down(directory, grace=5)
+        if os.environ.get("QOSMOS_K8S_KEEP") != "1":
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 from qosmos.dev.process import free_port
 
-from .conftest import need_dev_binaries
+from .conftest import dev_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -36,31 +35,10 @@ LATENCY_S = 4.0  # --ces-wake-latency
 POWER = "qosmos.io/power"
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """``qosmos dev up --no-operator`` with 4 nodes x 8 GPUs; ``down`` afterwards."""
-    need_dev_binaries()
-    from qosmos.dev.cluster import DevOptions, down, up
-
-    directory = tmp_path_factory.mktemp("cesdev") / "cluster"
-    state, _ = up(DevOptions(dir=directory, nodes=4, gpus_per_node=8, operator=False, detached=False))
-    try:
-        yield state.kubeconfig, directory
-    finally:
-        down(directory, grace=5)
-        if os.environ.get("QOSMOS_K8S_KEEP") != "1":
-            shutil.rmtree(directory, ignore_errors=True)
+    with dev_cluster(tmp_path_factory, "cesdev") as c:
+        yield c
 
 
 @dataclass

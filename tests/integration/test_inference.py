@@ -20,8 +20,6 @@ Checked:
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import need_dev_binaries
+from .conftest import dev_cluster
 from .test_operator import Operator, wait_for
 
 pytestmark = pytest.mark.integration
@@ -140,19 +138,10 @@ class Recorder:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    need_dev_binaries()
     if not GENAI.is_file():
         pytest.skip(f"the GenAI trace is not at {GENAI}")
-    from qosmos.dev.cluster import DevOptions, down, up
-
-    directory = tmp_path_factory.mktemp("infdev") / "cluster"
-    state, _ = up(DevOptions(dir=directory, nodes=4, gpus_per_node=8, operator=False, detached=False))
-    try:
-        yield state.kubeconfig, directory
-    finally:
-        down(directory, grace=5)
-        if os.environ.get("QOSMOS_K8S_KEEP") != "1":
-            shutil.rmtree(directory, ignore_errors=True)
+    with dev_cluster(tmp_path_factory, "infdev") as c:
+        yield c
 
 
 def _ready(pod: Any) -> bool:

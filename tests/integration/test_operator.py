@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,31 +17,20 @@ import time
 import urllib.request
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from qosmos.dev.process import free_port
 
-from .conftest import need_dev_binaries
+from .conftest import dev_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
 GROUP, VERSION = "qosmos.io", "v1alpha1"
 NODES = [f"node-{i}" for i in range(4)]
 QOSMOS = [sys.executable, "-P", "-m", "qosmos"]
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 class Operator:
@@ -185,19 +173,8 @@ class Api:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """``qosmos dev up --no-operator`` with 4 nodes x 8 GPUs; ``down`` afterwards."""
-    need_dev_binaries()
-    from qosmos.dev.cluster import DevOptions, down, up
-
-    directory = tmp_path_factory.mktemp("opdev") / "cluster"
-    # attached: a killed test run takes the cluster with it (no orphans)
-    state, _ = up(DevOptions(dir=directory, nodes=4, gpus_per_node=8, operator=False, detached=False))
-    try:
-        yield state.kubeconfig, directory
-    finally:
-        down(directory, grace=5)
-        if os.environ.get("QOSMOS_K8S_KEEP") != "1":
-            shutil.rmtree(directory, ignore_errors=True)
+    with dev_cluster(tmp_path_factory, "opdev") as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

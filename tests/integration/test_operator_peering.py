@@ -11,9 +11,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +21,14 @@ import yaml
 from qosmos.dev.process import free_port
 from qosmos.testing.controlplane import ControlPlane
 
+from .conftest import wait_for
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SA_NAMESPACE = "qosmos-it"
 PEERING = "it-qosmos-operator"  # release "it": the chart names the peering object (and its RBAC) so
 GROUP, VERSION = "qosmos.io", "v1alpha1"
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 class Replica:
