@@ -19,8 +19,9 @@ VirtualCluster). EASY is a relax factor of 0; adaptive scales the factor with th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from qosmos.extender.core import genie
@@ -40,6 +41,8 @@ BLOCKED = "policy"  # the policy holds it (Capacity share, ...)
 QUOTA = "quota"  # the partition's GPU quota is used up
 HEAD = "head"  # the blocked head itself, with a reservation
 NOT_NOW = "does not fit the free resources now"  # why a NO_FIT job (or an unreserved head) waits
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,6 +519,7 @@ def admit(
     queue_len: int | None = None,
     explain: bool = True,
     book: bool = False,
+    first: Collection[str] = (),
 ) -> AdmissionResult:
     """One admission pass over a partition's queue.
 
@@ -529,6 +533,9 @@ def admit(
     ``book``: book the starts on ``cluster`` itself, for a caller that would book them anyway (the
     simulator); ignored by preemptive and job-array policies, whose passes also release. The result's
     ``booked`` says whether it happened. Otherwise ``cluster`` is never changed.
+    ``first``: ids of waiting jobs that go back to the head of their queue, ahead of the policy's
+    order (jobs preempted for an inference service, ``core.services``); preemptive policies, which
+    order waiting and running jobs together anyway, ignore it.
     """
     rt = runtime
     part = rt.partition
@@ -543,11 +550,15 @@ def admit(
     if presorted:
         if not policy.static:
             raise InvalidInput("presorted", policy.name, "only a static policy's queue can be kept sorted")
+        if first:
+            waiting = _heads_first(list(waiting), first, lambda j: j.id)
         decisions: Iterable[Decision] = (Decision(j) for j in waiting)
         n = queue_len if queue_len is not None else -1
     else:
         jobs = list(waiting)
         decisions = policy.order(jobs, ctx)
+        if first:
+            decisions = _heads_first(list(decisions), first, lambda d: d.job.id)
         n = len(jobs)
     p = _Pass(rt, cluster, now, running, estimate, carry, max(n, 0), explain, book and not policy.arrays)
     backfill = part.backfill != "none"
@@ -629,6 +640,12 @@ def admit(
         p.wait(head, head_pos, HEAD, f"head of the queue; {when}")
         p.result.waiting.insert(head_at, p.result.waiting.pop())
     return p.result
+
+
+def _heads_first(items: list[T], first: Collection[str], key: Callable[[T], str]) -> list[T]:
+    """``items`` with those whose id is in ``first`` moved ahead, both parts in their order (for a
+    policy with job arrays each goes to the head of its own array's queue: decisions keep it)."""
+    return [x for x in items if key(x) in first] + [x for x in items if key(x) not in first]
 
 
 def _preemptive(
