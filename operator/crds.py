@@ -386,6 +386,11 @@ class DLJobStatus(_Model):
     queued_since: datetime | None = Field(
         None, description="when it last went back to its queue (preempted or reclaimed); unset: its creation"
     )
+    queue_head: bool | None = Field(
+        None,
+        description="preempted for an InferenceService's replica (SODA): it waits at the head of its queue "
+        "until admitted again",
+    )
     observed_generation: int | None = Field(None, ge=0)
     conditions: Conditions | None = None
 

@@ -43,6 +43,7 @@ from qosmos.extender.cache import GPU_RESOURCE, pod_info
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.inference import Decision, InferenceSpec, InferenceState, Mode, Reason, decide, resolve_spec
 from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.services import ServiceReplica
 from qosmos.operator import metrics
 from qosmos.operator.crds import (
     ANN_QPS,
@@ -309,6 +310,24 @@ def plan(mode: Mode, n: int, replicas: Sequence[Replica]) -> Plan:
         out.ready_after = ready_new + sum(r.ready for r in other)
     out.complete = ready_new >= n and not surplus and not other and len(keep) == n
     return out
+
+
+def pending_replica(pod: Mapping[str, Any]) -> ServiceReplica:
+    """An unbound replica pod as the core's ``place_services`` sees it: what it requests, when it was
+    created (the older first), and a CPU replica confined to GPU nodes (its affinity says so too)."""
+    info = pod_info(pod)
+    m = meta(pod)
+    labels = m.get("labels") or {}
+    created = parse_time(m.get("creationTimestamp"))
+    return ServiceReplica(
+        id=info.key,
+        service=f"{info.namespace}/{labels.get(LABEL_INFERENCE, '')}",
+        since=created if created is not None else 0.0,
+        gpus=info.gpus,
+        cpu_milli=info.cpu_milli,
+        memory_mib=info.memory_mib,
+        gpu_nodes_only=(labels.get(LABEL_MODE) or "").upper() == Mode.CPU.value,
+    )
 
 
 def replica_name(service: str, mode: Mode, index: int) -> str:
@@ -823,6 +842,7 @@ __all__ = [
     "annotation_load",
     "idle_gpus",
     "parse_prometheus",
+    "pending_replica",
     "plan",
     "prometheus_qps",
     "quantize",

@@ -77,6 +77,19 @@ class Kube:
         )
         return self._items(resp)
 
+    def pending_replica_pods(self) -> list[dict[str, Any]]:
+        """InferenceService replica pods not bound yet: the pass books them before the queues (SODA)."""
+        sel, fields = "qosmos.io/inference", "spec.nodeName=,status.phase=Pending"
+        if self.namespace:
+            resp = self.core.list_namespaced_pod(
+                self.namespace, label_selector=sel, field_selector=fields, _preload_content=False
+            )
+        else:
+            resp = self.core.list_pod_for_all_namespaces(
+                label_selector=sel, field_selector=fields, _preload_content=False
+            )
+        return self._items(resp)
+
     # ---- writes -------------------------------------------------------------------------------
     def patch_dljob_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         _done(

@@ -51,6 +51,8 @@ UNBLOCK: dict[str, str] = {
     "when the policy ranks it ahead",
     "Preempted": "a job that ranks higher took its GPUs; it is back in its queue and restarts from the beginning "
     "(unless its workload checkpoints)",
+    "PreemptedForInference": "an InferenceService's replica needed its room (SODA: the last-submitted training or "
+    "CPU job gives way); it waits at the head of its queue and restarts from the beginning (unless it checkpoints)",
     "VirtualClusterMissing": "its spec.virtualCluster names no VirtualCluster: create it, or recreate the DLJob "
     "naming an existing one",
     "NodeLost": "a node of its placement is gone: it is back in its queue (no restart counted) and will be placed anew",

@@ -48,10 +48,12 @@ from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.forecast import forecast
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.quota import HeldJob, QuotaState, accounting, effective_quota, reclaim
+from qosmos.extender.core.services import ServiceReplica, place_services
 from qosmos.extender.core.types import Allocation, Job
 from qosmos.operator import metrics
 from qosmos.operator.crds import LABEL_JOB, LABEL_VC, DLJobPhase, DLJobSpec, VirtualClusterSpec
 from qosmos.operator.durations import Durations
+from qosmos.operator.inference import pending_replica
 from qosmos.operator.kube import Kube
 from qosmos.operator.service import TurnClock, as_of_last_event
 from qosmos.operator.translate import (
@@ -145,6 +147,7 @@ class PassReport:
     finished: list[str] = field(default_factory=list)
     restarted: list[str] = field(default_factory=list)
     pods_created: int = 0
+    replicas_booked: int = 0  # InferenceService replica pods not bound yet, booked before the queues
     writes: int = 0
     seconds: float = 0.0
     wake_at: float | None = None  # the earliest turn end of a running job (preemptive policies): pass then
@@ -180,6 +183,7 @@ class Reconciler:
         nodes = self.kube.nodes()
         dljobs = self.kube.dljobs()
         pods = self.kube.gang_pods()
+        pending = self.kube.pending_replica_pods()  # before the bound ones: one binding between is seen bound
         others = self.kube.other_bound_pods()
         self.durations.load()
 
@@ -252,6 +256,7 @@ class Reconciler:
                         running_job(dl.job, start, alloc, self._predict(dl.job, now))
                     )
             book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
+            self._services(pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
 
         # DLJobs naming a missing VirtualCluster wait, saying so
         for name, group in by_vc.items():
@@ -295,6 +300,40 @@ class Reconciler:
         rep.seconds = time.perf_counter() - t0
         metrics.PASS_SECONDS.observe(rep.seconds)
         return rep
+
+    # ---- inference services first (SODA §V-D2) ---------------------------------------------------
+    def _services(
+        self,
+        pending: list[dict[str, Any]],
+        bound: set[str],
+        jobs: list[DL],
+        running: dict[str, list[RunningJob]],
+        cluster: ClusterState,
+        now: float,
+        rep: PassReport,
+    ) -> None:
+        """Replica pods waiting for a node are booked before any queue is admitted (the core's
+        ``place_services``), so no DLJob takes their room; where room lacks, the last-submitted training
+        or CPU job there is preempted and waits at the head of its queue (``status.queueHead``)."""
+        replicas: list[ServiceReplica] = []
+        for p in pending:
+            try:
+                r = pending_replica(p)
+            except InvalidInput as exc:
+                log.warning("replica pod %s skipped: %s", meta(p).get("name"), exc)
+                continue
+            if r.id not in bound and not meta(p).get("deletionTimestamp"):
+                replicas.append(r)
+        if not replicas:
+            return
+        placed = place_services(replicas, [r for rs in running.values() for r in rs], cluster)
+        rep.replicas_booked += len(placed.placed)
+        by_id = {dl.job.id: dl for dl in jobs}
+        for pr in placed.preemptions:  # already released on ``cluster`` by the core
+            dl = by_id[pr.job.id]
+            self._requeue(dl, pr.reason, now, rep, reason="PreemptedForInference", head=True)
+            vc = dl.spec.virtual_cluster
+            running[vc] = [r for r in running[vc] if r.job.id != pr.job.id]
 
     # ---- nodes --------------------------------------------------------------------------------
     def _sync_node_labels(
@@ -459,7 +498,14 @@ class Reconciler:
         rep.finished.append(dl.job.id)
 
     def _requeue(
-        self, dl: DL, why: str, now: float, rep: PassReport, at: float | None = None, reason: str = "Preempted"
+        self,
+        dl: DL,
+        why: str,
+        now: float,
+        rep: PassReport,
+        at: float | None = None,
+        reason: str = "Preempted",
+        head: bool = False,
     ) -> None:
         """Back to the queue (preempted or reclaimed): placement dropped, pods deleted. The service of the
         run it stops is folded into its status before ``startTime`` goes, and ``queuedSince`` says when
@@ -477,6 +523,7 @@ class Reconciler:
                 **served,
                 "queuedSince": rfc3339(now if at is None else at),
                 "preemptions": int(dl.status.get("preemptions") or 0) + 1,
+                "queueHead": True if head else None,
                 "conditions": [condition("False", reason, why, now, dl.status.get("conditions"))],
             },
             rep,
@@ -607,7 +654,8 @@ class Reconciler:
             d = job.predicted_duration
             return math.inf if d is None else d
 
-        res = admit(rt, waiting, held, cluster, 0.0, carry=carry, estimate=estimate, explain=True)
+        heads = {d.job.id for d in waiting_dl if d.status.get("queueHead")}  # preempted for a service
+        res = admit(rt, waiting, held, cluster, 0.0, carry=carry, estimate=estimate, explain=True, first=heads)
 
         def etas() -> dict[str, float]:
             """Predicted starts of the jobs left waiting: the core's admission cycle run forward
@@ -706,6 +754,7 @@ class Reconciler:
                     "queuePosition": None,
                     "waitingAllowanceSeconds": None,
                     "eta": None,
+                    "queueHead": None,
                     "restarts": int(dl.status.get("restarts") or 0),
                     "conditions": [condition("True", reason, why, now, dl.status.get("conditions"))],
                 },

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -107,3 +108,38 @@ def k8s_namespace(k8s_api: Any) -> Iterator[str]:
         v1.delete_namespace(name)
     except ApiException:
         pass
+
+
+class Recorder:
+    """Every watch event of a list (resumed from its last resourceVersion), kept in order."""
+
+    def __init__(self, list_fn: Any, *args: Any, **kw: Any) -> None:
+        self.list_fn, self.args, self.kw = list_fn, args, kw
+        self.events: list[tuple[str, Any]] = []
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+        first = list_fn(*args, **kw)
+        self.rv = first["metadata"]["resourceVersion"] if isinstance(first, dict) else first.metadata.resource_version
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from kubernetes import watch
+
+        try:
+            while not self.stop.is_set():
+                w = watch.Watch()
+                for ev in w.stream(self.list_fn, *self.args, resource_version=self.rv, timeout_seconds=5, **self.kw):
+                    obj = ev["object"]
+                    rv = obj["metadata"]["resourceVersion"] if isinstance(obj, dict) else obj.metadata.resource_version
+                    self.rv = rv
+                    self.events.append((ev["type"], obj))
+                    if self.stop.is_set():
+                        w.stop()
+        except BaseException as exc:  # an expired watch would lose events: the test must say so
+            self.error = exc
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(15)
+        assert self.error is None, f"watch failed: {self.error!r}"

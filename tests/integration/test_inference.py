@@ -20,7 +20,6 @@ Checked:
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -29,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import dev_cluster
+from .conftest import Recorder, dev_cluster
 from .test_operator import Operator, wait_for
 
 pytestmark = pytest.mark.integration
@@ -99,41 +98,6 @@ def load_slice() -> tuple[list[float], float]:
     series = read_qps(GENAI)  # the generative requests, the type with the most queries
     factor = PEAK_GPUS * core_spec().gpu.capacity_qps / float(series.qps.max())
     return [round(float(q) * factor, 3) for q in series.qps[FIRST : FIRST + SLOTS]], series.step_s
-
-
-class Recorder:
-    """Every watch event of a list (resumed from its last resourceVersion), kept in order."""
-
-    def __init__(self, list_fn: Any, *args: Any, **kw: Any) -> None:
-        self.list_fn, self.args, self.kw = list_fn, args, kw
-        self.events: list[tuple[str, Any]] = []
-        self.error: BaseException | None = None
-        self.stop = threading.Event()
-        first = list_fn(*args, **kw)
-        self.rv = first["metadata"]["resourceVersion"] if isinstance(first, dict) else first.metadata.resource_version
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        from kubernetes import watch
-
-        try:
-            while not self.stop.is_set():
-                w = watch.Watch()
-                for ev in w.stream(self.list_fn, *self.args, resource_version=self.rv, timeout_seconds=5, **self.kw):
-                    obj = ev["object"]
-                    rv = obj["metadata"]["resourceVersion"] if isinstance(obj, dict) else obj.metadata.resource_version
-                    self.rv = rv
-                    self.events.append((ev["type"], obj))
-                    if self.stop.is_set():
-                        w.stop()
-        except BaseException as exc:  # an expired watch would lose events: the test must say so
-            self.error = exc
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(15)
-        assert self.error is None, f"watch failed: {self.error!r}"
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from qosmos.dev.process import free_port
 
-from .conftest import dev_cluster, wait_for
+from .conftest import Recorder, dev_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -339,6 +339,80 @@ def test_las_preempts_the_most_served_job_for_a_newcomer_once(api: Api) -> None:
     api.vc("empty", "no-such-pool")
     ready = wait_for(lambda: (api.vc_status("empty").get("conditions") or [None])[0], 30, "VC condition")
     assert (ready["status"], ready["reason"]) == ("False", "NoNodes") and "no-such-pool" in ready["message"]
+
+
+def test_an_inference_replica_preempts_the_last_submitted_job_and_is_booked_until_bound(api: Api) -> None:
+    """SODA §V-D2 live: j1..j4 (8 GPUs each, created a second apart) fill the four nodes; w (8 GPUs)
+    waits. An InferenceService asks for one GPU replica: the operator preempts j4, the last submitted
+    (not w, which does not run, nor j1..j3), and j4 waits at the head of its queue (``queueHead``). The
+    replica pod is booked while it waits for its node: w, whose 8 GPUs j4's node now has for a
+    moment, is never admitted there, and the replica becomes Ready on j4's old node. Once the service is
+    deleted, j4 is admitted again (head flag cleared) and w still waits behind it."""
+    ns = api.namespace()
+    api.vc("soda", None, policy="fifo", placement="consolidate")
+    for name in ("j1", "j2", "j3", "j4"):
+        api.dljob(ns, name, "soda", 8, run="600s")
+        wait_for(lambda name=name: api.phase(ns, name) == "Running", 60, f"{name} Running")
+        time.sleep(1.1)  # creation times are whole seconds: the order must be unambiguous
+    j4_node = api.pods(ns, "j4")[0].spec.node_name
+    api.dljob(ns, "w", "soda", 8, run="600s")
+    wait_for(lambda: (_status(api.get(ns, "w")).get("conditions") or [{}])[0].get("status") == "False", 30, "w waits")
+    before = {p.metadata.name for p in api.pods(ns)}
+    binds = Recorder(api.core.list_namespaced_pod, ns, label_selector="qosmos.io/job")  # every gang pod event
+    service = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "metadata": {"name": "serve", "namespace": ns, "annotations": {"qosmos.io/qps": "50"}},
+        "spec": {
+            "modelType": "ResNet50",
+            "qosTargetMs": 200,
+            "gpuSwitchBatch": 20,
+            "minReplicas": 1,
+            "maxReplicas": 1,
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "serve", "image": "registry.k8s.io/pause:3.10"}],
+                }
+            },
+        },
+    }
+    api.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", service)
+
+    def replica() -> Any:
+        pods = api.core.list_namespaced_pod(ns, label_selector="qosmos.io/inference=serve").items
+        return next((p for p in pods if not p.metadata.deletion_timestamp), None)
+
+    def ready() -> Any:
+        p = replica()
+        ok = p is not None and p.status.phase == "Running"
+        return p if ok and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []) else None
+
+    pod = wait_for(ready, 90, "the replica Ready")
+    assert pod.spec.node_name == j4_node  # the room j4 left
+    st = _status(api.get(ns, "j4"))
+    assert st["phase"] == "Queued" and st["queueHead"] is True and st["preemptions"] == 1
+    why = [e.message for e in api.core.list_namespaced_event(ns).items if e.reason == "PreemptedForInference"]
+    assert len(why) == 1 and f"replica {ns}/serve-gpu-0 of {ns}/serve" in why[0] and "last-submitted" in why[0]
+    assert {n: api.phase(ns, n) for n in ("j1", "j2", "j3", "w")} == dict.fromkeys(("j1", "j2", "j3"), "Running") | {
+        "w": "Queued"
+    }
+    time.sleep(4)  # two more passes: the replica's GPU stays its own
+    assert api.phase(ns, "w") == "Queued" and api.phase(ns, "j4") == "Queued"
+    binds.close()
+    late = {
+        (o.metadata.labels["qosmos.io/job"], o.spec.node_name)
+        for _, o in binds.events
+        if o.spec.node_name and o.metadata.name not in before
+    }
+    assert not late, f"a gang pod bound while the replica waited or served: {late}"
+
+    api.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "serve")
+    wait_for(lambda: replica() is None, 60, "the replica gone")
+    wait_for(lambda: api.phase(ns, "j4") == "Running", 60, "j4 admitted again")
+    st = _status(api.get(ns, "j4"))
+    assert "queueHead" not in st and st["preemptions"] == 1
+    assert api.phase(ns, "w") == "Queued"
 
 
 # --------------------------------------------------------------------------- gangs

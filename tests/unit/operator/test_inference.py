@@ -23,6 +23,7 @@ from qosmos.operator.inference import (
     annotation_load,
     idle_gpus,
     parse_prometheus,
+    pending_replica,
     plan,
     prometheus_qps,
     quantize,
@@ -258,6 +259,18 @@ def test_replica_pods() -> None:
     assert spec.template["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}  # not mutated
     plain = replica_pod(SVC, InferenceServiceSpec.model_validate({"modelType": "x"}), Mode.CPU, 1)
     assert plain["spec"]["containers"][0]["image"] == "registry.k8s.io/pause:3.10"
+
+
+def test_pending_replicas_as_the_core_places_them() -> None:
+    """A replica pod as ``place_services`` sees it: its requests, its service, its age, and a CPU replica
+    confined to GPU nodes (the rest of SODA's rule is the core's, tests/unit/core/test_services.py)."""
+    spec = InferenceServiceSpec.model_validate({"modelType": "ResNet50", "cpu": {"coresPerReplica": 12}})
+    for mode, gpus, cpu, only in ((Mode.GPU, 1, 0, False), (Mode.CPU, 0, 12_000, True)):
+        pod = replica_pod(SVC, spec, mode, 2)
+        pod["metadata"]["creationTimestamp"] = "2026-01-01T00:00:05Z"
+        r = pending_replica(pod)
+        assert (r.id, r.service, r.since) == (f"team/resnet-{mode.value.lower()}-2", "team/resnet", 1_767_225_605.0)
+        assert (r.gpus, r.cpu_milli, r.gpu_nodes_only) == (gpus, cpu, only)
 
 
 def _pod(name: str, mode: str, ready: bool, phase: str = "Running", deleting: bool = False) -> dict[str, Any]:
