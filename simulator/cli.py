@@ -23,6 +23,7 @@ from qosmos.predictors import DURATION_PREDICTORS
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, SimResult, simulate
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.outputs import artefacts, plot_compare, write_all, write_summary
+from qosmos.simulator.services import read_services
 from qosmos.simulator.traces import BUILTINS, FORMATS, Trace, infer_format, load_trace, scale_nodes
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -205,6 +206,7 @@ def run_simulation(
     truth_noise: float = 0.0,
     predictor: str = "qssf",
     predictor_fallback: bool = False,
+    services: list[Path] | None = None,
     db: str | None = None,
     plots: bool = True,
     quiet: bool = True,
@@ -220,6 +222,10 @@ def run_simulation(
     profiles = load_profiles(db)  # the one model database, as explain and the extender read it
     if profiles.file is not None:
         notes.append(f"model database {profiles.file} over the built-in profiles")
+    timelines = tuple(read_services(services)) if services else ()
+    if timelines:
+        names = ", ".join(t.name for t in timelines)
+        notes.append(f"inference services {names} beside the jobs, times from the trace's first submission")
     cfgs = []
     for pol in policies:
         cfg = SimConfig(
@@ -237,6 +243,7 @@ def run_simulation(
             truth_noise=truth_noise,
             predictor=predictor,
             predictor_fallback=predictor_fallback,
+            services=timelines,
         )
         cfg.validate()  # every policy checked before anything runs
         cfgs.append(cfg)
@@ -470,6 +477,14 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="node CSV for openb or native traces (default: the one beside the trace)")
         ] = None,
         include_cpu: Annotated[bool, typer.Option(help="helios traces: keep CPU-only jobs too")] = False,
+        services: Annotated[
+            list[Path] | None,
+            typer.Option(
+                help="inference services to replay beside the jobs: a CSV time_s,service,gpu_replicas,cpu_replicas "
+                "(as `qosmos simulate inference` writes timeline.csv; times from the trace's first submission); "
+                "their replicas go first and preempt the last-submitted job where resources lack; repeatable",
+            ),
+        ] = None,
         db: Annotated[str | None, typer.Option(help=DB_HELP)] = None,
         plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors: no progress bars, notes or table")] = False,
@@ -507,6 +522,7 @@ def register(app: typer.Typer) -> None:
             truth_noise=truth_noise,
             predictor=_value(predictor),
             predictor_fallback=predictor_fallback,
+            services=services,
             db=db,
             plots=plots,
             quiet=quiet,
@@ -627,12 +643,17 @@ def register_inference(simulate: typer.Typer) -> None:
             float | None,
             typer.Option(min=0.001, help="slot length in seconds (default: the most common gap between the times)"),
         ] = None,
+        service_name: Annotated[
+            str | None,
+            typer.Option(help="the service's name in timeline.csv (default: the model)"),
+        ] = None,
         db: Annotated[str | None, typer.Option(help=DB_HELP)] = None,
         plots: Annotated[bool, typer.Option(help="write the PNG plot inference.png")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors")] = False,
     ) -> None:
         """Replay a query-rate series through SODA's CPU/GPU inference placer, next to always-GPU serving;
-        write summary.json (GPU-hours, CPU core-hours, QoS violations, switches, p99 latency) and a plot."""
+        write summary.json (GPU-hours, CPU core-hours, QoS violations, switches, p99 latency), a plot and
+        timeline.csv (the replicas asked for per slot, for `qosmos simulate --services`)."""
         from qosmos.extender.core.inference import resolve_spec
         from qosmos.simulator.inference import read_qps, run
 
@@ -665,7 +686,7 @@ def register_inference(simulate: typer.Typer) -> None:
         else:
             factor = qps_scale if qps_scale is not None else 1.0
         extra = {"qps_file": str(qps), "qps_scale": factor, "model_db": profiles.file}
-        summary = run(spec, load.scaled(factor), out, ready_s=ready_s, plots=plots, extra=extra)
+        summary = run(spec, load.scaled(factor), out, ready_s=ready_s, plots=plots, extra=extra, service=service_name)
         if not quiet:
             for note in summary["notes"]:
                 typer.echo(f"note: {note}", err=True)

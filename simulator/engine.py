@@ -20,7 +20,11 @@ Semantics (seed sections in brackets):
   ``observe`` at the simulated end (never the recorded one) [Helios §4.2];
 - migration on completion vacates partially used nodes when it frees a whole node [§3.1];
 - backfill none/easy/relaxed/adaptive via core.backfill [seed 004 §VI-B];
-- ``recorded`` (fidelity) starts every job at its recorded start for its recorded time.
+- ``recorded`` (fidelity) starts every job at its recorded start for its recorded time;
+- inference services (``SimConfig.services``, seed 002 §V-D2): each timeline row is an event; the
+  replicas asked for are placed by the core's ``place_services`` (the operator's function) before
+  the queues' passes, retried at every later instant while unplaced; a job it preempts stops as
+  any preempted job does and goes back to the head of its queue (``admit(first=...)``).
 Static orders (the policy declares ``static``: fifo, sjf, qssf) keep a sorted structure per
 queue: no re-sorting per event, and a blocked head ends the pass when backfill is off.
 """
@@ -43,8 +47,10 @@ from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy
 from qosmos.extender.core.placement import get_placer
+from qosmos.extender.core.services import ServiceReplica, place_services
 from qosmos.extender.core.types import Allocation, DurationPredictor, Job, PlacementRequest, Platform, Shape
 from qosmos.predictors.readers import paused_gc
+from qosmos.simulator.services import CPU, GPU, ServiceTimeline
 from qosmos.simulator.traces import Trace
 from sortedcontainers import SortedList
 
@@ -71,7 +77,7 @@ BACKFILL_ESTIMATES = ("predicted", "requested", "oracle")
 # job states
 FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED = range(6)
 # event kinds, in the order they apply at one instant
-EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK = range(5)
+EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE = range(6)  # from EV_TICK on: no job's event
 
 
 @dataclass
@@ -95,6 +101,8 @@ class SimConfig:
     # a qosmos.predictors.make_duration_predictor name, or any DurationPredictor (a fresh one per run)
     predictor: str | DurationPredictor = "qssf"
     predictor_fallback: bool = False  # on predictor failure use the log-normal stand-in (said in notes)
+    # inference services replayed beside the jobs (times from the trace's first submission)
+    services: tuple[ServiceTimeline, ...] = ()
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -118,10 +126,37 @@ class SimConfig:
             )
         if not (math.isfinite(self.truth_noise) and self.truth_noise >= 0):
             raise InvalidInput("truth_noise", self.truth_noise, "must be a finite number >= 0")
+        names = [s.name for s in self.services]
+        if len(set(names)) != len(names):
+            raise InvalidInput("services", ",".join(names), "service names must be unique")
+        if self.services and self.policy == "recorded":
+            raise InvalidInput("services", ",".join(names), "the recorded replay starts jobs as recorded: no services")
 
     def uses_predictions(self) -> bool:
         qssf = self.policy == "qssf" or "qssf" in self.partition_policy.values()
         return qssf or (self.backfill != "none" and self.backfill_estimates == "predicted")
+
+
+SERVICE_STATS = (
+    "gpu_seconds",
+    "cpu_core_seconds",
+    "pending_replica_seconds",
+    "replicas_placed",
+    "replicas_pending_at_end",
+)
+
+
+class _Replica:
+    """One replica of a service in the replay: its request, where it runs (None: pending) and since when."""
+
+    __slots__ = ("alloc", "key", "placed", "rep", "service")
+
+    def __init__(self, key: int, service: int, rep: ServiceReplica) -> None:
+        self.key = key  # negative: it shares node_jobs with the jobs' indices
+        self.service = service
+        self.rep = rep
+        self.alloc: Allocation | None = None
+        self.placed = math.nan
 
 
 class _Queue:
@@ -130,6 +165,7 @@ class _Queue:
     __slots__ = (
         "carry",
         "ctx",
+        "first",
         "items",
         "max_len",
         "name",
@@ -153,6 +189,7 @@ class _Queue:
         self.ctx = rt.ctx
         self.carry = Carry()
         self.max_len = 0
+        self.first: set[str] = set()  # waiting jobs preempted for a service: the head of the queue
 
     def __len__(self) -> int:
         return len(self.items) if self.static else len(self.waiting)
@@ -238,6 +275,10 @@ class SimResult:
     frag_integral: float
     frag_time: float
     notes: list[str]
+    # inference services: per service its GPU-seconds, CPU core-seconds, pending replica-seconds, ...
+    services: dict[str, dict[str, float]] = field(default_factory=dict)
+    service_segments: list[tuple[int, int, float, float, int]] = field(default_factory=list)  # (service, node, ...)
+    service_preemptions: int = 0  # jobs preempted for replicas (also in ``preemptions``)
 
 
 class _Sampler:
@@ -371,6 +412,18 @@ class Simulator:
         self.supplied = [j.predicted_duration is not None for j in self.jobs]
         self.noise = self._truth_noise()
         self.predictor = self._make_predictor()
+        # inference services (seed 002 §V-D2): replicas live per service and mode, oldest first
+        self.services = list(config.services)
+        self.svc_live: list[dict[str, list[_Replica]]] = [{GPU: [], CPU: []} for _ in self.services]
+        self.svc_pending: list[_Replica] = []  # asked for, not placed: retried before every pass
+        self.svc_stats = [dict.fromkeys(SERVICE_STATS, 0.0) for _ in self.services]
+        self.svc_segments: list[tuple[int, int, float, float, int]] = []
+        self.svc_serial = 0
+        self.svc_preemptions = 0
+        self.svc_origin = 0.0
+        if self.services:
+            self.track_progress = True  # a preempted job's executed time must add up over segments
+            self._check_services()
 
     # ---- set-up ------------------------------------------------------------------------------
     def _make_predictor(self) -> DurationPredictor | None:
@@ -510,15 +563,16 @@ class Simulator:
 
     # ---- starting and stopping ---------------------------------------------------------------
     def _book(self, i: int, alloc: Allocation, sign: int, booked: bool = False) -> None:
-        """Allocate (unless the admission pass ``booked`` it already) or release on the ClusterState, and
-        keep the engine's counters in step."""
+        """Allocate or release on the ClusterState (unless the core ``booked`` it already: an admission
+        pass its starts, ``place_services`` its preemptions), and keep the engine's counters in step."""
         cl = self.cluster
         job = self.jobs[i]
         whole = job.gpu_milli == 1000
-        if sign < 0:
-            cl.release(alloc)
-        elif not booked:
-            cl.allocate(alloc)
+        if not booked:
+            if sign < 0:
+                cl.release(alloc)
+            else:
+                cl.allocate(alloc)
         node_vcidx = self.node_vcidx
         node_jobs = self.node_jobs
         for g in alloc.grants:
@@ -574,6 +628,8 @@ class Simulator:
         self.state[i] = RUNNING
         self.n_running += 1
         q.running.add(i)
+        if q.first:  # started again: no longer held at the head
+            q.first.discard(self.jobs[i].id)
         self.gen[i] += 1
         self._push(now + seg + extra, EV_FINISH, i)
         if q.preemptive:
@@ -585,8 +641,9 @@ class Simulator:
             if alloc.cross_switch:
                 self.xswitch[i] = True
 
-    def _stop(self, i: int, finished: bool) -> None:
-        """End the current run segment (completion or preemption)."""
+    def _stop(self, i: int, finished: bool, released: bool = False) -> None:
+        """End the current run segment (completion or preemption; ``released``: the core has released
+        its allocation on the books already)."""
         now = self.now
         alloc = self.alloc[i]
         ran = now - self.seg_start[i]
@@ -598,7 +655,7 @@ class Simulator:
         if alloc is not None:
             held = alloc.gpus
             gpus = max(held, gpus if held == 0 else 0)
-            self._book(i, alloc, -1)
+            self._book(i, alloc, -1, released)
             if self.cfg.record_segments:
                 seg_start = self.seg_start[i]
                 self.segments.extend((i, g.node, seg_start, now, len(g.gpu_ids)) for g in alloc.grants)
@@ -699,6 +756,7 @@ class Simulator:
             queue_len=len(q),
             explain=False,
             book=True,
+            first=q.first,
         )
         q.carry = res.carry
         idx = self._idx_of
@@ -735,6 +793,8 @@ class Simulator:
             return
         target = min(nodes, key=lambda n: (int(cl.gpu_cap[n] - cl.free_gpus[n]), n))
         movers = sorted(self.node_jobs[target])
+        if movers[0] < 0:  # an inference replica runs there (negative keys): it is not moved
+            return
         if any(self.alloc[i] is None or len(self.alloc[i].grants) != 1 for i in movers):  # type: ignore[union-attr]
             return
         old = {i: self.alloc[i] for i in movers}
@@ -764,6 +824,133 @@ class Simulator:
             self._dequeue(i, q)
             self.migrations += 1
             self._start(i, new[i], q)
+
+    # ---- inference services (seed 002 §V-D2) -------------------------------------------------
+    def _check_services(self) -> None:
+        """Refuse, before running, a service whose replica no node could ever host (it would wait for
+        ever, retried at every instant): the core's own verdict on the empty cluster."""
+        for tl in self.services:
+            for mode in tl.modes():
+                out = place_services([tl.replica(mode, 0, 0.0)], [], self.cluster.copy())
+                if out.unplaced:
+                    why = out.unplaced[0][1]
+                    raise InvalidInput(
+                        "services", tl.name, f"its {mode.upper()} replica never fits this cluster: {why}"
+                    )
+
+    def _push_services(self, origin: float) -> None:
+        """Each timeline's first point as an event (times count from ``origin``, the first submission);
+        a point pushes the next when it applies, so the heap holds one per service."""
+        self.svc_origin = origin
+        for s in range(len(self.services)):
+            self._push_point(s, 0)
+
+    def _push_point(self, s: int, k: int) -> None:
+        self.seq += 1
+        t = self.svc_origin + self.services[s].points[k][0]
+        heapq.heappush(self.events, (t, EV_SERVICE, self.seq, s, k))
+
+    def _scale_service(self, s: int, k: int, dirty: set[int]) -> None:
+        """Service ``s`` asks for its ``k``-th point's replica counts. New replicas wait to be placed
+        (before this instant's passes); fewer releases the newest (pending ones first)."""
+        tl = self.services[s]
+        _, gpu, cpu = tl.points[k]
+        for mode, n in ((GPU, gpu), (CPU, cpu)):
+            live = self.svc_live[s][mode]
+            while len(live) < n:
+                self.svc_serial += 1
+                r = _Replica(~self.svc_serial, s, tl.replica(mode, self.svc_serial, self.now))
+                live.append(r)
+                self.svc_pending.append(r)
+            # fewer: the newest go; a mode's pending replicas are its newest (the core places the oldest
+            # first, and when one of identical requests fails, the later ones fail too)
+            for r in live[n:]:
+                self._release_replica(r, dirty)
+            del live[n:]
+        if k + 1 < len(tl.points):
+            self._push_point(s, k + 1)
+
+    def _place_replicas(self, dirty: set[int]) -> None:
+        """The pending replicas through the core's ``place_services`` (the operator's call): placed on
+        the engine's books, preempting the last-submitted training or CPU job where resources lack.
+        A victim stops as any preempted job (progress kept, overhead on resume) and waits at the head
+        of its queue until it starts again; what stays unplaced is retried at the next instant."""
+        cl, now, pending = self.cluster, self.now, self.svc_pending
+        running = [r for q in self.queues if q.running for r in self._running(q)]
+        used0, books0 = self.used_gpus, cl.used_gpus
+        out = place_services([r.rep for r in pending], running, cl)
+        idx = self._idx_of
+        for pr in out.preemptions:
+            qi = self.vc_index[pr.job.vc]
+            self._stop(idx[pr.job.id], finished=False, released=True)
+            self.queues[qi].first.add(pr.job.id)
+            dirty.add(qi)
+        self.svc_preemptions += len(out.preemptions)
+        placed = {rep.id: alloc for rep, alloc in out.placed}
+        for r in pending:
+            alloc = placed.get(r.rep.id)
+            if alloc is not None:
+                r.alloc, r.placed = alloc, now
+                st = self.svc_stats[r.service]
+                st["pending_replica_seconds"] += now - r.rep.since
+                st["replicas_placed"] += 1
+                self._hold_replica(r, +1)
+        if placed:
+            pending[:] = [r for r in pending if r.alloc is None]
+        # used GPUs from the books' own change: a shared GPU a victim left may be a replica's now
+        self.used_gpus = used0 + cl.used_gpus - books0
+
+    def _release_replica(self, r: _Replica, dirty: set[int]) -> None:
+        if r.alloc is None:
+            self.svc_pending.remove(r)
+            self.svc_stats[r.service]["pending_replica_seconds"] += self.now - r.rep.since
+            return
+        self.cluster.release(r.alloc)
+        dirty.update(self.node_vcidx[g.node] for g in r.alloc.grants)
+        self._hold_replica(r, -1)
+        r.alloc = None
+
+    def _hold_replica(self, r: _Replica, sign: int) -> None:
+        """A placed replica on the engine's counters (the books are the core's or ``_release_replica``'s);
+        on release (``sign`` -1) its held time goes to the service's figures."""
+        alloc = r.alloc
+        assert alloc is not None
+        node_jobs = self.node_jobs
+        for g in alloc.grants:
+            nj = node_jobs[g.node]
+            if sign > 0:
+                if not nj:
+                    self.used_nodes += 1
+                nj.add(r.key)
+            else:
+                nj.discard(r.key)
+                if not nj:
+                    self.used_nodes -= 1
+            self.used_gpus += sign * len(g.gpu_ids)  # whole GPUs
+        if sign < 0:
+            self._account_replica(r)
+
+    def _account_replica(self, r: _Replica) -> None:
+        """Held time of a placed replica, up to now, into its service's figures and the segments."""
+        alloc, now = r.alloc, self.now
+        assert alloc is not None
+        held = now - r.placed
+        st = self.svc_stats[r.service]
+        st["gpu_seconds"] += held * alloc.gpus
+        st["cpu_core_seconds"] += held * r.rep.cpu_milli / 1000.0
+        self.svc_segments.extend((r.service, g.node, r.placed, now, len(g.gpu_ids)) for g in alloc.grants)
+
+    def _end_services(self) -> None:
+        """The replay ends: replicas still held count up to its last instant, pending ones too."""
+        for lives in self.svc_live:
+            for live in lives.values():
+                for r in live:
+                    if r.alloc is not None:
+                        self._account_replica(r)
+        for r in self.svc_pending:
+            st = self.svc_stats[r.service]
+            st["pending_replica_seconds"] += self.now - r.rep.since
+            st["replicas_pending_at_end"] += 1
 
     # ---- main loop ---------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -806,6 +993,8 @@ class Simulator:
         migrate = self.cfg.migration
         recorded = self.recorded
         state, gen, queues = self.state, self.gen, self.queues
+        svc_pending = self.svc_pending  # mutated in place, never rebound
+        self._push_services(jobs[order[0]].submit_time if order else 0.0)
         predictor, supplied, withdraw = self.predictor, self.supplied, self.withdraw
         heappop = heapq.heappop
         n_arrivals = 0 if recorded else n_order  # recorded runs start jobs by their recorded-start events
@@ -826,10 +1015,13 @@ class Simulator:
             finished_q: set[int] | None = set() if migrate else None
             while ev and ev[0][0] == t:
                 _, kind, _, i, g = heappop(ev)
-                if kind == EV_TICK:
-                    dirty.update(range(len(self.queues)))
-                    if pos < n_order or self.n_running or self.n_waiting:
-                        self._push(t + self.cfg.tick, EV_TICK, -1)
+                if kind >= EV_TICK:
+                    if kind == EV_TICK:
+                        dirty.update(range(len(self.queues)))
+                        if pos < n_order or self.n_running or self.n_waiting:
+                            self._push(t + self.cfg.tick, EV_TICK, -1)
+                    else:  # service i's g-th timeline point
+                        self._scale_service(i, g, dirty)
                     continue
                 if g != gen[i] and kind != EV_RSTART and kind != EV_WITHDRAW:
                     continue
@@ -854,6 +1046,7 @@ class Simulator:
                 elif kind == EV_WITHDRAW:
                     if self.state[i] == WAITING:
                         self._dequeue(i, self.queues[qi])
+                        self.queues[qi].first.discard(jobs[i].id)
                         self.state[i] = WITHDRAWN
                         done_count += 1
                     elif self.state[i] == FUTURE and self.recorded:
@@ -876,6 +1069,8 @@ class Simulator:
             if finished_q:
                 for qi in finished_q:
                     self._migrate(qi)
+            if svc_pending:  # SODA admits a service's replicas before the training queues
+                self._place_replicas(dirty)
             if self.external:
                 if self.n_waiting:
                     yield t
@@ -893,6 +1088,7 @@ class Simulator:
             if self.state[i] == WAITING:
                 self.notes.append(f"job {jobs[i].id} never started (stuck in queue)")
                 break
+        self._end_services()
         self.result = SimResult(
             trace=self.trace,
             config=self.cfg,
@@ -922,6 +1118,9 @@ class Simulator:
             frag_integral=self.frag_integral,
             frag_time=self.frag_time,
             notes=self.notes,
+            services={tl.name: st for tl, st in zip(self.services, self.svc_stats, strict=True)},
+            service_segments=self.svc_segments,
+            service_preemptions=self.svc_preemptions,
         )
 
     def waiting_jobs(self) -> list[int]:

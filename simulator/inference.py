@@ -34,6 +34,7 @@ import numpy as np
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.inference import Decision, InferenceSpec, InferenceState, Mode, Serving, decide
 from qosmos.predictors.readers import CsvRows, TraceFormatError
+from qosmos.simulator.services import write_timeline
 
 TIME_COLUMNS = ("timestamp_anon", "timestamp", "time")
 VALUE_COLUMNS = ("value", "qps")
@@ -491,8 +492,11 @@ def run(
     ready_s: float = 30.0,
     plots: bool = True,
     extra: dict[str, Any] | None = None,
+    service: str | None = None,
 ) -> dict[str, Any]:
-    """Replay with SODA's placer and always on GPU; write OUT/summary.json (and OUT/inference.png)."""
+    """Replay with SODA's placer and always on GPU; write OUT/summary.json, OUT/timeline.csv (SODA's
+    replicas per slot, for ``qosmos simulate --services``; ``service`` names it, default the model)
+    and OUT/inference.png."""
     from qosmos.simulator.outputs import write_summary
 
     began = time.perf_counter()
@@ -501,6 +505,24 @@ def run(
     summary = summarize(soda, base, wall_s=time.perf_counter() - began, **(extra or {}))
     out.mkdir(parents=True, exist_ok=True)
     write_summary(out / "summary.json", summary)
+    write_replicas(out / "timeline.csv", soda, service or spec.model)
     if plots:
         plot(out / "inference.png", soda, base)
     return summary
+
+
+def write_replicas(path: Path, res: ReplayResult, service: str) -> None:
+    """The replicas SODA's placer asks for in each mode, one row per slot from the series' start, and
+    none from the series' end (a last row): the timeline a training replay takes with ``--services``
+    (while a switch waits for the new mode's replicas to be Ready, the old ones still serve here; the
+    timeline holds only what is asked for)."""
+    series, spec = res.series, res.spec
+    cpu = res.mode == 1
+    write_timeline(
+        path,
+        service,
+        np.append(series.times - series.start, series.qps.size * series.step_s),
+        np.append(np.where(cpu, 0, res.replicas), 0),
+        np.append(np.where(cpu, res.replicas, 0), 0),
+        spec.cpu.cores * 1000 if spec.cpu is not None else 0,
+    )

@@ -5,7 +5,9 @@ JCT = end − submit; queuing delay = first start − submit; a job is *queued* 
 more than 0 s. QoS-guarantee % (Eq. 14) and normalised latency (Eq. 16) only over jobs
 with a GENIE task; null otherwise. GPU utilisation = GPU-seconds used / (GPUs × makespan).
 Fragmentation = time-weighted used GPUs / used nodes (AnalySIM Fig. 4(c)). Bounded
-slowdown = max(1, JCT / max(run, 10 s)) (seed 004 §VI-B).
+slowdown = max(1, JCT / max(run, 10 s)) (seed 004 §VI-B). Inference services (seed 002 §V-D2) are
+counted apart (``service_*``, ``by_service``); ``cluster_gpu_utilization`` adds their replicas'
+GPU-seconds within the makespan to the jobs' (``gpu_utilization`` stays the jobs' alone).
 """
 
 from __future__ import annotations
@@ -125,14 +127,16 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
     state = np.asarray(res.state)
     if t["idx"].size:
         admitted = np.flatnonzero(state != REJECTED)
-        makespan = float(t["end"].max() - min(jobs[i].submit_time for i in admitted))
+        first = min(jobs[i].submit_time for i in admitted)
+        makespan = float(t["end"].max() - first)
     else:
-        makespan = 0.0
+        first, makespan = 0.0, 0.0
     out["makespan_s"] = makespan
     used = float(sum(res.gpu_seconds))
     out["gpu_seconds"] = used
     out["gpu_utilization"] = used / (res.total_gpus * makespan) if makespan > 0 and res.total_gpus else None
     out["fragmentation"] = res.frag_integral / res.frag_time if res.frag_time > 0 else None
+    out.update(service_metrics(res, used, first, makespan))
     bsld = np.maximum(1.0, t["jct"] / np.maximum(t["run"], BSLD_TAU)) if t["idx"].size else np.array([])
     out["avg_bounded_slowdown"] = float(bsld.mean()) if bsld.size else None
     out["backfill_violations"] = res.violations
@@ -170,6 +174,7 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
         "partition_policy": c.partition_policy,
         "seed": c.seed,
         "tick_s": c.tick,
+        "services": [s.name for s in getattr(c, "services", ())],
         **{
             k: getattr(c, k)
             for k in ("backfill_estimates", "truth_noise", "predictor", "predictor_fallback")
@@ -178,6 +183,30 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
     }
     out["notes"] = res.notes
     return _clean(out)  # type: ignore[return-value]
+
+
+SERVICE_COUNTS = ("replicas_placed", "replicas_pending_at_end")
+
+
+def service_metrics(res: SimResult, job_gpu_seconds: float, first: float, makespan: float) -> dict[str, object]:
+    """The services' figures, summed and per service, and the cluster's GPU utilisation with them over
+    the makespan (from the ``first`` submission)."""
+    per = {
+        name: {k: int(v) if k in SERVICE_COUNTS else float(v) for k, v in st.items()}
+        for name, st in res.services.items()
+    }
+    out: dict[str, object] = {"services": len(per)}
+    for k in ("gpu_seconds", "cpu_core_seconds", "pending_replica_seconds", *SERVICE_COUNTS):
+        out[f"service_{k}"] = sum((st[k] for st in per.values()), 0 if k in SERVICE_COUNTS else 0.0)
+    out["service_preemptions"] = res.service_preemptions
+    cluster = None
+    if makespan > 0 and res.total_gpus:
+        end = first + makespan
+        inside = sum(max(0.0, min(e, end) - max(s, first)) * g for _, _, s, e, g in res.service_segments)
+        cluster = (job_gpu_seconds + inside) / (res.total_gpus * makespan)
+    out["cluster_gpu_utilization"] = cluster
+    out["by_service"] = per
+    return out
 
 
 def recorded_stats(res_or_trace: object) -> dict[str, float | None]:
