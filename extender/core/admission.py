@@ -365,6 +365,11 @@ class _Pass:
                 return alloc
         if array == "cpu":
             return None  # CPU jobs only borrow; they never reclaim
+        if self._spans_arrays(job, shape, pools):
+            # larger than any one array can ever hold (16 GPUs over two 8-GPU arrays): the arrays are
+            # the partition's GPU nodes together for it, else it would block its array's queue for ever
+            whole = PlacementRequest.for_job(job, shape)
+            return self.rt.placer.place(whole, st)
         own = self.cluster.pools[pools[array]]
         borrowers = [
             r
@@ -395,6 +400,14 @@ class _Pass:
                     Preemption(r.job, f"{array} array reclaims what it lent to {soda_array(r.job)} for {job.id}")
                 )
         return alloc
+
+    def _spans_arrays(self, job: Job, shape: Shape | None, pools: dict[str, str]) -> bool:
+        """No GPU array could hold the job even empty, while the partition could."""
+        c = self.cluster
+        arrays = (pools["gpu-1"], pools["gpu-4"])
+        if all(c.could_ever_fit(PlacementRequest.for_job(job, shape, pool=a)) for a in arrays):
+            return c.could_ever_fit(PlacementRequest.for_job(job, shape)) is None
+        return False
 
     def start(self, job: Job, alloc: Allocation | None, shape: Shape | None, backfilled: bool) -> None:
         self._book(alloc)

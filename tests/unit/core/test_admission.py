@@ -341,6 +341,19 @@ def test_soda_arrays_block_independently_and_overflow() -> None:
     assert res.preemptions == []
 
 
+def test_soda_job_larger_than_any_array_spans_them_instead_of_blocking_for_ever() -> None:
+    # Two 8-GPU nodes, one per array. A 16-GPU job fits neither array even empty, but the partition:
+    # it takes both nodes (before the fix it waited for ever, and every >=4-GPU job behind it too).
+    c = ClusterState([Node("a", 8), Node("b", 8)])
+    rt = soda_runtime(c)
+    res = admit(rt, [Job("wide", 0, 16), Job("next", 1, 4)], [], c, 5.0)
+    assert started(res) == ["wide"] and nodes_of(res.starts[0].allocation) == [0, 1]
+    # with one node busy it waits as the head of its array, and an 8-GPU job still uses its own array
+    busy = run(c, Job("busy", 0, 8, duration=100), 0, node=1)
+    res = admit(rt, [Job("wide", 0, 16), Job("eight", 1, 8)], [busy], c, 5.0)
+    assert started(res) == [] and reasons(res) == {"wide": HEAD, "eight": BEHIND}
+
+
 def test_soda_gpu_job_reclaims_cores_lent_to_cpu_jobs() -> None:
     # A CPU node of 4 cores and a GPU node with 4 GPUs and 8 cores. C1 fills the CPU node; C2 borrows
     # 4 cores on the GPU node. G needs 4 GPUs and 6 cores: only 4 are free, so C2 is aborted for it.
