@@ -805,7 +805,7 @@ class InferenceController:
 # --------------------------------------------------------------------------- the runner's hooks
 
 
-def register(registry: Any, poke: Callable[..., None]) -> None:
+def register(registry: Any, poke: Callable[..., Any]) -> None:
     """kopf handlers: an InferenceService or one of its replica pods changed -> a pass."""
     import kopf
 
