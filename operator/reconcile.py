@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import re
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -152,6 +153,16 @@ class PassReport:
     seconds: float = 0.0
     wake_at: float | None = None  # the earliest turn end of a running job (preemptive policies): pass then
 
+    def merge(self, other: PassReport) -> None:
+        """Add what a part of the pass did on another thread (its own report: no shared counters)."""
+        self.admitted += other.admitted
+        self.preempted += other.preempted
+        self.finished += other.finished
+        self.restarted += other.restarted
+        self.pods_created += other.pods_created
+        self.replicas_booked += other.replicas_booked
+        self.writes += other.writes
+
 
 class Reconciler:
     """Holds only caches (policy runtimes, GENIE tables) and the duration history; every decision is
@@ -172,7 +183,9 @@ class Reconciler:
         self._refreshed: dict[str, float] = {}  # job id -> last wait-status write (a restart: one extra write)
         self._turns = TurnClock()  # turn ends of running jobs under preemptive policies (a cache)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-write")
-        self._starts = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-admit")  # uses _pool inside
+        # admissions and gang lifecycles (they use _pool inside: a separate pool cannot deadlock)
+        self._starts = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-admit")
+        self._observed = threading.Lock()
 
     # ------------------------------------------------------------------------------------------
     def run_pass(self) -> PassReport:
@@ -211,14 +224,20 @@ class Reconciler:
                 log.warning("DLJob %s skipped: %s", key_of(obj), exc)
                 metrics.ERRORS.labels("translate").inc()
 
-        # 2. admitted gangs
+        # 2. admitted gangs, side by side: each writes only its own DLJob and pods (after a burst of
+        # admissions, hundreds of gangs turn Running in one pass)
         node_names = {meta(n)["name"] for n in nodes}
-        for dl in jobs:
-            if dl.phase in ACTIVE:
-                try:
-                    self._lifecycle(dl, pods_of.get(dl.job.id, []), now, rep, node_names)
-                except Exception as exc:  # one DLJob's trouble must not stop the others
-                    self._job_error(dl, exc, now, rep)
+
+        def lifecycle(dl: DL) -> PassReport:
+            sub = PassReport()
+            try:
+                self._lifecycle(dl, pods_of.get(dl.job.id, []), now, sub, node_names)
+            except Exception as exc:  # one DLJob's trouble must not stop the others
+                self._job_error(dl, exc, now, sub)
+            return sub
+
+        for sub in self._starts.map(lifecycle, [dl for dl in jobs if dl.phase in ACTIVE]):
+            rep.merge(sub)
         for dl in jobs:  # pods of finished or requeued DLJobs that still run are stopped
             if dl.phase not in ACTIVE:
                 for p in pods_of.get(dl.job.id, []):
@@ -395,7 +414,8 @@ class Reconciler:
                 },
                 rep,
             )
-            self.durations.observe(dl.job, max(end - start, 0.0), end)
+            with self._observed:  # the predictor's history is not thread-safe
+                self.durations.observe(dl.job, max(end - start, 0.0), end)
             self.kube.event(dl.obj, "Succeeded", f"all {len(want)} pods succeeded")
             metrics.FINISHED.labels(dl.spec.virtual_cluster, "Succeeded").inc()
             rep.finished.append(dl.job.id)
