@@ -482,7 +482,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 help="inference services to replay beside the jobs: a CSV time_s,service,gpu_replicas,cpu_replicas "
                 "(as `qosmos simulate inference` writes timeline.csv; times from the trace's first submission); "
-                "their replicas go first and preempt the last-submitted job where resources lack; repeatable",
+                "their replicas go first and preempt the last-submitted job where resources lack; repeatable (default: none)",
             ),
         ] = None,
         db: Annotated[str | None, typer.Option(help=DB_HELP)] = None,
