@@ -28,6 +28,7 @@ from qosmos.dev.kwok import start_kwok
 from qosmos.testing.controlplane import ControlPlane, binaries_present
 from qosmos.testing.node import APISERVER_ARGS, Node, host_unsupported
 from qosmos.testing.services import ServiceNetwork
+from qosmos.testing.skips import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "qosmos"
@@ -36,12 +37,6 @@ NODE = "qosmos-node-0"
 POOL_LABEL = "qosmos.io/pool"
 FAKE_POOLS = ("a", "b", "a", "b", "c")  # examples/ use pools a and b; the upgrade test's queue uses c
 GPU_MODEL = "V100M32"
-
-
-def _skip_or_fail(msg: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
 
 
 def image_cache() -> Path:
@@ -118,10 +113,10 @@ class E2E:
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     why = host_unsupported()
     if why:
-        _skip_or_fail(f"host cannot run a kubelet node: {why}")
+        skip_or_fail(f"host cannot run a kubelet node: {why}")
     have_go = shutil.which("go") is not None or os.path.exists("/usr/local/go/bin/go")
     if not have_go and not binaries_present():
-        _skip_or_fail("Go toolchain absent: cannot build the kubelet/control plane (hack/node/build.sh)")
+        skip_or_fail("Go toolchain absent: cannot build the kubelet/control plane (hack/node/build.sh)")
     t0 = time.monotonic()
     images = build_images()
     workdir = tmp_path_factory.mktemp("e2e")

@@ -8,13 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,15 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qosmos.dev.process import free_port
 
-from .conftest import dev_cluster, wait_for
+from .conftest import Operator, dev_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
 GROUP, VERSION = "qosmos.io", "v1alpha1"
 NODES = [f"node-{i}" for i in range(4)]
-QOSMOS = [sys.executable, "-P", "-m", "qosmos"]
 LATENCY_S = 4.0  # --ces-wake-latency
 POWER = "qosmos.io/power"
 
@@ -123,40 +116,6 @@ def watch(kubeconfig: str, ns: str, seen: Watched, stop: threading.Event) -> lis
     return threads
 
 
-class Operator:
-    def __init__(self, kubeconfig: str, log: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.log = log
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        out = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
-        args = ["--kubeconfig", self.kubeconfig, "--metrics-port", str(self.port), "--interval", "2"]
-        args += ["--ces", "--ces-minute", "1", "--ces-interval", "10", "--ces-sigma", "1"]
-        args += ["--ces-wake-latency", str(LATENCY_S), "--history-namespace", "default"]
-        self.proc = subprocess.Popen(
-            [*QOSMOS, "operator", "run", *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-    def metric(self, name: str) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        return 0.0
-
-
 def test_nodes_sleep_when_demand_falls_and_wake_for_a_gang(cluster: tuple[str, Path]) -> None:
     from kubernetes import client, config
 
@@ -201,7 +160,9 @@ def test_nodes_sleep_when_demand_falls_and_wake_for_a_gang(cluster: tuple[str, P
     seen = Watched()
     stop = threading.Event()
     threads = watch(kubeconfig, ns, seen, stop)
-    op = Operator(kubeconfig, directory / "operator-ces.log")
+    ces = ["--ces", "--ces-minute", "1", "--ces-interval", "10", "--ces-sigma", "1"]
+    ces += ["--ces-wake-latency", str(LATENCY_S), "--history-namespace", "default"]
+    op = Operator(kubeconfig, directory / "operator-ces.log", ces)
     op.start()
     try:
         # demand: three one-node jobs for 70 s (a CES "hour" and more), then nothing

@@ -4,15 +4,14 @@ escalation checks included) without keeping any of it. The e2e tier installs the
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from qosmos.dev.binaries import cache_bin_dir
 from qosmos.testing.controlplane import ControlPlane
+from qosmos.testing.skips import helm_binary
 
 pytestmark = pytest.mark.integration
 
@@ -24,21 +23,22 @@ NAMESPACE = "qosmos-dry-run"
 NOT_SERVED = {"cert-manager.io", "monitoring.coreos.com"}
 
 
-def _helm() -> str:
-    path = cache_bin_dir() / "helm"
-    if not os.access(path, os.X_OK):
-        msg = f"helm missing ({path}): run hack/k8s/build.sh"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return str(path)
-
-
 def _render(values: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
     f = tmp / "values.yaml"
     f.write_text(yaml.safe_dump(values))
     out = subprocess.run(
-        [_helm(), "template", "qs", str(CHART), "--namespace", NAMESPACE, "--kube-version", "1.34.4", "-f", str(f)],
+        [
+            helm_binary(),
+            "template",
+            "qs",
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--kube-version",
+            "1.34.4",
+            "-f",
+            str(f),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

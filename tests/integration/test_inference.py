@@ -28,8 +28,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import Recorder, dev_cluster
-from .test_operator import Operator, wait_for
+from .conftest import Operator, Recorder, dev_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 

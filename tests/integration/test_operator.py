@@ -9,12 +9,8 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -22,62 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qosmos.dev.process import free_port
 
-from .conftest import Recorder, dev_cluster, wait_for
+from .conftest import Operator, Recorder, dev_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
 GROUP, VERSION = "qosmos.io", "v1alpha1"
 NODES = [f"node-{i}" for i in range(4)]
-QOSMOS = [sys.executable, "-P", "-m", "qosmos"]
-
-
-class Operator:
-    """``qosmos operator run`` as a subprocess (its log in a file)."""
-
-    def __init__(self, kubeconfig: str, log: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.log = log
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        out = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
-        self.proc = subprocess.Popen(
-            [
-                *QOSMOS,
-                "operator",
-                "run",
-                "--kubeconfig",
-                self.kubeconfig,
-                "--metrics-port",
-                str(self.port),
-                "--interval",
-                "2",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            return str(r.read().decode())
 
 
 class Api:

@@ -90,15 +90,9 @@ def peering_crds(control_plane: ControlPlane) -> Iterator[None]:
 
 
 def _helm() -> str:
-    from qosmos.dev.binaries import cache_bin_dir
+    from qosmos.testing.skips import helm_binary
 
-    path = cache_bin_dir() / "helm"
-    if not os.access(path, os.X_OK):
-        msg = f"helm missing ({path}): run hack/k8s/build.sh"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return str(path)
+    return helm_binary()
 
 
 @pytest.fixture(scope="module")

@@ -18,24 +18,19 @@ from pathlib import Path
 import pytest
 from qosmos.testing.controlplane import ControlPlane, binaries_present
 from qosmos.testing.node import APISERVER_ARGS, Node, artefacts_missing, host_unsupported
+from qosmos.testing.skips import skip_or_fail
 
 pytestmark = pytest.mark.node
-
-
-def _skip_or_fail(msg: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
 
 
 @pytest.fixture(scope="session")
 def node_cluster() -> Iterator[tuple[ControlPlane, Node]]:
     why = host_unsupported()
     if why:
-        _skip_or_fail(f"host cannot run a kubelet node: {why}")
+        skip_or_fail(f"host cannot run a kubelet node: {why}")
     have_go = shutil.which("go") is not None or os.path.exists("/usr/local/go/bin/go")
     if not have_go and (not binaries_present() or any("kubelet" in m or ".oci.tar" in m for m in artefacts_missing())):
-        _skip_or_fail("Go toolchain absent: cannot build the kubelet/control plane (hack/node/build.sh)")
+        skip_or_fail("Go toolchain absent: cannot build the kubelet/control plane (hack/node/build.sh)")
     with ControlPlane(extra_apiserver_args=APISERVER_ARGS, start_default_scheduler=False) as cp, Node(cp) as node:
         print(f"\nnode timings: {json.dumps({k: round(v, 1) for k, v in node.timings.items()})}")
         yield cp, node

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from qosmos.dev.binaries import cache_bin_dir
+from qosmos.testing.skips import helm_binary
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "helm" / "qosmos"
@@ -50,13 +50,7 @@ sync = _load_sync()
 @pytest.fixture(scope="module")
 def helm() -> str:
     """The helm binary hack/k8s/build.sh builds; skipped (failed under CI=1) when it is not there."""
-    path = cache_bin_dir() / "helm"
-    if not os.access(path, os.X_OK):
-        msg = f"helm missing ({path}): run hack/k8s/build.sh"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return str(path)
+    return helm_binary()
 
 
 def _flags(values: dict[str, Any] | None, tmp: Path) -> list[str]:
