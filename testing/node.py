@@ -142,15 +142,17 @@ def ensure_built() -> None:
         raise NodeError(f"hack/node/build.sh failed (rc={proc.returncode}):\n{tail}")
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
-    """Poll ``pred`` until it returns something truthy; AssertionError naming ``what`` on timeout."""
+def wait_for(pred: Callable[[], Any], timeout: float = 60, what: str = "condition", every: float = 0.2) -> Any:
+    """Poll ``pred`` until it returns something truthy (and return that); on timeout an AssertionError
+    naming ``what`` and the last value seen. Every test tier polls through this one."""
     deadline = time.monotonic() + timeout
+    last = None
     while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
+        last = pred()
+        if last:
+            return last
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def _run(*argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:

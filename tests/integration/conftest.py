@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +32,6 @@ def need_dev_binaries() -> None:
     missing = missing_binaries(cache_bin_dir(), DEV_BINARIES)
     if missing:
         skip_or_fail(f"Kubernetes binaries missing ({', '.join(missing)}): run hack/k8s/build.sh")
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
-    """``pred()`` once it is truthy; an AssertionError naming ``what`` and the last value after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,16 +197,6 @@ def gpu_pod(
     return gpu_pod_manifest(
         name, gpus, scheduler, cpu_milli=int(float(cpu) * 1000), annotations=annotations, labels=labels, node=node
     )
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 60, interval: float = 0.2, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def snapshot_cache(api: Any) -> ClusterCache:

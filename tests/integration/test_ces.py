@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from qosmos.testing.node import wait_for
 
-from .conftest import Operator, dev_cluster, wait_for
+from .conftest import Operator, dev_cluster
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,10 @@ import pytest
 from kubernetes import client
 from qosmos.extender.core import scoring
 from qosmos.extender.core.placement import get_placer
+from qosmos.testing.node import wait_for
 
 from . import extender_fixtures as fx
-from .extender_fixtures import ExtenderProcess, gpu_pod, snapshot_cache, wait_for
+from .extender_fixtures import ExtenderProcess, gpu_pod, snapshot_cache
 
 extender = fx.extender  # fixtures
 qosmos_scheduler = fx.qosmos_scheduler

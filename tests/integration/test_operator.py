@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from qosmos.testing.node import wait_for
 
-from .conftest import Operator, Recorder, dev_cluster, wait_for
+from .conftest import Operator, Recorder, dev_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -578,7 +579,7 @@ def test_kill9_restarts_lose_nothing_and_duplicate_nothing(api: Api, operator: O
     def done() -> bool:
         return all(_status(j).get("phase") == "Succeeded" for j in api.jobs(ns).values())
 
-    wait_for(done, 240, "all Succeeded", interval=1)
+    wait_for(done, 240, "all Succeeded", every=1)
     time.sleep(1)  # the last events reach the watch
     stopping.set()
     w.stop()
@@ -665,9 +666,9 @@ def test_the_examples_run_to_succeeded(api: Api) -> None:
         st = api.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", name).get("status") or {}
         return int(st.get("readyReplicas") or 0) >= 1
 
-    wait_for(lambda: all(serving(s) for s in services), 90, "the InferenceService serving", interval=2)
+    wait_for(lambda: all(serving(s) for s in services), 90, "the InferenceService serving", every=2)
 
     def phases() -> dict[str, str | None]:
         return {n: _status(j).get("phase") for n, j in api.jobs(ns).items()}
 
-    wait_for(lambda: set(phases().values()) == {"Succeeded"}, 130, "every example Succeeded", interval=2)
+    wait_for(lambda: set(phases().values()) == {"Succeeded"}, 130, "every example Succeeded", every=2)

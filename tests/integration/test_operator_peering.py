@@ -20,8 +20,7 @@ import pytest
 import yaml
 from qosmos.dev.process import free_port
 from qosmos.testing.controlplane import ControlPlane
-
-from .conftest import wait_for
+from qosmos.testing.node import wait_for
 
 pytestmark = pytest.mark.integration
 
