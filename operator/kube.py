@@ -61,14 +61,18 @@ class Kube:
     def nodes(self) -> list[dict[str, Any]]:
         return self._items(self.core.list_node(_preload_content=False))
 
+    def _own_pods(self, labels: str, fields: str | None = None) -> list[dict[str, Any]]:
+        """Pods matching the selectors in the operator's namespace, or in all of them."""
+        kw: dict[str, Any] = {"label_selector": labels, "_preload_content": False}
+        if fields:
+            kw["field_selector"] = fields
+        if self.namespace:
+            return self._items(self.core.list_namespaced_pod(self.namespace, **kw))
+        return self._items(self.core.list_pod_for_all_namespaces(**kw))
+
     def gang_pods(self) -> list[dict[str, Any]]:
         """Pods of DLJobs (label qosmos.io/job), bound or not, in the operator's namespace(s)."""
-        sel = "qosmos.io/job"
-        if self.namespace:
-            resp = self.core.list_namespaced_pod(self.namespace, label_selector=sel, _preload_content=False)
-        else:
-            resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
-        return self._items(resp)
+        return self._own_pods("qosmos.io/job")
 
     def other_bound_pods(self) -> list[dict[str, Any]]:
         """Bound, unfinished pods that are not DLJob pods (they hold node resources too)."""
@@ -79,16 +83,7 @@ class Kube:
 
     def pending_replica_pods(self) -> list[dict[str, Any]]:
         """InferenceService replica pods not bound yet: the pass books them before the queues (SODA)."""
-        sel, fields = "qosmos.io/inference", "spec.nodeName=,status.phase=Pending"
-        if self.namespace:
-            resp = self.core.list_namespaced_pod(
-                self.namespace, label_selector=sel, field_selector=fields, _preload_content=False
-            )
-        else:
-            resp = self.core.list_pod_for_all_namespaces(
-                label_selector=sel, field_selector=fields, _preload_content=False
-            )
-        return self._items(resp)
+        return self._own_pods("qosmos.io/inference", "spec.nodeName=,status.phase=Pending")
 
     # ---- writes -------------------------------------------------------------------------------
     def patch_dljob_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
