@@ -734,11 +734,9 @@ class Reconciler:
             plans.append((dl, gang, s.backfilled))
         # the gangs are independent: their write sequences run side by side (each in its own order)
         for sub in self._starts.map(lambda p: self._start_gang(*p, now), plans):
-            rep.writes += sub.writes
-            rep.pods_created += sub.pods_created
             if sub.admitted:
                 metrics.ADMISSIONS.labels(name).inc()
-                rep.admitted += sub.admitted
+            rep.merge(sub)
         forecast_starts = etas() if etas is not None and res.waiting else {}
         batch: list[tuple[DL, dict[str, Any]]] = []
         for w in res.waiting:
