@@ -48,9 +48,11 @@ def main() -> None:
         out = Path(d)
         timed(phases, "summary.json", lambda: outputs.write_summary(out / "summary.json", summary))
         timed(phases, "jobs.csv", lambda: outputs.write_jobs_csv(out / "jobs.csv", res))
-        timed(phases, "trace.json", lambda: outputs.write_chrome_trace(out / "trace.json", res))
+        trace = timed(phases, "trace input", lambda: outputs.TraceInput.of(res))
+        timed(phases, "trace.json", lambda: outputs.write_chrome_trace(out / "trace.json", trace))
+        data = timed(phases, "plot input", lambda: outputs.PlotInput.of(res))
         for name, fn in outputs.PLOTS:
-            timed(phases, name, lambda fn=fn, name=name: fn(out / name, res))
+            timed(phases, name, lambda fn=fn, name=name: fn(out / name, data))
     print(
         json.dumps(
             {

@@ -22,7 +22,7 @@ from qosmos.extender.explain import load_profiles
 from qosmos.predictors import DURATION_PREDICTORS
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, SimResult, simulate
 from qosmos.simulator.metrics import summarize
-from qosmos.simulator.outputs import artefacts, plot_compare, write_all, write_summary
+from qosmos.simulator.outputs import Drawers, artefacts, plot_compare, write_all, write_summary
 from qosmos.simulator.services import read_services
 from qosmos.simulator.traces import BUILTINS, FORMATS, Trace, infer_format, load_trace, scale_nodes
 from rich.console import Console
@@ -167,7 +167,9 @@ def run_one(tr: Trace, cfg: SimConfig, phases: Phases, modeldb: ModelDB | None =
         return simulate(tr, cfg, modeldb, progress=update if phases.enabled else None)
 
 
-def write_outputs(out: Path, res: SimResult, summary: dict[str, object], plots: bool, phases: Phases) -> None:
+def write_outputs(
+    out: Path, res: SimResult, summary: dict[str, object], plots: bool, phases: Phases, drawers: Drawers | None = None
+) -> None:
     names = artefacts(plots)
     with phases.phase(f"writing {out.name or out}", len(names)) as update:
         done = [0]
@@ -176,7 +178,7 @@ def write_outputs(out: Path, res: SimResult, summary: dict[str, object], plots: 
             done[0] += 1
             update(done[0], None)
 
-        write_all(out, res, summary, plots=plots, on_step=step)
+        write_all(out, res, summary, plots=plots, on_step=step, drawers=drawers)
 
 
 def run_simulation(
@@ -250,7 +252,8 @@ def run_simulation(
     summaries: dict[str, dict[str, object]] = {}
     results: dict[str, SimResult] = {}
     compare = len(policies) > 1
-    with Phases(quiet, console) as phases:
+    # drawing processes first: they import matplotlib while the trace loads and the run is simulated
+    with Drawers(0 if not plots else None) as drawers, Phases(quiet, console) as phases:
         for cfg in cfgs:
             pol = cfg.policy
             tr, load_s = load(
@@ -279,7 +282,7 @@ def run_simulation(
             summary["load_s"] = load_s
             summary["notes"] = [*notes, *summary.get("notes", [])]  # type: ignore[misc]
             target = out / pol if compare else out
-            write_outputs(target, res, summary, plots, phases)
+            write_outputs(target, res, summary, plots, phases, drawers)
             summaries[pol] = summary
             results[pol] = res
             if not quiet:

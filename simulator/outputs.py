@@ -12,8 +12,13 @@ rectangle per job, so plotting stays well under a second on large runs.
 from __future__ import annotations
 
 import csv
+import functools
+import multiprocessing
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,18 +130,48 @@ def _segments(res: SimResult) -> np.ndarray:
     return np.array(res.segments, dtype=float)
 
 
-def chrome_trace(res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> dict[str, object]:
+@dataclass(frozen=True)
+class TraceInput:
+    """What the Chrome trace holds, as arrays: its slices (at most ``max_slices``, the earliest) sorted
+    by node, start and job, and only the columns of the jobs they name (``job`` indexes those)."""
+
+    segments: np.ndarray  # (n, 5): job (into ids...), node, start, end, gpus
+    ids: list[str]
+    vcs: list[str]
+    job_gpus: list[int]
+    submits: list[float]
+    node_names: tuple[str, ...]
+    node_vc: tuple[str, ...]
+    node_gpus: tuple[int, ...]
+    truncated_to: int | None
+
+    @classmethod
+    def of(cls, res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> TraceInput:
+        seg = _segments(res)
+        truncated = len(seg) > max_slices
+        if truncated:  # the first max_slices slices by start time
+            seg = seg[np.argsort(seg[:, 2], kind="stable")[:max_slices]]
+        seg = seg[np.lexsort((seg[:, 0], seg[:, 2], seg[:, 1]))]  # by node, start, job
+        used, seg[:, 0] = np.unique(seg[:, 0].astype(np.int64), return_inverse=True)
+        jobs = res.trace.jobs
+        named = [jobs[k] for k in used.tolist()]
+        return cls(
+            segments=seg,
+            ids=[j.id for j in named],
+            vcs=[j.vc for j in named],
+            job_gpus=[j.gpus for j in named],
+            submits=[j.submit_time for j in named],
+            node_names=tuple(res.node_names),
+            node_vc=tuple(res.node_vc),
+            node_gpus=tuple(res.node_gpus),
+            truncated_to=max_slices if truncated else None,
+        )
+
+
+def chrome_trace(data: TraceInput) -> dict[str, object]:
     """Chrome trace event format: {"traceEvents": [...]}; ts/dur in microseconds."""
-    seg = _segments(res)
-    truncated = len(seg) > max_slices
-    if truncated:  # the first max_slices slices by start time
-        seg = seg[np.argsort(seg[:, 2], kind="stable")[:max_slices]]
-    seg = seg[np.lexsort((seg[:, 0], seg[:, 2], seg[:, 1]))]  # by node, start, job
-    jobs = res.trace.jobs
-    ids = [j.id for j in jobs]
-    vcs = [j.vc for j in jobs]
-    job_gpus = [j.gpus for j in jobs]
-    submits = [j.submit_time for j in jobs]
+    seg = data.segments
+    ids, vcs, job_gpus, submits = data.ids, data.vcs, data.job_gpus, data.submits
     ts = np.round(seg[:, 2] * 1e6).astype(np.int64).tolist()
     dur = np.maximum(np.round((seg[:, 3] - seg[:, 2]) * 1e6), 1).astype(np.int64).tolist()
     events: list[dict[str, object]] = []
@@ -176,7 +211,7 @@ def chrome_trace(res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> dict[str
                 "ph": "M",
                 "pid": node + 1,
                 "tid": 0,
-                "args": {"name": f"{res.node_names[node]} [{res.node_vc[node]}] {res.node_gpus[node]} GPUs"},
+                "args": {"name": f"{data.node_names[node]} [{data.node_vc[node]}] {data.node_gpus[node]} GPUs"},
             }
         )
         meta.append({"name": "process_sort_index", "ph": "M", "pid": node + 1, "tid": 0, "args": {"sort_index": node}})
@@ -185,14 +220,14 @@ def chrome_trace(res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> dict[str
                 {"name": "thread_name", "ph": "M", "pid": node + 1, "tid": k + 1, "args": {"name": f"lane {k}"}}
             )
     out: dict[str, object] = {"traceEvents": meta + events, "displayTimeUnit": "ms"}
-    if truncated:
-        out["otherData"] = {"note": f"truncated to the first {max_slices} slices by start time"}
+    if data.truncated_to is not None:
+        out["otherData"] = {"note": f"truncated to the first {data.truncated_to} slices by start time"}
     return out
 
 
-def write_chrome_trace(path: Path, res: SimResult) -> None:
+def write_chrome_trace(path: Path, data: TraceInput) -> None:
     with paused_gc():  # up to MAX_TRACE_SLICES dicts, none cyclic: the collector would walk them ~40% of the time
-        events = chrome_trace(res)
+        events = chrome_trace(data)
     path.write_bytes(_json_bytes(events))
 
 
@@ -207,7 +242,8 @@ def _figure(w: float, h: float) -> Any:
 
 
 def _save(fig: Any, path: Path) -> None:
-    fig.savefig(path, dpi=DPI)
+    # zlib level 1: a third of the encoding time of the default 6, files about 10 % larger
+    fig.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 1})
 
 
 def _title(res: SimResult) -> str:
@@ -223,6 +259,37 @@ def _jct(res: SimResult) -> np.ndarray:
     end = np.asarray(res.end, float)[done]
     submit = np.fromiter((res.trace.jobs[i].submit_time for i in done), float, done.size)
     return end - submit
+
+
+@dataclass(frozen=True)
+class PlotInput:
+    """What the run's plots draw, as arrays: cheap to send to a drawing process (a SimResult is not:
+    pickling 20,000 jobs' result takes 0.3 s, this takes milliseconds)."""
+
+    title: str
+    policy: str
+    jct: np.ndarray  # finished jobs, end - submit
+    samples: dict[str, np.ndarray]  # t, waiting, running, used_gpus, used_nodes
+    total_gpus: int
+    segments: np.ndarray  # (n, 5): job, node, start, end, gpus
+    node_gpus: np.ndarray
+    node_names: tuple[str, ...]
+    node_vc: tuple[str, ...]
+
+    @classmethod
+    def of(cls, res: SimResult) -> PlotInput:
+        keys = ("t", "waiting", "running", "used_gpus", "used_nodes")
+        return cls(
+            title=_title(res),
+            policy=res.config.policy,
+            jct=_jct(res),
+            samples={k: np.asarray(res.samples[k], float) for k in keys},
+            total_gpus=res.total_gpus,
+            segments=_segments(res),
+            node_gpus=np.asarray(res.node_gpus, int),
+            node_names=tuple(res.node_names),
+            node_vc=tuple(res.node_vc),
+        )
 
 
 def _cdf(ax: Any, values: np.ndarray, label: str) -> tuple[int, float]:
@@ -276,16 +343,16 @@ def _log_time_axis(ax: Any, values: np.ndarray) -> None:
     ax.set_xlim(lo / 1.5, hi * 1.5)
 
 
-def plot_jct_cdf(path: Path, res: SimResult) -> None:
-    _save(jct_cdf_figure(res), path)
+def plot_jct_cdf(path: Path, data: PlotInput) -> None:
+    _save(jct_cdf_figure(data), path)
 
 
-def jct_cdf_figure(res: SimResult) -> Any:
+def jct_cdf_figure(data: PlotInput) -> Any:
     """JCT CDF of finished jobs; zero-length jobs (no wait, zero run time) stated and marked."""
     fig = _figure(7, 4.5)
     ax = fig.subplots()
-    jct = _jct(res)
-    zeros, frac0 = _cdf(ax, jct, f"{res.config.policy} ({jct.size:,} finished jobs)")
+    jct = data.jct
+    zeros, frac0 = _cdf(ax, jct, f"{data.policy} ({jct.size:,} finished jobs)")
     if zeros:
         ax.axhline(frac0, color="grey", ls=":", lw=1, label=f"{zeros:,} jobs with JCT = 0 s ({frac0:.1%})")
     if jct.size == 0:
@@ -295,7 +362,7 @@ def jct_cdf_figure(res: SimResult) -> Any:
     ax.set_xlabel("job completion time, submit to end (log scale)")
     ax.set_ylabel("fraction of finished jobs")
     ax.set_ylim(0, 1.02)
-    ax.set_title(f"JCT CDF — {_title(res)}", fontsize=10)
+    ax.set_title(f"JCT CDF — {data.title}", fontsize=10)
     ax.grid(alpha=0.3)
     if jct.size:
         ax.legend(loc="lower right", fontsize=8)
@@ -303,10 +370,10 @@ def jct_cdf_figure(res: SimResult) -> Any:
     return fig
 
 
-def plot_timeseries(path: Path, res: SimResult) -> None:
+def plot_timeseries(path: Path, data: PlotInput) -> None:
     """Queue length, running jobs, GPU utilisation and used GPUs / used nodes over time (AnalySIM Fig. 4)."""
-    d = res.samples
-    t = np.asarray(d["t"], float) / 3600.0
+    d = data.samples
+    t = d["t"] / 3600.0
     fig = _figure(9, 7)
     axes = fig.subplots(3, 1, sharex=True)
     axes[0].step(t, d["waiting"], where="post", label="waiting")
@@ -314,12 +381,12 @@ def plot_timeseries(path: Path, res: SimResult) -> None:
     axes[0].set_ylabel("jobs")
     axes[0].legend(fontsize=8, loc="upper right")
     axes[0].set_title("jobs waiting and running")
-    used = np.asarray(d["used_gpus"], float)
-    axes[1].step(t, used / max(res.total_gpus, 1), where="post")
+    used = d["used_gpus"]
+    axes[1].step(t, used / max(data.total_gpus, 1), where="post")
     axes[1].set_ylabel("busy GPU fraction")
     axes[1].set_ylim(0, 1.05)
-    axes[1].set_title(f"GPU utilisation ({res.total_gpus:,} GPUs)")
-    nodes = np.asarray(d["used_nodes"], float)
+    axes[1].set_title(f"GPU utilisation ({data.total_gpus:,} GPUs)")
+    nodes = d["used_nodes"]
     ratio = np.divide(used, nodes, out=np.zeros_like(nodes), where=nodes > 0)
     axes[2].step(t, ratio, where="post")
     axes[2].set_ylabel("GPUs per used node")
@@ -327,7 +394,7 @@ def plot_timeseries(path: Path, res: SimResult) -> None:
     axes[2].set_xlabel("simulated time (h)")
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.suptitle(_title(res), fontsize=11)
+    fig.suptitle(data.title, fontsize=11)
     fig.subplots_adjust(left=0.09, right=0.97, bottom=0.08, top=0.89, hspace=0.4)
     _save(fig, path)
 
@@ -359,7 +426,7 @@ def binned_busy(seg: np.ndarray, n_nodes: int, edges: np.ndarray) -> np.ndarray:
     return grid
 
 
-def _vc_spans(node_vc: list[str]) -> list[tuple[str, int, int]]:
+def _vc_spans(node_vc: Sequence[str]) -> list[tuple[str, int, int]]:
     spans: list[tuple[str, int, int]] = []
     for k, vc in enumerate(node_vc):
         if spans and spans[-1][0] == vc:
@@ -369,15 +436,15 @@ def _vc_spans(node_vc: list[str]) -> list[tuple[str, int, int]]:
     return spans
 
 
-def plot_gpu_timeline(path: Path, res: SimResult) -> str:
+def plot_gpu_timeline(path: Path, data: PlotInput) -> str:
     """Write the GPU timeline; returns the view drawn ("gpus" or "nodes")."""
-    fig, view = gpu_timeline_figure(res)
+    fig, view = gpu_timeline_figure(data)
     _save(fig, path)
     return view
 
 
 def gpu_timeline_figure(
-    res: SimResult, max_rows: int = DETAIL_MAX_ROWS, max_segments: int = DETAIL_MAX_SEGMENTS, bins: int = 400
+    data: PlotInput, max_rows: int = DETAIL_MAX_ROWS, max_segments: int = DETAIL_MAX_SEGMENTS, bins: int = 400
 ) -> tuple[Any, str]:
     """GPU-level timeline (AnalySIM Fig. 3 over time) and the view drawn: "gpus" or "nodes".
 
@@ -387,12 +454,12 @@ def gpu_timeline_figure(
     """
     from matplotlib.collections import PolyCollection
 
-    seg = _segments(res)
+    seg = data.segments
     seg = seg[seg[:, 4] > 0]  # CPU-only jobs hold no GPU
     fig = _figure(11, 6.5)
     ax = fig.subplots()
-    n_nodes = len(res.node_gpus)
-    gpus = np.asarray(res.node_gpus, int)
+    n_nodes = len(data.node_gpus)
+    gpus = data.node_gpus
     offset = np.concatenate([[0], np.cumsum(gpus)])
     total_rows = int(offset[-1])
     view = "gpus" if total_rows <= max_rows and len(seg) <= max_segments else "nodes"
@@ -417,9 +484,9 @@ def gpu_timeline_figure(
         ax.set_ylim(total_rows, 0)
         ax.hlines(offset[1:-1], 0, 1, transform=ax.get_yaxis_transform(), colors="k", lw=0.6)
         if n_nodes <= 40:
-            ax.set_yticks((offset[:-1] + offset[1:]) / 2, [res.node_names[k] for k in range(n_nodes)], fontsize=7)
+            ax.set_yticks((offset[:-1] + offset[1:]) / 2, list(data.node_names), fontsize=7)
         ax.set_ylabel(f"GPU, grouped by node ({n_nodes} nodes, {total_rows} GPUs; lines = node boundaries)")
-        ax.set_title(f"GPU timeline, one colour per job — {_title(res)}", fontsize=10)
+        ax.set_title(f"GPU timeline, one colour per job — {data.title}", fontsize=10)
     else:
         t0, t1 = float(seg[:, 2].min()), float(seg[:, 3].max())
         t1 = max(t1, t0 + 1e-6)
@@ -436,12 +503,12 @@ def gpu_timeline_figure(
             extent=(t0 / 3600, t1 / 3600, n_nodes, 0),
         )
         fig.colorbar(im, ax=ax, label="fraction of the node's GPUs busy")
-        spans = _vc_spans(res.node_vc)
+        spans = _vc_spans(data.node_vc)
         ax.hlines([b for _, _, b in spans[:-1]], 0, 1, transform=ax.get_yaxis_transform(), colors="w", lw=0.8)
         if len(spans) <= 40:
             ax.set_yticks([(a + b) / 2 for _, a, b in spans], [vc for vc, _, _ in spans], fontsize=7)
         ax.set_ylabel(f"node ({n_nodes} nodes, {total_rows} GPUs; lines = partition boundaries)")
-        ax.set_title(f"GPU occupancy per node, {bins} time bins — {_title(res)}", fontsize=10)
+        ax.set_title(f"GPU occupancy per node, {bins} time bins — {data.title}", fontsize=10)
     ax.set_xlabel("simulated time (h)")
     fig.subplots_adjust(left=0.14, right=0.97, bottom=0.09, top=0.93)
     return fig, view
@@ -524,7 +591,7 @@ def compare_figure(results: Mapping[str, SimResult], summaries: Mapping[str, Map
     return fig
 
 
-PLOTS: tuple[tuple[str, Callable[[Path, SimResult], object]], ...] = (
+PLOTS: tuple[tuple[str, Callable[[Path, PlotInput], object]], ...] = (
     ("jct_cdf.png", plot_jct_cdf),
     ("timeseries.png", plot_timeseries),
     ("gpu_timeline.png", plot_gpu_timeline),
@@ -543,8 +610,63 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-# Past this many job segments the Chrome trace costs more than the plots: the child writes it too.
+# Past this many job segments the Chrome trace costs more than the plots: a drawing process writes it too.
 CHILD_TRACE_SEGMENTS = 100_000
+
+
+def _warm() -> None:
+    """Import what drawing needs (a third of a second), so it is done before there is anything to draw;
+    at a lower priority, so that the simulation it overlaps keeps its core."""
+    os.nice(10)
+    from matplotlib.backends import backend_agg  # noqa: F401
+    from matplotlib.collections import PolyCollection  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
+    from matplotlib.ticker import FixedLocator  # noqa: F401
+
+
+def _draw(write: Callable[[Path, Any], object], path: Path, data: object) -> None:
+    write(path, data)
+
+
+class Drawers:
+    """Processes that draw the plots (and a large run's Chrome trace) beside this one.
+
+    Started before the trace loads, they import matplotlib while this process loads and simulates,
+    and then draw from small arrays (PlotInput, TraceInput) while this process writes the CSV and
+    JSON. Forked, so nothing is re-imported; none without fork or a second core.
+    """
+
+    def __init__(self, workers: int | None = None) -> None:
+        n = workers if workers is not None else min(len(PLOTS), _cores())
+        self.pool: ProcessPoolExecutor | None = None
+        if n > 0 and _cores() > 1 and "fork" in multiprocessing.get_all_start_methods():
+            ctx = multiprocessing.get_context("fork")
+            self.pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_warm)
+            self.pool.submit(int)  # a fork pool starts all its processes on the first task
+
+    def submit(self, write: Callable[[Path, Any], object], path: Path, data: object) -> Future[None] | None:
+        if self.pool is None:
+            return None
+        try:
+            return self.pool.submit(_draw, write, path, data)
+        except BrokenProcessPool:
+            return None
+
+    def close(self, abort: bool = False) -> None:
+        """Stop the processes; with ``abort`` (the run failed) at once, not after they finish importing."""
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        if abort:
+            for proc in list(getattr(pool, "_processes", {}).values()):  # the executor has no public kill
+                proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Drawers:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.close(abort=kind is not None)
 
 
 def write_all(
@@ -553,48 +675,52 @@ def write_all(
     summary: Mapping[str, object],
     plots: bool = True,
     on_step: Callable[[str], None] | None = None,
+    drawers: Drawers | None = None,
 ) -> list[Path]:
-    """Write every artefact into ``out``; ``on_step(name)`` is called after each file.
+    """Write every artefact into ``out``; ``on_step(name)`` is called after each file, in order.
 
-    With a second core, a forked child draws the plots (and, on large runs, writes the Chrome trace)
-    while this process writes the other files: matplotlib costs about as much as the CSV and JSON
-    together. A child that fails is not trusted: its files are then written here, so any error
-    surfaces as it would have.
+    ``drawers`` (else a pool started here) draw the plots, and on large runs write the Chrome trace,
+    while this process writes the other files. A file a drawing process failed to write is written
+    here again, so any error surfaces as it would have here.
     """
     out.mkdir(parents=True, exist_ok=True)
-    writers: list[tuple[str, Callable[[Path], object]]] = [
-        ("summary.json", lambda p: write_summary(p, summary)),
-        ("jobs.csv", lambda p: write_jobs_csv(p, res)),
-        ("trace.json", lambda p: write_chrome_trace(p, res)),
+    writers: list[tuple[str, Callable[[Path, Any], object], Callable[[], object]]] = [
+        ("summary.json", write_summary, lambda: summary),
+        ("jobs.csv", write_jobs_csv, lambda: res),
+        ("trace.json", write_chrome_trace, lambda: TraceInput.of(res)),
     ]
     if plots:
-        writers += [(name, lambda p, fn=fn: fn(p, res)) for name, fn in PLOTS]
-    # the child takes a suffix of the list, so steps are still reported in order
+        plot_input = functools.cache(lambda: PlotInput.of(res))  # built once, for every plot
+        writers += [(name, fn, plot_input) for name, fn in PLOTS]
+    own = drawers is None and plots
+    if own:
+        drawers = Drawers()
+    # drawing processes take a suffix of the list, so steps are still reported in order
     split = len(writers)
-    if plots and hasattr(os, "fork") and _cores() > 1:
+    if plots and drawers is not None and drawers.pool is not None:
         split = 2 if len(res.segments) > CHILD_TRACE_SEGMENTS else 3
-    child = os.fork() if split < len(writers) else 0
-    if child == 0 and split < len(writers):  # the child: its files, then leave without the parent's cleanup
-        code = 1
-        try:
-            for name, write in writers[split:]:
-                write(out / name)
-            code = 0
-        finally:
-            os._exit(code)
-    files = []
     try:
-        for name, write in writers[:split]:
-            write(out / name)
+        futures = {
+            name: drawers.submit(fn, out / name, make()) for name, fn, make in writers[split:] if drawers is not None
+        }
+        files = []
+        for name, fn, make in writers[:split]:
+            fn(out / name, make())
+            files.append(out / name)
+            if on_step is not None:
+                on_step(name)
+        for name, fn, make in writers[split:]:
+            future = futures.get(name)
+            try:
+                ok = future is not None and future.result() is None
+            except Exception:  # redrawn below, where its error (if any) surfaces
+                ok = False
+            if not ok:
+                fn(out / name, make())
             files.append(out / name)
             if on_step is not None:
                 on_step(name)
     finally:
-        done = child > 0 and os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
-    for name, write in writers[split:]:
-        if not done:
-            write(out / name)
-        files.append(out / name)
-        if on_step is not None:
-            on_step(name)
+        if own and drawers is not None:
+            drawers.close()
     return files

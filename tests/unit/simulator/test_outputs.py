@@ -49,7 +49,7 @@ def test_cdf_starts_at_the_fraction_of_zero_length_jobs() -> None:
 
 def test_jct_cdf_states_zero_length_jobs(tiny) -> None:  # type: ignore[no-untyped-def]
     res = simulate(load_native(tiny("id,submit,gpus,duration\nA,0,1,0\nB,0,1,100\nC,5,1,0")), SimConfig())
-    fig = outputs.jct_cdf_figure(res)
+    fig = outputs.jct_cdf_figure(outputs.PlotInput.of(res))
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     # one GPU: A runs 0 s at 0 (JCT 0); B 0-100; C (0 s) waits for B: JCT 95
@@ -63,7 +63,7 @@ def test_gpu_timeline_small_run_one_collection_with_node_lines(tiny) -> None:  #
         load_native(tiny("id,submit,gpus,duration\nA,0,2,10\nB,0,1,5\nC,1,3,4", "name,gpus\nn0,2\nn1,2")),
         SimConfig(policy="fifo"),
     )
-    fig, view = outputs.gpu_timeline_figure(res)
+    fig, view = outputs.gpu_timeline_figure(outputs.PlotInput.of(res))
     ax = fig.axes[0]
     assert view == "gpus"
     assert len(ax.patches) == 0
@@ -76,7 +76,7 @@ def test_gpu_timeline_small_run_one_collection_with_node_lines(tiny) -> None:  #
 
 def test_gpu_timeline_large_run_is_one_image() -> None:
     res = simulate(load_trace("builtin:helios-synth", jobs=3000), SimConfig())
-    fig, view = outputs.gpu_timeline_figure(res)
+    fig, view = outputs.gpu_timeline_figure(outputs.PlotInput.of(res))
     ax = fig.axes[0]
     assert view == "nodes" and len(ax.images) == 1
     img = ax.images[0].get_array()
@@ -140,3 +140,47 @@ def test_write_all_draws_plots_beside_the_data_files_and_surfaces_a_plot_error(
     with pytest.raises(ValueError, match="cannot draw this"):
         outputs.write_all(tmp_path / "bad", res, summarize(res))
     assert (tmp_path / "bad" / "trace.json").exists()
+
+
+def test_chrome_trace_truncated_keeps_the_earliest_slices_with_their_own_jobs() -> None:
+    """The trace sent to a drawing process holds only the columns of the jobs its slices name: each
+    slice must still carry its own job's name, VC, GPUs and submit time."""
+    res = simulate(load_trace("builtin:helios-synth", jobs=300), SimConfig())
+    full = outputs.chrome_trace(outputs.TraceInput.of(res))
+    cut = outputs.chrome_trace(outputs.TraceInput.of(res, max_slices=50))
+    jobs = {j.id: j for j in res.trace.jobs}
+    slices = [e for e in cut["traceEvents"] if e["ph"] == "X"]  # type: ignore[attr-defined]
+    assert len(slices) == 50 and cut["otherData"] == {"note": "truncated to the first 50 slices by start time"}
+    assert "otherData" not in full
+    for e in slices:
+        job = jobs[e["name"]]
+        assert (e["cat"], e["args"]["job_gpus"], e["args"]["submit_s"]) == (job.vc, job.gpus, job.submit_time)
+    starts = sorted(s[2] for s in res.segments)
+    assert max(e["ts"] for e in slices) == round(starts[49] * 1e6)  # the 50 earliest starts, none later
+
+
+def test_drawers_draw_what_this_process_would_and_die_at_once_on_failure(tmp_path: Path) -> None:
+    """The drawing processes get only PlotInput/TraceInput: every file they write must be byte for byte
+    the one this process writes from the whole result. A failed run kills them (not waiting for their
+    matplotlib import)."""
+    res = simulate(load_trace("builtin:helios-synth", None, jobs=400), SimConfig())
+    summary = summarize(res)
+    with outputs.Drawers(0) as none:
+        assert none.pool is None
+        outputs.write_all(tmp_path / "here", res, summary, drawers=none)
+    with outputs.Drawers(2) as drawers:
+        assert drawers.pool is not None
+        outputs.write_all(tmp_path / "there", res, summary, drawers=drawers)
+        # a large run: the trace too is written by a drawing process
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(outputs, "CHILD_TRACE_SEGMENTS", 0)
+            outputs.write_all(tmp_path / "large", res, summary, drawers=drawers)
+    for name in outputs.artefacts():
+        here = (tmp_path / "here" / name).read_bytes()
+        assert here == (tmp_path / "there" / name).read_bytes() == (tmp_path / "large" / name).read_bytes(), name
+    with pytest.raises(RuntimeError, match="bad run"), outputs.Drawers(2) as doomed:
+        procs = list(doomed.pool._processes.values())  # type: ignore[union-attr]
+        assert len(procs) == 2 and all(p.is_alive() for p in procs)
+        raise RuntimeError("bad run")
+    assert doomed.pool is None and not any(p.is_alive() for p in procs)
+    assert all(p.exitcode == -9 for p in procs)  # killed, not left to finish
