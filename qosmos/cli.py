@@ -10,7 +10,6 @@ import importlib
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import typer
@@ -48,6 +47,8 @@ class QosmosGroup(TyperGroup):
 
 
 def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # 15 ms: only for --version
+
     try:
         return version("qosmos")
     except PackageNotFoundError:  # run from a source tree that was never installed
