@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+python3 -m pip install -q --disable-pip-version-check -e ".[test,ray]"  # ray: the sweep's Ray test
 
 if command -v go >/dev/null 2>&1; then
   bash hack/k8s/build.sh
