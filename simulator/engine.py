@@ -708,9 +708,9 @@ class Simulator:
     def _dequeue(self, i: int, q: _Queue) -> None:
         if q.static:
             items, entry = q.items, self.qentry[i]
-            if items[0] == entry:  # the head, as a pass without backfilling starts them: no search
-                del items[0]
-            else:
+            head = items.pop(0)  # the head, as a pass without backfilling starts them: no search
+            if head != entry:
+                items.add(head)
                 items.remove(entry)
             self.qentry[i] = None
         else:
