@@ -4,6 +4,9 @@
 # ~/.cache/qosmos/k8s, a no-op when already built), checks the layers, then runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The repository root holds the component folder operator/: with the root on sys.path (python -m from
+# here) it would shadow the standard library's operator module. -P for every Python started below.
+export PYTHONSAFEPATH=1
 
 python3 -m pip install -q --disable-pip-version-check -e ".[test,ray]"  # ray: the sweep's Ray test
 
