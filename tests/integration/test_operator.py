@@ -340,7 +340,12 @@ def test_an_inference_replica_preempts_the_last_submitted_job_and_is_booked_unti
     assert pod.spec.node_name == j4_node  # the room j4 left
     st = _status(api.get(ns, "j4"))
     assert st["phase"] == "Queued" and st["queueHead"] is True and st["preemptions"] == 1
-    why = [e.message for e in api.core.list_namespaced_event(ns).items if e.reason == "PreemptedForInference"]
+    # Events go out through the operator's buffered recorder, after the status it follows: wait for it
+    why = wait_for(
+        lambda: [e.message for e in api.core.list_namespaced_event(ns).items if e.reason == "PreemptedForInference"],
+        10,
+        "the PreemptedForInference Event",
+    )
     assert len(why) == 1 and f"replica {ns}/serve-gpu-0 of {ns}/serve" in why[0] and "last-submitted" in why[0]
     assert {n: api.phase(ns, n) for n in ("j1", "j2", "j3", "w")} == dict.fromkeys(("j1", "j2", "j3"), "Running") | {
         "w": "Queued"
