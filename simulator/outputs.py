@@ -146,8 +146,9 @@ class TraceInput:
     truncated_to: int | None
 
     @classmethod
-    def of(cls, res: SimResult, max_slices: int = MAX_TRACE_SLICES) -> TraceInput:
-        seg = _segments(res)
+    def of(cls, res: SimResult, max_slices: int = MAX_TRACE_SLICES, segments: np.ndarray | None = None) -> TraceInput:
+        """``segments``: ``_segments(res)`` when the caller has it already (never written to here)."""
+        seg = _segments(res) if segments is None else segments
         truncated = len(seg) > max_slices
         if truncated:  # the first max_slices slices by start time
             seg = seg[np.argsort(seg[:, 2], kind="stable")[:max_slices]]
@@ -277,7 +278,7 @@ class PlotInput:
     node_vc: tuple[str, ...]
 
     @classmethod
-    def of(cls, res: SimResult) -> PlotInput:
+    def of(cls, res: SimResult, segments: np.ndarray | None = None) -> PlotInput:
         keys = ("t", "waiting", "running", "used_gpus", "used_nodes")
         return cls(
             title=_title(res),
@@ -285,7 +286,7 @@ class PlotInput:
             jct=_jct(res),
             samples={k: np.asarray(res.samples[k], float) for k in keys},
             total_gpus=res.total_gpus,
-            segments=_segments(res),
+            segments=_segments(res) if segments is None else segments,
             node_gpus=np.asarray(res.node_gpus, int),
             node_names=tuple(res.node_names),
             node_vc=tuple(res.node_vc),
@@ -626,10 +627,6 @@ def _warm() -> None:
     from matplotlib.ticker import FixedLocator  # noqa: F401
 
 
-def _draw(write: Callable[[Path, Any], object], path: Path, data: object) -> None:
-    write(path, data)
-
-
 class Drawers:
     """Processes that draw the plots (and a large run's Chrome trace) beside this one.
 
@@ -646,11 +643,11 @@ class Drawers:
             self.pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_warm)
             self.pool.submit(int)  # a fork pool starts all its processes on the first task
 
-    def submit(self, write: Callable[[Path, Any], object], path: Path, data: object) -> Future[None] | None:
+    def submit(self, write: Callable[[Path, Any], object], path: Path, data: object) -> Future[object] | None:
         if self.pool is None:
             return None
         try:
-            return self.pool.submit(_draw, write, path, data)
+            return self.pool.submit(write, path, data)
         except BrokenProcessPool:
             return None
 
@@ -686,13 +683,14 @@ def write_all(
     here again, so any error surfaces as it would have here.
     """
     out.mkdir(parents=True, exist_ok=True)
+    segments = functools.cache(lambda: _segments(res))  # one array for the trace and the plots
     writers: list[tuple[str, Callable[[Path, Any], object], Callable[[], object]]] = [
         ("summary.json", write_summary, lambda: summary),
         ("jobs.csv", write_jobs_csv, lambda: res),
-        ("trace.json", write_chrome_trace, lambda: TraceInput.of(res)),
+        ("trace.json", write_chrome_trace, lambda: TraceInput.of(res, segments=segments())),
     ]
     if plots:
-        plot_input = functools.cache(lambda: PlotInput.of(res))  # built once, for every plot
+        plot_input = functools.cache(lambda: PlotInput.of(res, segments()))  # built once, for every plot
         writers += [(name, fn, plot_input) for name, fn in PLOTS]
     own = drawers is None and plots
     if own:
@@ -712,11 +710,13 @@ def write_all(
             if on_step is not None:
                 on_step(name)
         for name, fn, make in writers[split:]:
-            future = futures.get(name)
-            try:
-                ok = future is not None and future.result() is None
-            except Exception:  # redrawn below, where its error (if any) surfaces
-                ok = False
+            future, ok = futures.get(name), False
+            if future is not None:
+                try:
+                    future.result()
+                    ok = True
+                except Exception:  # redrawn below, where its error (if any) surfaces
+                    pass
             if not ok:
                 fn(out / name, make())
             files.append(out / name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +185,24 @@ def test_drawers_draw_what_this_process_would_and_die_at_once_on_failure(tmp_pat
         raise RuntimeError("bad run")
     assert doomed.pool is None and not any(p.is_alive() for p in procs)
     assert all(p.exitcode == -9 for p in procs)  # killed, not left to finish
+
+
+DRAWN_HERE: list[int] = []  # pids that drew through _timeline_here (only this process's own calls land here)
+
+
+def _timeline_here(path: Path, data: outputs.PlotInput) -> str:
+    DRAWN_HERE.append(os.getpid())
+    return outputs.plot_gpu_timeline(path, data)  # returns the view drawn, as the real one does
+
+
+def test_a_file_drawn_elsewhere_is_not_drawn_again_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer's return value (the GPU timeline returns its view) is not a failure: the file a drawing
+    process wrote is not drawn a second time by this process."""
+    res = simulate(load_trace("builtin:helios-synth", None, jobs=300), SimConfig())
+    plots = tuple((n, _timeline_here if n == "gpu_timeline.png" else fn) for n, fn in outputs.PLOTS)
+    monkeypatch.setattr(outputs, "PLOTS", plots)
+    DRAWN_HERE.clear()
+    with outputs.Drawers(2) as drawers:
+        outputs.write_all(tmp_path, res, summarize(res), drawers=drawers)
+    assert (tmp_path / "gpu_timeline.png").stat().st_size > 0
+    assert DRAWN_HERE == []
