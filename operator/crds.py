@@ -612,10 +612,13 @@ def _immutable_after_admission(fields: list[str]) -> list[dict[str, str]]:
             f"has(self.spec.{f}) != has(oldSelf.spec.{f}) || (has(self.spec.{f}) && self.spec.{f} != oldSelf.spec.{f})"
         )
         message = f"({changed}) ? 'spec.{f} cannot change once the DLJob is admitted' : {message}"
-    rule = cel(f"{queued} || self.spec == oldSelf.spec", "spec cannot change once the DLJob is admitted", ".spec")
-    rule["messageExpression"] = message
-    rule["reason"] = "FieldValueForbidden"
-    return [rule]
+    rule = cel(
+        f"{queued} || self.spec == oldSelf.spec",
+        "spec cannot change once the DLJob is admitted",
+        ".spec",
+        "FieldValueForbidden",
+    )
+    return [{**rule, "messageExpression": message}]
 
 
 @dataclass(frozen=True)
