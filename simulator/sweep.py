@@ -16,6 +16,7 @@ import itertools
 import multiprocessing
 import os
 import re
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -29,7 +30,7 @@ from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, simulate
 from qosmos.simulator.metrics import summarize
-from qosmos.simulator.traces import FORMATS, infer_format
+from qosmos.simulator.traces import FORMATS, check_trace
 
 from qosmos.clitools import clean_errors
 
@@ -164,6 +165,25 @@ def run_local(
     return failed
 
 
+RAY_PROBE_TIMEOUT_S = 5.0
+
+
+def reachable(address: str, timeout_s: float = RAY_PROBE_TIMEOUT_S) -> None:
+    """InvalidInput at once when nothing listens at a ``host:port`` Ray address: ``ray.init`` would
+    retry the connection for a minute or more, printing each retry. ``auto`` and ``ray://`` addresses
+    are left to Ray (the first is resolved from this machine's Ray session, the second is Ray Client)."""
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise InvalidInput("ray", address, "expected HOST:PORT of the Ray head's GCS (e.g. 127.0.0.1:6379), or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise InvalidInput("ray", address, f"no Ray cluster at {address} ({exc.strerror or exc})") from None
+
+
 def run_ray(
     cells: Sequence[Cell], options: Mapping[str, Any], out: Path, address: str, done: Progress
 ) -> dict[Cell, BaseException]:
@@ -174,6 +194,7 @@ def run_ray(
         raise InvalidInput("ray", address, "Ray is not installed; pip install 'qosmos[ray]'") from None
     started_here = not ray.is_initialized()
     if started_here:
+        reachable(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -409,13 +430,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a grid of simulations (every trace × policy × placement × seed); resumable: finished cells are kept."""
         from qosmos.extender.explain import load_profiles
-        from qosmos.simulator.cli import cluster_notes, comma_list
+        from qosmos.simulator.cli import check_sizes, cluster_notes, comma_list
 
         traces = list(dict.fromkeys(comma_list("trace", trace)))
         if format is not None and format not in FORMATS:
             raise InvalidInput("format", format, f"expected one of {', '.join(FORMATS)}")
+        # The whole grid is checked here, before a worker starts: a bad trace is exit 2 naming it.
+        check_sizes(scale=scale, density=density, hours=hours)
         for t in traces:
-            cluster_notes(format or infer_format(t), nodes, gpus_per_node)
+            cluster_notes(check_trace(t, format), nodes, gpus_per_node)
         cells = grid(
             traces,
             _checked("policy", policy, POLICIES),

@@ -818,6 +818,28 @@ def _builtin_format(spec: str, fmt: str | None) -> tuple[str, str]:
     return name, own
 
 
+def check_trace(spec: str, fmt: str | None = None) -> str:
+    """The format ``spec`` will load as, or InvalidInput naming what is wrong (an unknown builtin,
+    a missing file, a format that cannot be told): checked before any work starts (sweep's grid)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise InvalidInput("format", fmt, f"expected one of {', '.join(FORMATS)}")
+    if spec.startswith("builtin:"):
+        return _builtin_format(spec, fmt)[1]
+    if not Path(spec).exists():
+        raise InvalidInput("trace", spec, "file not found")
+    if fmt in GENERATED:
+        raise InvalidInput("format", fmt, f"{fmt} traces are generated: use --trace builtin:{fmt}, not a file")
+    found = fmt or infer_format(spec)
+    if found is None:
+        raise InvalidInput(
+            "format",
+            None,
+            f"cannot tell the format of {spec} from its name or columns; pass --format "
+            f"({', '.join(f for f in FORMATS if f not in GENERATED)})",
+        )
+    return found
+
+
 def load_trace(
     spec: str,
     fmt: str | None = None,
@@ -841,28 +863,11 @@ def load_trace(
     hundred times while loading, for a progress bar. A trace without a cluster (a native CSV
     with no node list) gets a stated default, recorded in ``trace.notes``.
     """
-    if fmt is not None and fmt not in FORMATS:
-        raise InvalidInput("format", fmt, f"expected one of {', '.join(FORMATS)}")
+    fmt = check_trace(spec, fmt)
     for opt, v in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
         if v is not None and v < 1:
             raise InvalidInput(opt, v, "must be >= 1")
-    builtin: str | None = None
-    if spec.startswith("builtin:"):
-        builtin, fmt = _builtin_format(spec, fmt)
-    else:
-        path = Path(spec)
-        if not path.exists():
-            raise InvalidInput("trace", spec, "file not found")
-        if fmt in GENERATED:
-            raise InvalidInput("format", fmt, f"{fmt} traces are generated: use --trace builtin:{fmt}, not a file")
-        fmt = fmt or infer_format(spec)
-        if fmt is None:
-            raise InvalidInput(
-                "format",
-                None,
-                f"cannot tell the format of {spec} from its name or columns; pass --format "
-                f"({', '.join(f for f in FORMATS if f not in GENERATED)})",
-            )
+    builtin = _builtin_format(spec, fmt)[0] if spec.startswith("builtin:") else None
     node_file = Path(node_list) if node_list else None
     if node_file is not None and fmt not in ("openb", "native"):
         raise InvalidInput("node_list", node_list, f"only openb and native traces take a node list, not {fmt}")

@@ -15,3 +15,15 @@ class InvalidInput(ValueError):
         self.value = value
         self.reason = reason
         super().__init__(f"invalid {field}={value!r}: {reason}")
+
+    def __reduce__(self) -> tuple[object, tuple[type[InvalidInput], tuple[object, ...], dict[str, object]]]:
+        # ValueError's default rebuilds from the message alone, which fails in the parent when a
+        # worker process (sweep, Ray) sends one back: rebuild from the message and the fields.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[InvalidInput], args: tuple[object, ...], fields: dict[str, object]) -> InvalidInput:
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(fields)
+    return err

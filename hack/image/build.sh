@@ -19,11 +19,12 @@ set -euo pipefail
 
 K8S_VERSION=v1.34.4            # same k8s.io/kubernetes as hack/k8s/build.sh
 DEBIAN_SUITE=bookworm
-DEBIAN_MIRROR="${QOSMOS_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_PACKAGES=python3,python3-venv
 BASE_REF=qosmos.local/python:3.11-bookworm
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# the mirror this machine's apt already uses (or $QOSMOS_DEBIAN_MIRROR): no host is written here
+DEBIAN_MIRROR="$(python3 "$HERE/../debian_mirror.py" "$DEBIAN_SUITE")"
 ROOT="$(cd "$HERE/../.." && pwd)"
 CACHE="${QOSMOS_IMAGE_CACHE:-$HOME/.cache/qosmos/image}"
 K8S_BIN="${QOSMOS_K8S_CACHE:-$HOME/.cache/qosmos/k8s}/$K8S_VERSION/bin"

@@ -11,10 +11,11 @@ set -euo pipefail
 
 K8S_VERSION=v1.34.4            # same k8s.io/kubernetes as hack/k8s/build.sh
 DEBIAN_SUITE=bookworm
-DEBIAN_MIRROR="${QOSMOS_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PACKAGES=(containerd runc containernetworking-plugins iproute2 iptables iperf3 debootstrap)
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# the mirror this machine's apt already uses (or $QOSMOS_DEBIAN_MIRROR): no host is written here
+DEBIAN_MIRROR="$(python3 "$HERE/../debian_mirror.py" "$DEBIAN_SUITE")"
 CACHE="${QOSMOS_NODE_CACHE:-$HOME/.cache/qosmos/node}/$K8S_VERSION"
 K8S_CACHE="${QOSMOS_K8S_CACHE:-$HOME/.cache/qosmos/k8s}/$K8S_VERSION"
 FORCE="${QOSMOS_NODE_REBUILD:-0}"

@@ -158,9 +158,9 @@ def test_pods_reach_the_apiserver_and_services_and_nothing_else(installed: E2E) 
     out = exec_py(env, pod, "import socket\ntry: socket.create_connection(('198.51.100.1', 443), 3)\n"
                             "except OSError as e: print('errno', e.errno)", check=False)  # fmt: skip
     assert "errno 101" in out, out  # ENETUNREACH: no route off the machine
-    out = exec_py(env, pod, "import socket\ntry: socket.gethostbyname('deb.debian.org')\n"
+    out = exec_py(env, pod, "import socket\ntry: socket.gethostbyname('registry.qosmos.invalid')\n"
                             "except OSError as e: print('dns', e)", check=False)  # fmt: skip
-    assert out.startswith("dns "), out  # no upstream resolver
+    assert out.startswith("dns "), out  # no upstream resolver (a reserved name: RFC 6761 .invalid never resolves anywhere)
     print(f"\npod routes {sorted(cidr(r[1], r[7]) for r in rows)} (gateway {GATEWAY_IP}, DNS {DNS_IP}); "
           f"{FULLNAME}-extender.{NAMESPACE}.svc -> {svc}; 198.51.100.1:443 -> ENETUNREACH")  # fmt: skip
 

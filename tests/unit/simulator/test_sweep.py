@@ -92,6 +92,41 @@ def test_sweep_rejects_bad_grids_before_running(tmp_path: Path) -> None:
         assert not out.exists()
 
 
+def test_sweep_rejects_a_bad_trace_of_the_grid_before_any_worker_starts(tmp_path: Path) -> None:
+    # issue 22 §3: builtin:nope used to reach the workers and end as "a process in the process pool was
+    # terminated abruptly", exit 1
+    for traces, needle, reason in (
+        ("builtin:genie,builtin:nope", "builtin:nope", "unknown builtin"),
+        (f"builtin:genie,{tmp_path / 'missing.csv'}", "missing.csv", "file not found"),
+    ):
+        out = tmp_path / "bad"
+        r = runner.invoke(app, ["sweep", "--trace", traces, "--jobs", "2", "--out", str(out)])
+        assert r.exit_code == 2 and needle in r.output and reason in r.output, r.output
+        assert not out.exists()
+
+
+def test_a_cell_that_fails_in_a_worker_is_reported_with_its_own_error(tmp_path: Path) -> None:
+    # A worker's InvalidInput crosses the process boundary intact (it used to break the pool on unpickling).
+    from qosmos.simulator.sweep import run_sweep
+
+    cells = grid(["builtin:nope"], ["fifo"], ["consolidate"], [0])
+    _, failed, ran = run_sweep(cells, {}, tmp_path / "sw", workers=2, plot=False)
+    (err,) = failed.values()
+    assert ran == 1 and "unknown builtin" in str(err) and getattr(err, "field", None) == "trace"
+
+
+def test_sweep_on_an_address_with_no_ray_cluster_fails_at_once(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        t0 = time.monotonic()
+        r = runner.invoke(
+            app, ["sweep", "--trace", "builtin:genie", "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path / "o")]
+        )
+    assert r.exit_code == 2 and f"no Ray cluster at 127.0.0.1:{port}" in r.output, r.output
+    assert time.monotonic() - t0 < 15
+
+
 def test_grid_is_the_full_product() -> None:
     cells = grid(["a", "b"], ["fifo"], ["consolidate", "cer"], [0, 1, 2])
     assert len(cells) == 12 and len({c.name for c in cells}) == 12

@@ -54,7 +54,7 @@ def test_other_types_of_a_known_name_have_no_records_and_unknown_names_do_not_ex
     aaaa = dns_reply(query("qs-qosmos-extender.qosmos-system.svc.cluster.local", qtype=28), NAMES.get)
     assert aaaa is not None and parse(aaaa)[2:] == (0, [])  # NOERROR, no data: Go then uses the A answer
     # a search-path candidate (ndots:5 tries <name>.<ns>.svc.cluster.local first) and a name outside
-    for name in ("qs-qosmos-extender.qosmos-system.svc.qosmos-system.svc.cluster.local", "deb.debian.org"):
+    for name in ("qs-qosmos-extender.qosmos-system.svc.qosmos-system.svc.cluster.local", "registry.qosmos.invalid"):
         r = dns_reply(query(name), NAMES.get)
         assert r is not None and parse(r)[2:] == (3, [])
 
