@@ -4,10 +4,12 @@
 #   docker build -t registry.example.com/qosmos:0.1.0 .
 #   docker build --build-arg BASE=python:3.12-slim-bookworm -t ... .
 #
-# BASE: a Debian-based image with Python >= 3.11 (python:3.11-slim-bookworm, or debian:bookworm with
-# Debian's python3, python3-venv and python3-pip). PIP_ARGS: extra pip options, e.g. for an offline
-# build from a wheelhouse in the context: --build-arg PIP_ARGS="--no-index --find-links /src/wheels".
-ARG BASE=python:3.11-slim-bookworm
+# BASE: a Debian bookworm image with Python 3.11 (the lock's interpreter): python:3.11-slim-bookworm,
+# pinned by digest so a rebuild gets the same base (refresh: `docker buildx imagetools inspect
+# python:3.11-slim-bookworm`), or debian:bookworm with Debian's python3 and python3-venv. PIP_ARGS:
+# extra pip options, e.g. for an offline build from a wheelhouse in the context:
+# --build-arg PIP_ARGS="--no-index --find-links /src/wheels".
+ARG BASE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${BASE} AS build
 ARG PIP_ARGS=""
@@ -18,9 +20,14 @@ RUN python3 -m venv /opt/qosmos || (apt-get update && apt-get install -y --no-in
 WORKDIR /src
 # the source tree (.dockerignore leaves out tests, docs, the chart); a wheels/ folder comes along
 COPY . .
-# .[gpu]: NVML for the node agent's GPU utilisation
+# Dependencies from requirements.lock only, each file checked against its sha256 (hack/image/lock.sh
+# writes it: pyproject's dependencies, the gpu extra for NVML, the build requirements); then qosmos
+# itself with no dependency resolution and no build isolation (setuptools comes from the lock).
 # -P: /src holds the component folder operator/, which would shadow the stdlib module of that name
-RUN /opt/qosmos/bin/pip install ${PIP_ARGS} ".[gpu]" && /opt/qosmos/bin/python -P -m compileall -q /opt/qosmos
+RUN /opt/qosmos/bin/pip install ${PIP_ARGS} --require-hashes --no-deps -r requirements.lock \
+ && /opt/qosmos/bin/pip install ${PIP_ARGS} --no-deps --no-build-isolation ".[gpu]" \
+ && /opt/qosmos/bin/pip check \
+ && /opt/qosmos/bin/python -P -m compileall -q /opt/qosmos
 
 FROM ${BASE}
 # tc (iproute2) for the node agent's network split (SODA §V-E); libgomp1: LightGBM's OpenMP runtime

@@ -87,17 +87,27 @@ class DLJobWatch:
         with self.lock:
             self.seen.setdefault(name, Seen()).created = at
 
+    def phases_of(self, obj: dict[str, Any]) -> list[str]:
+        """The phases ``obj`` is in now (a DLJob: its status.phase); subclasses watch other kinds."""
+        phase = (obj.get("status") or {}).get("phase")
+        return [phase] if phase else []
+
+    def list_call(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """The list function and its arguments that the watch lists and streams."""
+        return self.custom.list_namespaced_custom_object, (GROUP, VERSION, self.namespace, "dljobs")
+
     def _record(self, obj: dict[str, Any], at: float) -> None:
         name = obj["metadata"]["name"]
-        phase = (obj.get("status") or {}).get("phase")
+        phases = self.phases_of(obj)
         with self.lock:
             s = self.seen.setdefault(name, Seen())
             s.obj = obj
-            if phase and phase not in s.phases:
-                s.phases[phase] = at
+            for phase in phases:
+                s.phases.setdefault(phase, at)
 
     def _list(self) -> str:
-        res = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "dljobs")
+        fn, args = self.list_call()
+        res = fn(*args)
         now = time.time()
         for obj in res.get("items") or []:
             self._record(obj, now)
@@ -111,13 +121,11 @@ class DLJobWatch:
         self._ready.set()
         while not self._stop.is_set():
             w = watch.Watch()
+            fn, args = self.list_call()
             try:
                 for ev in w.stream(
-                    self.custom.list_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.namespace,
-                    "dljobs",
+                    fn,
+                    *args,
                     resource_version=rv,
                     timeout_seconds=30,
                     allow_watch_bookmarks=True,

@@ -238,7 +238,8 @@ def _bench_run(fn: Any, what: str, **kw: Any) -> dict[str, Any]:
     except InvalidInput as exc:
         raise _fail(str(exc), 2) from None
     except BinariesMissing as exc:
-        raise _fail(str(exc), 2, suffix=f" (build them with hack/k8s/build.sh or set {BIN_DIR_ENV})") from None
+        hint = getattr(exc, "hint", f" (build them with hack/k8s/build.sh or set {BIN_DIR_ENV})")
+        raise _fail(str(exc), 2, suffix=hint) from None
     except (ControlPlaneError, RuntimeError, OSError) as exc:
         raise _fail(str(exc), 1) from None
 
@@ -253,6 +254,13 @@ def bench_operator_cmd(
     policy: PolicyOpt = "fifo",
     placement: PlacementOpt = "consolidate",
     timeout: Annotated[float, typer.Option(help="longest wait for every DLJob to finish, seconds")] = 1200.0,
+    against: Annotated[
+        str,
+        typer.Option(
+            help="also run the same jobs as suspended batch/v1 Jobs under this admission controller, on a fresh "
+            'cluster of the same nodes: "kueue" (hack/kueue/build.sh); prints {"qosmos": {...}, "kueue": {...}}'
+        ),
+    ] = "",
     as_json: JsonOpt = False,
 ) -> None:
     """The operator under load on a qosmos dev cluster of openb nodes: admissions/s, apply-to-Running
@@ -261,6 +269,25 @@ def bench_operator_cmd(
 
     if jobs < 1 or not 1 <= nodes <= 1523 or not run_seconds > 0 or not timeout > 0:
         raise _fail("--jobs must be >= 1, --nodes in [1, 1523], --run-seconds and --timeout > 0", 2)
+    if against not in ("", "kueue"):
+        raise _fail(f"invalid against={against!r}: the only controller measured beside qosmos is kueue", 2)
+    if against == "kueue":
+        from qosmos.dev.kueue import bench_against_kueue
+
+        both = _bench_run(
+            bench_against_kueue,
+            "jobs finished",
+            jobs=jobs,
+            nodes=nodes,
+            run_s=run_seconds,
+            policy=policy,
+            placement=placement,
+            timeout=timeout,
+        )
+        typer.echo(json.dumps(both, indent=None if as_json else 2))
+        if not both["all_succeeded"]:
+            raise typer.Exit(1)
+        return
     res = _bench_run(
         bench_operator,
         "DLJobs finished",
@@ -335,6 +362,92 @@ def bench_fidelity_cmd(
     )
     typer.echo(json.dumps(res, indent=None if as_json else 2))
     if res["succeeded"] != res["jobs"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("kueue-baseline")
+def bench_kueue_baseline_cmd(
+    generator: Annotated[
+        Path | None,
+        typer.Option(help="Kueue generator file (default: the module's configs/baseline/generator.yaml)"),
+    ] = None,
+    range_file: Annotated[
+        Path | None,
+        typer.Option("--range", help="rangespec for Kueue's checker (default: the baseline's, with the baseline)"),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="folder for the runner's summary, CSVs and logs (default: a temporary one)")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="the runner's --timeout (longest recording), seconds")] = 900.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Kueue's own scalability scenario: its runner with minimalkueue on our etcd and kube-apiserver
+    (envtest mode, loopback), then its checker; wall time, per-class average time to admission, cohort
+    usage, minimalkueue CPU seconds and peak memory. Needs hack/kueue/build.sh."""
+    from qosmos.dev.kueue import kueue_baseline
+
+    if not timeout > 0:
+        raise _fail(f"invalid timeout={timeout!r}: must be > 0", 2)
+    for name, p in (("generator", generator), ("range", range_file)):
+        if p is not None and not p.is_file():
+            raise _fail(f"invalid {name}={str(p)!r}: no such file", 2)
+    err = Console(stderr=True)
+    try:
+        with err.status("Kueue's runner with minimalkueue (about 6.5 min for the baseline on 2 cores)"):
+            res = kueue_baseline(generator, out, range_file=range_file, timeout_s=timeout)
+    except InvalidInput as exc:
+        raise _fail(str(exc), 2) from None
+    except BinariesMissing as exc:
+        raise _fail(str(exc), 2, suffix=getattr(exc, "hint", " (build them with hack/k8s/build.sh)")) from None
+    except (ControlPlaneError, OSError) as exc:
+        raise _fail(str(exc), 1) from None
+    typer.echo(json.dumps(res, indent=None if as_json else 2))
+    if res.get("checker") and not res["checker"]["passed"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("scenario")
+def bench_scenario_cmd(
+    kueue_generator: Annotated[
+        Path, typer.Option(help="Kueue generator file (test/performance/scheduler/configs/*/generator.yaml)")
+    ],
+    scale: Annotated[float, typer.Option(help="fraction of each workload set to create, in (0, 1]")] = 1.0,
+    policy: PolicyOpt = "fifo",
+    placement: PlacementOpt = "consolidate",
+    with_kueue: Annotated[
+        bool,
+        typer.Option(
+            "--with-kueue", help="first run Kueue's runner with minimalkueue on the same (scaled) file, reported beside"
+        ),
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option(help="folder for the cluster and Kueue's output (default: temporary)")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="longest wait for every DLJob to finish, seconds")] = 3600.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Kueue's generator file on a qosmos dev cluster: every ClusterQueue a VirtualCluster over its own KWOK
+    nodes (nominal quota in GPUs), every Workload a DLJob at its creation time; per-class average time to
+    admission, wall time, cohort usage. Exit 1 unless every DLJob Succeeded."""
+    from qosmos.dev.kueue import bench_scenario
+
+    if not 0 < scale <= 1 or not timeout > 0:
+        raise _fail(f"invalid scale={scale!r} or timeout={timeout!r}: scale in (0, 1], timeout > 0", 2)
+    if not kueue_generator.is_file():
+        raise _fail(f"invalid kueue_generator={str(kueue_generator)!r}: no such file", 2)
+    res = _bench_run(
+        bench_scenario,
+        "DLJobs finished",
+        generator=kueue_generator,
+        scale=scale,
+        policy=policy,
+        placement=placement,
+        timeout=timeout,
+        with_kueue=with_kueue,
+        out=out,
+    )
+    typer.echo(json.dumps(res, indent=None if as_json else 2))
+    if res["qosmos"]["succeeded"] != res["qosmos"]["workloads"]:
         raise typer.Exit(1)
 
 

@@ -364,6 +364,8 @@ def _extender_pki(directory: Path) -> tuple[_Extender, list[str], ssl.SSLContext
         str(d / "server.key"),
         "--tls-client-ca-file",
         str(d / "ca.crt"),
+        "--scheduler-clients",  # the routes kube-scheduler calls answer its certificate only
+        "kube-scheduler",
         "--http-host",
         LOOPBACK,
         "--http-port",

@@ -11,12 +11,13 @@ expires after ``assume_ttl`` seconds otherwise.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
@@ -180,6 +181,48 @@ def pod_info(pod: object) -> PodInfo:
         job=f"{ns}/{job}" if job else None,
         terminal=phase in ("Succeeded", "Failed"),
     )
+
+
+def hard_rule_terms(labels: Mapping[str, str], annotations: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The extender's hard rules for a pod (its VirtualCluster's nodes, its allowed GPU models) as
+    alternative node-selector terms (ORed): written into the pods the operator creates as required
+    node affinity, so that kube-scheduler keeps them even when the extender (``ignorable``) is down.
+    Mirrors :func:`pod_info`'s reading and ``ClusterState.eligible``: a node without the VC label is in
+    VC ``default``; GPU models match the node's ``qosmos.io/gpu-model`` label exactly. [] = no rule."""
+    exprs: list[dict[str, Any]] = []
+    models = parse_gpu_models(annotations.get(ANN_GPU_MODELS, ""))
+    if models:
+        exprs.append({"key": LABEL_GPU_MODEL, "operator": "In", "values": list(models)})
+    vc = labels.get(LABEL_VC) or None
+    if vc is None:
+        return [{"matchExpressions": exprs}] if exprs else []
+    in_vc = {"key": LABEL_VC, "operator": "In", "values": [vc]}
+    if vc != "default":
+        return [{"matchExpressions": [in_vc, *exprs]}]
+    unlabelled = {"key": LABEL_VC, "operator": "DoesNotExist"}
+    return [{"matchExpressions": [in_vc, *exprs]}, {"matchExpressions": [unlabelled, *exprs]}]
+
+
+def require_node_terms(affinity: Mapping[str, Any] | None, alternatives: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``affinity`` with its required node affinity ANDed with (alternative 1 OR alternative 2 ...):
+    required terms are ORed, so every pair (own term, alternative) becomes one term. Preferred node
+    affinity and pod (anti-)affinity are kept as they are; never drops what the template required."""
+    out = copy.deepcopy(dict(affinity or {}))
+    if not alternatives:
+        return out
+    req = out.setdefault("nodeAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    own = req.get("nodeSelectorTerms") or [{}]
+    terms = []
+    for t in own:
+        for alt in alternatives:
+            term = dict(t)
+            for part in ("matchExpressions", "matchFields"):
+                merged = [*(t.get(part) or []), *(alt.get(part) or [])]
+                if merged:
+                    term[part] = copy.deepcopy(merged)
+            terms.append(term)
+    req["nodeSelectorTerms"] = terms
+    return out
 
 
 def node_from_object(obj: object) -> Node:

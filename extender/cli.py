@@ -14,7 +14,14 @@ from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.placement import PLACERS
 from qosmos.extender.core.scoring import DEFAULT_PLACER, DEFAULT_SHORTLIST
 from qosmos.extender.core.types import Platform
-from qosmos.extender.explain import MAX_GPUS_PER_NODE, MAX_NODES, describe, load_profiles, resolve_profile
+from qosmos.extender.explain import (
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    describe,
+    describe_throughput,
+    load_profiles,
+    resolve_profile,
+)
 from qosmos.extender.explain import explain as explain_task
 from rich.console import Console
 from rich.table import Table
@@ -139,6 +146,7 @@ def explain(
             f"showing {len(shown)} of {len(result['placements']):,} placements, the best by CER (--rows 0 shows all)"
         )
     console.print(f"profile: {describe(provenance)}")
+    console.print(f"throughput: {describe_throughput(result['throughput'], batch)}")
     for note in result["notes"]:
         console.print(f"note: {note}")
     console.print(
@@ -224,6 +232,87 @@ def explain_queue(
         )
 
 
+@explain_app.command("inference")
+@clean_errors()
+def explain_inference(
+    model: Annotated[str, typer.Option(help="model type served (e.g. ResNet50)")],
+    qos_target_ms: Annotated[
+        float, typer.Option(min=0.001, help="latency target of every query, milliseconds (SODA's: 200)")
+    ] = 200.0,
+    gpu_model: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU model of the serving nodes: its inference profile first, else the nearest measured "
+            "(default: the newest measured)"
+        ),
+    ] = None,
+    cpu_cores: Annotated[int, typer.Option(min=1, help="CPU cores of a CPU replica")] = 16,
+    gpu_switch_batch: Annotated[
+        int | None,
+        typer.Option(min=1, help="override bs_gpu, an InferenceService's gpuSwitchBatch (default: derived from C(b))"),
+    ] = None,
+    cpu_max_batch: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="override the CPU replica's max batch, cpu.maxBatch; 0 = never on CPU (default: derived from C(b))",
+        ),
+    ] = None,
+    inference_profile: Annotated[
+        bool,
+        typer.Option(
+            help="use measured inference profiles (built-in and the database's); --no-inference-profile: the "
+            "model database's training rate and SODA's CPU measurements"
+        ),
+    ] = True,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            help="model database file (default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json when present)"
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the thresholds and their sources as JSON")] = False,
+) -> None:
+    """SODA's inference thresholds for a model (seed 002 §V-D1): the GPU switching batch bs_gpu, the
+    largest CPU batch within T/2 on the replica's cores, each replica's maximum load, and where each
+    came from (an override, a measured inference profile, the model database, the seed)."""
+    from qosmos.extender.core.inference import resolve_spec
+    from qosmos.extender.core.inference_profiles import InferenceProfiles
+    from qosmos.predictors.inference_profiles import load_inference_profiles
+
+    measured = load_inference_profiles(db) if inference_profile else InferenceProfiles()
+    spec = resolve_spec(
+        model,
+        qos_target_ms,
+        db=load_profiles(db).db,
+        gpu_switch_batch=gpu_switch_batch,
+        cpu_cores_per_replica=cpu_cores,
+        cpu_max_batch=cpu_max_batch,
+        inference_profiles=measured,
+        gpu_model=gpu_model,
+    )
+    out = {
+        "model": model,
+        "qos_target_ms": qos_target_ms,
+        "gpu_model": gpu_model,
+        "thresholds": spec.thresholds(),
+        "notes": list(spec.notes),
+    }
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    table = Table(title=f"{model}, QoS target {qos_target_ms:g} ms" + (f", {gpu_model}" if gpu_model else ""))
+    for col in ("threshold", "value", "source"):
+        table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
+    for name, th in spec.thresholds().items():
+        v = th["value"]
+        table.add_row(name, "-" if v is None else f"{v:g}", str(th["source"]))
+    console = Console()
+    console.print(table)
+    for note in spec.notes:
+        console.print(f"note: {note}")
+
+
 extender_app = typer.Typer(
     help="The scheduler extender: HTTP for kube-scheduler, gRPC for qosmos tools.", no_args_is_help=True
 )
@@ -271,6 +360,24 @@ def serve(
         typer.Option(
             help="PEM CA bundle: only clients with a certificate it signed may call, e.g. kube-scheduler "
             "with its tlsConfig certFile (default: none; needed unless --insecure)"
+        ),
+    ] = None,
+    scheduler_clients: Annotated[
+        str | None,
+        typer.Option(
+            help="certificate CNs allowed to call /filter, /prioritize and /bind, comma-separated "
+            "(e.g. qosmos-scheduler); others get 403 (default: any client the CA signed)"
+        ),
+    ] = None,
+    metrics_clients: Annotated[
+        str | None,
+        typer.Option(help="certificate CNs allowed to GET /metrics, comma-separated (default: any CA-signed client)"),
+    ] = None,
+    api_clients: Annotated[
+        str | None,
+        typer.Option(
+            help="certificate CNs allowed to call the gRPC API, comma-separated; others get PERMISSION_DENIED "
+            "(default: any CA-signed client)"
         ),
     ] = None,
     insecure: Annotated[
@@ -332,6 +439,9 @@ def serve(
             tls_cert_file=tls_cert_file,
             tls_key_file=tls_key_file,
             tls_client_ca_file=tls_client_ca_file,
+            scheduler_clients=scheduler_clients,
+            metrics_clients=metrics_clients,
+            api_clients=api_clients,
             insecure=insecure,
             placer=placer,
             shortlist=shortlist,

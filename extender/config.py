@@ -14,7 +14,7 @@ from typing import Any
 
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.scoring import DEFAULT_PLACER, DEFAULT_SHORTLIST
-from qosmos.extender.tls import TLSFiles, is_loopback
+from qosmos.extender.tls import CLIENT_GROUPS, ClientPolicy, TLSFiles, is_loopback
 
 ENV_PREFIX = "QOSMOS_EXTENDER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -41,6 +41,10 @@ class ExtenderConfig:
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None
     insecure: bool = False  # plaintext without client authentication, loopback addresses only
+    # Client certificate CNs allowed per route group (comma-separated; unset: any client the CA signed)
+    scheduler_clients: str | None = None  # POST /filter, /prioritize, /bind
+    metrics_clients: str | None = None  # GET /metrics
+    api_clients: str | None = None  # every gRPC method
     request_timeout_s: float = 5.0  # server-side deadline of one gRPC call
     max_body_bytes: int = 8 * 1024 * 1024
     shutdown_grace_s: float = 10.0
@@ -76,8 +80,16 @@ class ExtenderConfig:
             raise InvalidInput(
                 "tls", tls, "TLS needs all three of --tls-cert-file, --tls-key-file and --tls-client-ca-file"
             )
+        _ = self.clients  # refuses an empty list, naming the setting
         if self.insecure:
             need(not any(tls), "insecure", "--insecure (plaintext) and TLS files exclude each other")
+            for group in CLIENT_GROUPS:
+                field = f"{group}_clients"
+                need(
+                    getattr(self, field) is None,
+                    field,
+                    "client identities need TLS client certificates, not --insecure",
+                )
             for field in ("http_host", "grpc_host"):
                 need(is_loopback(getattr(self, field)), field, "--insecure serves plaintext on loopback only")
         elif not any(tls):
@@ -87,6 +99,10 @@ class ExtenderConfig:
                 "give --tls-cert-file, --tls-key-file and --tls-client-ca-file (HTTPS and gRPC with client "
                 "certificates), or --insecure for plaintext on loopback (local use only)",
             )
+
+    @property
+    def clients(self) -> ClientPolicy:
+        return ClientPolicy.parse(scheduler=self.scheduler_clients, metrics=self.metrics_clients, api=self.api_clients)
 
     @property
     def tls(self) -> TLSFiles | None:

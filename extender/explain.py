@@ -17,6 +17,7 @@ from typing import Any
 from qosmos.extender.core import genie
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.throughput import QUADRATIC
 from qosmos.extender.core.types import Platform
 
 # Inputs past these are not a job of this world; they are refused rather than computed.
@@ -169,10 +170,15 @@ def decision_dict(
             f"{task.batch:,}, but one task never spans more than {genie.MAX_PLACEMENT_GPUS:,}"
         )
     if any(r["extrapolated"] for r in rows):
+        how = (
+            f"sPR is held at sPR({profile.b_max:g}) above it and scaled down linearly below it"
+            if profile.form == QUADRATIC
+            else "the iteration time follows the first or last measured segment's slope outside it "
+            f"(sPR never above sPR({profile.b_min:g}) below it)"
+        )
         notes.append(
             f"extrapolated rows: the local batch b' is outside the profile's measured range "
-            f"[{profile.b_min:g}, {profile.b_max:g}]; sPR is held at sPR({profile.b_max:g}) above it "
-            f"and scaled down linearly below it"
+            f"[{profile.b_min:g}, {profile.b_max:g}]; {how}"
         )
     if any(r["pr"] == 0 for r in rows):
         notes.append("rows with PR 0: sPR(b') of Eq. 7 is not positive at that local batch, the task makes no progress")
@@ -185,7 +191,38 @@ def decision_dict(
         "max_placement_gpus": cap,
         "notes": notes,
         "profile": provenance,
+        "throughput": throughput_dict(profile, task.batch),
     }
+
+
+def throughput_dict(profile: genie.ThroughputProfile, batch: int) -> dict[str, Any]:
+    """Which sPR(b') form the profile uses, its held-out error and whether ``batch`` (on one GPU) is measured.
+
+    ``heldout_error`` is the leave-one-out mean abs % error of sPR that chose the form (None when
+    not measured: built-in and explicit profiles); ``measured_range`` is None for explicit coefficients.
+    """
+    return {
+        "form": profile.form,
+        "heldout_error": profile.heldout_error,
+        "measured_range": [profile.b_min, profile.b_max] if profile.measured else None,
+        "batch_outside_range": profile.extrapolated(batch),
+        "measured_on": dict(profile.measured_on),
+    }
+
+
+def describe_throughput(info: dict[str, Any], batch: int) -> str:
+    """One readable line for :func:`throughput_dict`."""
+    err = info["heldout_error"]
+    text = f"sPR form {info['form']}, held-out error " + ("not measured" if err is None else f"{err:.2f} %")
+    rng = info["measured_range"]
+    if rng is None:
+        return text + "; no measured batch range (Eq. 7 as given)"
+    text += f"; measured b' {rng[0]:g}..{rng[1]:g}"
+    if info["batch_outside_range"]:
+        text += f"; batch {batch} on one GPU lies outside it (extrapolated)"
+    if info["measured_on"]:
+        text += "; measured on " + ", ".join(f"{k} {v}" for k, v in info["measured_on"].items())
+    return text
 
 
 def explain(

@@ -44,7 +44,7 @@ from qosmos.extender.explain import explain as explain_task
 from qosmos.extender.proto import qosmos_pb2 as pb
 from qosmos.extender.proto import qosmos_pb2_grpc as pb_grpc
 from qosmos.extender.service import ExtenderService
-from qosmos.extender.tls import TLSFiles, is_loopback
+from qosmos.extender.tls import ClientPolicy, TLSFiles, is_loopback
 
 log = logging.getLogger("qosmos.extender.grpc")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Extender"].full_name
@@ -106,11 +106,24 @@ def explain_response(result: dict[str, Any]) -> pb.ExplainResponse:
         notes=result["notes"],
         max_placement_gpus=result["max_placement_gpus"],
         provenance=pb.ProfileProvenance(**{k: prov[k] or "" for k in _PROVENANCE_TEXT}, overrides=prov["overrides"]),
+        throughput=_throughput(result["throughput"]),
     )
     for k in ("ect", "deadline", "waiting_allowance"):
         if result[k] is not None:
             setattr(resp, k, result[k])
     return resp
+
+
+def _throughput(info: dict[str, Any]) -> pb.ThroughputInfo:
+    t = pb.ThroughputInfo(
+        form=info["form"],
+        measured_range=info["measured_range"] or [],
+        batch_outside_range=info["batch_outside_range"],
+        measured_on=info["measured_on"],
+    )
+    if info["heldout_error"] is not None:
+        t.heldout_error = info["heldout_error"]
+    return t
 
 
 def response_to_dict(resp: pb.ExplainResponse) -> dict[str, Any]:
@@ -134,6 +147,13 @@ def response_to_dict(resp: pb.ExplainResponse) -> dict[str, Any]:
         "profile": {
             **{k: getattr(prov, k) or None for k in _PROVENANCE_TEXT},
             "overrides": list(prov.overrides),
+        },
+        "throughput": {
+            "form": resp.throughput.form,
+            "heldout_error": _opt(resp.throughput, "heldout_error"),
+            "measured_range": list(resp.throughput.measured_range) or None,
+            "batch_outside_range": resp.throughput.batch_outside_range,
+            "measured_on": dict(resp.throughput.measured_on),
         },
     }
 
@@ -183,8 +203,10 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
         profiles: Profiles | None = None,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         stopping: threading.Event | None = None,
+        clients: ClientPolicy | None = None,
     ) -> None:
         self.service = service
+        self.clients = clients or ClientPolicy()
         self.profiles = profiles or Profiles.builtin()
         self.request_timeout_s = request_timeout_s
         self.stopping = stopping or threading.Event()
@@ -204,8 +226,23 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
 
         return check
 
+    def _authorise(self, context: grpc.ServicerContext, method: str) -> None:
+        """PERMISSION_DENIED unless the client's certificate CN is one the ``api`` group allows."""
+        if self.clients.api is None:
+            return
+        names = context.auth_context().get("x509_common_name") or []
+        cn = names[0].decode() if names else None
+        if not self.clients.allows("api", cn):
+            if self.service is not None:
+                self.service.metrics.forbidden.labels(f"grpc:{method}").inc()
+            log.warning("grpc call refused", extra={"method": method, "caller": cn})
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED, f"client {cn or 'unknown'} may not call {method} (--api-clients)"
+            )
+
     def _run(self, context: grpc.ServicerContext, fn: Callable[[Callable[[], None]], Any]) -> Any:
         """Call ``fn(cancel)``; bad input becomes INVALID_ARGUMENT, a deadline DEADLINE_EXCEEDED."""
+        self._authorise(context, fn.__name__)
         cancel = self._cancel_for(context)
         with self._lock:
             self.in_flight += 1
@@ -336,6 +373,7 @@ class GRPCServer:
         profiles: Profiles | None = None,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         allow_remote_plaintext: bool = False,
+        clients: ClientPolicy | None = None,
     ) -> None:
         if tls is None and not allow_remote_plaintext and not is_loopback(host):
             raise InvalidInput("grpc_host", host, "plaintext gRPC is for loopback only; give TLS files")
@@ -346,7 +384,7 @@ class GRPCServer:
             # gRPC shares a port with SO_REUSEPORT by default: a second extender would split the calls
             options=[("grpc.so_reuseport", 0)],
         )
-        self.servicer = ExtenderServicer(service, profiles, request_timeout_s, self.stopping)
+        self.servicer = ExtenderServicer(service, profiles, request_timeout_s, self.stopping, clients)
         pb_grpc.add_ExtenderServicer_to_server(self.servicer, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

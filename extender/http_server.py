@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.service import ExtenderService
-from qosmos.extender.tls import peer_common_name
+from qosmos.extender.tls import ClientPolicy, peer_common_name
 
 log = logging.getLogger("qosmos.extender.http")
 
@@ -45,8 +45,10 @@ class ExtenderHTTP:
         service: ExtenderService,
         ready: Callable[[], bool] | None = None,
         max_body: int = MAX_BODY,
+        clients: ClientPolicy | None = None,
     ) -> None:
         self.service = service
+        self.clients = clients or ClientPolicy()
         self.ready = ready or (lambda: service.cache.ready)
         self.max_body = max_body
         self._frags: dict[str, bytes] = {}
@@ -75,6 +77,13 @@ class ExtenderHTTP:
     def handle(self, method: str, path: str, body: bytes, caller: str = "") -> tuple[int, bytes, str]:
         """Answer one request: (status, payload, content type). ``caller`` identifies the client."""
         verb = path.rstrip("/").rsplit("/", 1)[-1]
+        group = "scheduler" if verb in VERBS else "metrics" if verb == "metrics" else None
+        if group is not None and not self.clients.allows(group, caller[3:] if caller.startswith("cn:") else None):
+            # authenticated but not authorised for this route: a metrics or extender certificate is no scheduler
+            self.service.metrics.forbidden.labels(f"/{verb}").inc()
+            message = f"client {caller or 'unknown'} may not call /{verb} (--{group}-clients)"
+            self._log_rejected(verb, 403, message, caller)
+            return _error(403, message)
         if method == "GET":
             if verb == "healthz":
                 return 200, b"ok", TEXT

@@ -117,7 +117,12 @@ async def serve_async(
     stopping = False
     ready_cache = cache
     http = HTTPServer(
-        ExtenderHTTP(service, ready=lambda: ready_cache.ready and not stopping, max_body=cfg.max_body_bytes),
+        ExtenderHTTP(
+            service,
+            ready=lambda: ready_cache.ready and not stopping,
+            max_body=cfg.max_body_bytes,
+            clients=cfg.clients,
+        ),
         cfg.http_host,
         cfg.http_port,
         ssl_context=ssl_context,
@@ -133,6 +138,7 @@ async def serve_async(
             tls=tls,
             profiles=profiles,
             request_timeout_s=cfg.request_timeout_s,
+            clients=cfg.clients,
         )
     if stop is None:
         stop = asyncio.Event()
@@ -155,6 +161,12 @@ async def serve_async(
             "modeldb": profiles.file or "built-in",
         },
     )
+    if tls is not None and (open_groups := cfg.clients.open_groups()):
+        log.warning(
+            "any client certificate the CA signed may call these routes; name the allowed ones with "
+            "--scheduler-clients, --metrics-clients, --api-clients",
+            extra={"open": open_groups},
+        )
     freezer = asyncio.create_task(_freeze_when_ready(cache))
     await stop.wait()
     freezer.cancel()

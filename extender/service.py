@@ -50,6 +50,12 @@ class Metrics:
             ["verb", "outcome"],
             registry=self.registry,
         )
+        self.forbidden = Counter(
+            "qosmos_extender_forbidden_total",
+            "Requests refused because the client's certificate is not allowed on the route (HTTP 403, gRPC PERMISSION_DENIED)",
+            ["route"],
+            registry=self.registry,
+        )
         self.cache = Gauge(
             "qosmos_extender_cache_objects", "Objects in the extender cache", ["kind"], registry=self.registry
         )

@@ -66,6 +66,49 @@ class TLSFiles:
         return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
 
 
+CLIENT_GROUPS = ("scheduler", "metrics", "api")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPolicy:
+    """Which client identities (certificate CNs) may call which routes: TLS authenticates, this
+    authorises. ``scheduler``: POST /filter, /prioritize, /bind (kube-scheduler); ``metrics``: GET
+    /metrics (Prometheus); ``api``: every gRPC method (Admit, ExplainQueue, Explain, Score, Rank).
+    None for a group: any client the CA signed (the behaviour without a policy). /healthz and
+    /readyz answer any client that completed the handshake (kubelet probes, load balancers)."""
+
+    scheduler: frozenset[str] | None = None
+    metrics: frozenset[str] | None = None
+    api: frozenset[str] | None = None
+
+    @classmethod
+    def parse(cls, **groups: str | None) -> ClientPolicy:
+        """From comma-separated CN lists (``--scheduler-clients a,b``); an empty list is refused."""
+        out: dict[str, frozenset[str] | None] = {}
+        for group, text in groups.items():
+            if group not in CLIENT_GROUPS:
+                raise InvalidInput(f"{group}_clients", text, f"unknown client group; expected {CLIENT_GROUPS}")
+            if text is None:
+                out[group] = None
+                continue
+            names = frozenset(n.strip() for n in text.split(",") if n.strip())
+            if not names:
+                raise InvalidInput(
+                    f"{group}_clients", text, "names no client; leave it unset to allow any CA-signed one"
+                )
+            out[group] = names
+        return cls(**out)
+
+    def allows(self, group: str, caller: str | None) -> bool:
+        """``caller``: the client's CN (None: no certificate, e.g. plaintext on loopback)."""
+        allowed: frozenset[str] | None = getattr(self, group)
+        return allowed is None or (caller is not None and caller in allowed)
+
+    def open_groups(self) -> list[str]:
+        """Groups any CA-signed client may call (logged at start-up: the policy is not configured)."""
+        return [g for g in CLIENT_GROUPS if getattr(self, g) is None]
+
+
 def peer_common_name(cert: dict[str, Any] | None) -> str | None:
     """The subject CN of a peer certificate as ``ssl.SSLSocket.getpeercert()`` returns it."""
     for rdn in (cert or {}).get("subject", ()):

@@ -12,6 +12,7 @@ python3 -m pip install -q --disable-pip-version-check -e ".[test,ray]"  # ray: t
 
 if command -v go >/dev/null 2>&1; then
   bash hack/k8s/build.sh
+  bash hack/kueue/build.sh  # Kueue v0.17.0 for tests/integration/test_bench_kueue.py (cached, ~10 min the first time)
 elif [ -n "${CI:-}" ]; then
   echo "CI: Go toolchain missing, cannot build the Kubernetes control plane for integration tests" >&2
   exit 1

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from qosmos.extender.cache import parse_quantity
 from qosmos.extender.core import genie
 from qosmos.extender.core.admission import Partition
 from qosmos.extender.core.backfill import MODES
+from qosmos.extender.core.cohorts import RECLAIM_WITHIN_COHORT, WITHIN_PARTITION, PreemptionPolicy
 from qosmos.extender.core.inference import (
     DEFAULT_HYSTERESIS,
     DEFAULT_SCALE_IN_AFTER_S,
@@ -38,7 +39,7 @@ from qosmos.extender.core.inference import (
     SODA_QOS_TARGET_S,
     Mode,
 )
-from qosmos.extender.core.ordering import POLICIES
+from qosmos.extender.core.ordering import POLICIES, get_policy
 from qosmos.extender.core.placement import PLACERS
 from qosmos.extender.core.types import JobKind, QoSClass
 
@@ -52,6 +53,8 @@ LABEL_INFERENCE = "qosmos.io/inference"  # the pod label naming its InferenceSer
 ANN_QPS = "qosmos.io/qps"  # an InferenceService's query rate when it has no spec.load.prometheus
 MAX_INFERENCE_REPLICAS = 256
 DEFAULT_PROMETHEUS_INTERVAL_S = 10.0
+DEFAULT_FORECAST_PERIOD_S = 60.0  # an InferenceService's rate-history slot (the GenAI trace samples every 57 s)
+DEFAULT_READY_S = 30.0  # a replica's start-up time, as `qosmos simulate inference --ready-s` assumes
 
 # Allowed values, read from the core's registries.
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
@@ -69,10 +72,13 @@ PlacementName = Literal[PLACEMENT_NAMES]  # type: ignore[valid-type]
 BackfillMode = Literal[BACKFILL_MODES]  # type: ignore[valid-type]
 QoSClassName = Literal[QOS_CLASSES]  # type: ignore[valid-type]
 JobKindName = Literal[JOB_KINDS]  # type: ignore[valid-type]
+WithinVirtualCluster = Literal[WITHIN_PARTITION]  # type: ignore[valid-type]
+ReclaimWithinCohort = Literal[RECLAIM_WITHIN_COHORT]  # type: ignore[valid-type]
 
 # A DNS-1123 name that is also a label value (≤ 63): VirtualCluster names become the node label
 # qosmos.io/vc=<name>, DLJob names the pod label qosmos.io/job=<name>.
 LABEL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # RFC 1123 label: a cohort's name
 LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
 # resource.Quantity as Kubernetes' own CRDs spell it (controller-gen's schema for resource.Quantity).
 QUANTITY_PATTERN = (
@@ -154,15 +160,48 @@ Conditions = Annotated[
 
 
 class Quota(_Model):
-    """GPUs the VirtualCluster's running jobs may hold."""
+    """GPUs the VirtualCluster's running jobs may hold; in a cohort, its nominal share of the cohort's
+    GPUs and what it borrows and lends (Kueue's ClusterQueue quotas, ``core.cohorts``)."""
 
-    gpus: int = Field(ge=0, description="nominal GPU quota: GPUs its own running jobs may hold")
-    borrowing_limit: int = Field(
-        0,
-        ge=0,
-        description="GPUs it may borrow beyond its quota from idle VirtualClusters; reclaimed by preempting "
-        "the borrowed job submitted last, which is requeued",
+    gpus: int = Field(
+        ge=0, description="nominal GPU quota: GPUs its own running jobs may hold (in a cohort: its nominal share)"
     )
+    borrowing_limit: int | None = Field(
+        None,
+        ge=0,
+        description="cohort only: GPUs it may hold beyond its quota from the cohort's idle share (unset: no limit); "
+        "a lender whose blocked job needs them back reclaims them by preempting borrowed jobs",
+    )
+    lending_limit: int | None = Field(
+        None, ge=0, description="cohort only: GPUs of its idle quota it lends to the cohort at most (unset: all)"
+    )
+
+
+class Preemption(_Model):
+    """Who may preempt whom for this VirtualCluster's jobs (Kueue's ClusterQueue preemption)."""
+
+    within_virtual_cluster: WithinVirtualCluster = Field(
+        PreemptionPolicy().within_partition,
+        description="LowerPriority: a blocked job preempts running jobs of its own VirtualCluster with a lower "
+        "spec.priority; Never: it does not",
+    )
+    reclaim_within_cohort: ReclaimWithinCohort = Field(
+        PreemptionPolicy().reclaim_within_cohort,
+        description="Any: a blocked job within its nominal quota takes lent GPUs back from the cohort's borrowers "
+        "(least lost work first); Never: it waits for them",
+    )
+
+    def policy(self) -> PreemptionPolicy:
+        return PreemptionPolicy(self.within_virtual_cluster, self.reclaim_within_cohort)
+
+
+COHORT_LIMITS = ("borrowingLimit", "lendingLimit")  # quota fields that only a cohort member may set
+# policies whose job arrays split a VC's own nodes into pools (SODA): the core gives them no cohort
+ARRAY_POLICIES = tuple(p for p in POLICY_NAMES if get_policy(p).arrays)
+
+
+def _snake(camel: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
 
 
 class VirtualClusterSpec(_Model):
@@ -174,7 +213,20 @@ class VirtualClusterSpec(_Model):
                 "!has(self.relaxFactor) || self.backfill in ['relaxed', 'adaptive']",
                 "relaxFactor applies only to backfill relaxed or adaptive",
                 ".relaxFactor",
-            )
+            ),
+            *(
+                cel(
+                    f"!has(self.quota) || !has(self.quota.{f}) || has(self.cohort)",
+                    f"quota.{f} needs a cohort: only VirtualClusters of one cohort borrow and lend",
+                    f".quota.{f}",
+                )
+                for f in COHORT_LIMITS
+            ),
+            cel(
+                f"!has(self.cohort) || !(self.policy in {list(ARRAY_POLICIES)})",
+                "a policy with job arrays (soda) splits the VirtualCluster's own nodes: it takes no cohort",
+                ".cohort",
+            ),
         )
     )
 
@@ -200,18 +252,56 @@ class VirtualClusterSpec(_Model):
     theta: float = Field(
         genie.DEFAULT_THETA, ge=0, description="weight of the nodes used against the GPUs used in a placement's cost"
     )
-    quota: Quota | None = Field(None, description="GPU quota; without one its nodes are its limit")
+    quota: Quota | None = Field(
+        None, description="GPU quota; without one its nodes are its limit (in a cohort: its nodes' GPUs its share)"
+    )
+    cohort: str | None = Field(
+        None,
+        max_length=63,
+        pattern=DNS_LABEL_PATTERN,
+        description="VirtualClusters of one cohort place on the union of their nodes, each within its quota plus "
+        "what it borrows from the others' idle quota (issue 21 §3); unset: its own nodes only",
+    )
+    preemption: Preemption = Field(
+        default_factory=Preemption,  # type: ignore[arg-type]
+        description="who may preempt whom for its jobs: reclaim within the cohort, lower priority within it",
+        json_schema_extra={"default": {}},  # the apiserver fills in the fields' defaults
+    )
+
+    @model_validator(mode="after")
+    def _limits_need_a_cohort(self) -> VirtualClusterSpec:
+        """The CRD's rule, for objects stored before it (the operator skips them, saying why). Except
+        ``borrowingLimit: 0`` without a cohort: the default the CRD stored before cohorts, which
+        borrows nothing (dropped here, so such a VirtualCluster keeps running as it did)."""
+        q = self.quota
+        if q is not None and self.cohort is None and q.borrowing_limit == 0:
+            q.borrowing_limit = None
+        for f in COHORT_LIMITS:
+            if q is not None and getattr(q, _snake(f)) is not None and self.cohort is None:
+                raise ValueError(
+                    f"spec.quota.{f} needs spec.cohort: only VirtualClusters of one cohort borrow and lend"
+                )
+        if self.cohort is not None and self.policy in ARRAY_POLICIES:
+            raise ValueError(
+                f"spec.cohort: policy {self.policy} splits the VirtualCluster's own nodes; it takes no cohort"
+            )
+        return self
 
     def partition(self, name: str) -> Partition:
-        """The core's view of this VirtualCluster."""
+        """The core's view of this VirtualCluster (its cohort, share, limits and preemption included)."""
         kw: dict[str, Any] = {} if self.relax_factor is None else {"relax_factor": self.relax_factor}
+        q = self.quota
         return Partition(
             name=name,
             policy=self.policy,
             placement=self.placement,
             backfill=self.backfill,
-            gpu_quota=self.quota.gpus if self.quota else None,
+            gpu_quota=q.gpus if q else None,
             theta=self.theta,
+            cohort=self.cohort,
+            borrowing_limit=q.borrowing_limit if q else None,
+            lending_limit=q.lending_limit if q else None,
+            preemption=self.preemption.policy(),
             **kw,
         )
 
@@ -256,6 +346,33 @@ class DLJobPhase(StrEnum):
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+
+
+DEFAULT_RENDEZVOUS_PORT = 29500  # torchrun's and PyTorchJob's MASTER_PORT
+# What a gang pod may do when its container exits: not restart in place (Never), or only on failure
+# (OnFailure); Always would never let the pod, and so the gang, finish.
+POD_RESTART_POLICIES = ("Never", "OnFailure")
+# A DLJob's name names its headless Service (a DNS-1035 label) and its pods' hostnames <name>-<index>
+# (DNS-1123 labels of at most 63 characters): 58 leaves room for indexes below 10,000.
+DLJOB_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DLJOB_NAME_MAX = 58
+
+
+class Rendezvous(_Model):
+    """How the gang's processes find each other: rank 0's address and port, processes per pod."""
+
+    port: int = Field(
+        DEFAULT_RENDEZVOUS_PORT,
+        ge=1,
+        le=65535,
+        description="rendezvous port on rank 0 (MASTER_PORT, PET_MASTER_PORT, the JAX coordinator's port), "
+        "also the port of the DLJob's headless Service",
+    )
+    procs_per_pod: int | None = Field(
+        None,
+        ge=1,
+        description="processes each pod runs (torchrun's PET_NPROC_PER_NODE); unset: the pod's GPUs (1 without GPUs)",
+    )
 
 
 class DLJobSpec(_Model):
@@ -318,11 +435,56 @@ class DLJobSpec(_Model):
     template: dict[str, Any] | None = Field(
         None,
         description="PodTemplateSpec of each pod; its labels and annotations are copied to the pods",
-        json_schema_extra={"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        json_schema_extra={
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            # only what a rule reads is declared; the rest of the PodTemplateSpec is kept as it is
+            "properties": {
+                "spec": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "properties": {
+                        "restartPolicy": {
+                            "type": "string",
+                            "x-kubernetes-validations": [
+                                cel(
+                                    f"self in {list(POD_RESTART_POLICIES)}",
+                                    "must be Never or OnFailure: a gang pod that restarts Always never finishes "
+                                    "(the operator recreates a failed gang, up to backoffLimit)",
+                                )
+                            ],
+                        }
+                    },
+                }
+            },
+        },
+    )
+    priority: int = Field(
+        0,
+        ge=-(2**31),
+        le=2**31 - 1,
+        description="priority within its VirtualCluster (higher first, Kueue's workload priority): breaks ties of "
+        "the VirtualCluster's policy, and with preemption.withinVirtualCluster LowerPriority lets it preempt "
+        "lower-priority jobs",
     )
     backoff_limit: int = Field(
         DEFAULT_BACKOFF_LIMIT, ge=0, description="times the whole gang is recreated after a failed pod"
     )
+    rendezvous: Rendezvous = Field(
+        default_factory=Rendezvous,  # type: ignore[arg-type]
+        description="rank 0's rendezvous port and the processes per pod, given to every pod as MASTER_ADDR/PORT, "
+        "WORLD_SIZE/RANK, torchrun's PET_* and JAX's coordinator variables",
+        json_schema_extra={"default": {}},  # the apiserver fills in the port
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _restart_policy(cls, template: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The CRD's rule, for objects stored before it (the operator skips them, saying why)."""
+        policy = ((template or {}).get("spec") or {}).get("restartPolicy")
+        if policy is not None and policy not in POD_RESTART_POLICIES:
+            raise ValueError(f"spec.template.spec.restartPolicy {policy!r} must be Never or OnFailure")
+        return template
 
     @property
     def qos(self) -> QoSClass:
@@ -425,8 +587,9 @@ class InferenceCPU(_Model):
     max_batch: int | None = Field(
         None,
         ge=0,
-        description="largest batch those cores serve within qosTargetMs (profiled); below 1 the service never runs "
-        "on CPU; unset: from SODA's measured per-core rate of the model (seed 002 Table III), else never on CPU",
+        description="optional override: the largest batch those cores serve within qosTargetMs; below 1 the service "
+        "never runs on CPU; unset: derived from the model's CPU inference profile (`qosmos profile inference`), "
+        "else from SODA's measured per-core rate of the model (seed 002 Table III), else never on CPU",
     )
     max_replicas: int | None = Field(
         None, ge=1, le=MAX_INFERENCE_REPLICAS, description="most CPU replicas (default: maxReplicas)"
@@ -460,6 +623,20 @@ class InferenceLoad(_Model):
     )
 
 
+class InferenceForecast(_Model):
+    """Switching ahead of the load (issue 23 §3): the operator keeps the observed rates (per period, in
+    memory), forecasts the upper band over the replicas' start-up plus one period and plans for it."""
+
+    enabled: bool = Field(True, description="plan for the forecast band; false: the observed rate alone")
+    period_seconds: float = Field(
+        DEFAULT_FORECAST_PERIOD_S, gt=0, description="slot of the rate history the forecaster learns from"
+    )
+    ready_seconds: float = Field(
+        DEFAULT_READY_S, ge=0, description="seconds from asking for a replica until it is Ready (its start-up time)"
+    )
+    quantile: float = Field(0.95, ge=0.5, lt=1, description="the band's quantile")
+
+
 class InferenceServiceSpec(_Model):
     """An online inference service whose replicas SODA's placer runs on CPU below the GPU switching batch
     and on GPUs above it, scaled with the query load (seed 002 §V-D)."""
@@ -489,8 +666,16 @@ class InferenceServiceSpec(_Model):
     gpu_switch_batch: int | None = Field(
         None,
         ge=1,
-        description="bs_gpu: the largest batch one GPU serves within qosTargetMs, the CPU/GPU switching point "
-        "(profiled); unset: from the model's throughput profile",
+        description="optional override of bs_gpu, the largest batch one GPU serves within qosTargetMs (the CPU/GPU "
+        "switching point); unset: derived from the model's GPU inference profile (`qosmos profile inference`), "
+        "else from its training throughput profile",
+    )
+    gpu_model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        description="GPU model of the serving nodes (e.g. H200): its inference profile is used, else the nearest "
+        "measured GPU model's; unset: the newest measured",
     )
     cpu: InferenceCPU = Field(
         default_factory=InferenceCPU,  # type: ignore[arg-type]
@@ -535,6 +720,11 @@ class InferenceServiceSpec(_Model):
     load: InferenceLoad | None = Field(
         None, description=f"where the query rate comes from; unset: the annotation {ANN_QPS}"
     )
+    forecast: InferenceForecast = Field(
+        default_factory=lambda: InferenceForecast(),
+        description="switching ahead of the load: plan for the forecast upper band of the query rate",
+        json_schema_extra={"default": {}},
+    )
 
 
 INFERENCE_MODES: tuple[str, ...] = tuple(m.value for m in Mode)  # GPU, CPU
@@ -565,6 +755,12 @@ class InferenceServiceStatus(_Model):
         None, ge=0, alias="observedQPS", description="the query rate of the last decision, queries per second"
     )
     observed_at: datetime | None = Field(None, description="when that rate was sampled (the decision's time)")
+    forecast_qps: float | None = Field(
+        None,
+        ge=0,
+        alias="forecastQPS",
+        description="the forecast upper band of the rate the last decision planned for (unset: none)",
+    )
     last_switch_time: datetime | None = Field(None, description="the last CPU/GPU switch")
     switches: int | None = Field(None, ge=0, description="CPU/GPU switches so far")
     load_up_since: datetime | None = Field(
@@ -653,6 +849,9 @@ class Resource:
     columns: tuple[PrinterColumn, ...]
     name_label: str  # the label whose value is the object's name, so names are at most 63 characters
     root_rules: tuple[dict[str, str], ...] = field(default=())
+    name_max: int = 63
+    name_pattern: str | None = None  # what else the name names asks of it (a Service, hostnames)
+    name_why: str = ""
 
     @property
     def crd_name(self) -> str:
@@ -706,6 +905,9 @@ DL_JOB = Resource(
         AGE,
     ),
     name_label=LABEL_JOB,
+    name_max=DLJOB_NAME_MAX,
+    name_pattern=DLJOB_NAME_PATTERN,
+    name_why="a DNS-1035 label (it names the DLJob's headless Service and its pods' hostnames <name>-<index>)",
     root_rules=tuple(
         _immutable_after_admission([DLJobSpec.model_fields[f].alias or f for f in DLJobSpec.model_fields])
     ),
@@ -836,6 +1038,21 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _name_schema(resource: Resource) -> dict[str, Any]:
+    """``metadata.name``: a label value (at most 63 characters), and what else the name names asks."""
+    why = f"it is the label value {resource.name_label}=<name>"
+    if resource.name_why:
+        why = f"{resource.name_why}; {why}"
+    out: dict[str, Any] = {
+        "description": f"at most {resource.name_max} characters: {why}",
+        "type": "string",
+        "maxLength": resource.name_max,
+    }
+    if resource.name_pattern:
+        out["pattern"] = resource.name_pattern
+    return out
+
+
 def open_api_schema(resource: Resource) -> dict[str, Any]:
     """The structural ``openAPIV3Schema`` of a resource, from its pydantic model."""
     schema = resource.model.model_json_schema(by_alias=True, mode="validation")
@@ -851,13 +1068,7 @@ def open_api_schema(resource: Resource) -> dict[str, Any]:
             "kind": {"type": "string"},
             "metadata": {  # the apiserver owns ObjectMeta's schema; a CRD may only narrow name
                 "type": "object",
-                "properties": {
-                    "name": {
-                        "description": f"at most 63 characters: it is the label value {resource.name_label}=<name>",
-                        "type": "string",
-                        "maxLength": 63,
-                    }
-                },
+                "properties": {"name": _name_schema(resource)},
             },
             "spec": spec,
             "status": status,

@@ -4,7 +4,13 @@ Every pass, for each InferenceService: the query rate (the annotation ``qosmos.i
 instant query), its spec resolved to the core's :class:`InferenceSpec` (``core.inference.resolve_spec``:
 bs_gpu from the model database unless profiled, CPU serving from SODA's measurements unless profiled) and
 the placer's carried :class:`InferenceState`, read back from the object's status, go into the core's
-:func:`~qosmos.extender.core.inference.decide` — the function ``qosmos simulate inference`` replays. Its
+:func:`~qosmos.extender.core.inference.decide` — the function ``qosmos simulate inference`` replays. The
+thresholds come from the model's measured inference profile (``qosmos profile inference``; the node's GPU
+model ``spec.gpuModel`` first, else the nearest) unless the spec overrides them. Switching ahead of the
+load (issue 23 §3, ``spec.forecast``): the observed rates are kept per ``periodSeconds`` in memory (a
+restarted operator starts a new history), a :class:`~qosmos.predictors.qps_forecast.QpsForecaster`
+gives the upper band over ``readySeconds`` plus one period, and ``decide`` plans for it; the band is
+written to the status (``forecastQPS``) beside the rate, so every decision can be replayed. Its
 answer (mode, replicas) is written to the status FIRST (a restarted operator continues from it: the
 objects are the truth), then the replica pods follow it. Nothing is decided here.
 
@@ -39,9 +45,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import Counter, Gauge
-from qosmos.extender.cache import GPU_RESOURCE, pod_info
+from qosmos.extender.cache import GPU_RESOURCE, hard_rule_terms, pod_info, require_node_terms
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.inference import Decision, InferenceSpec, InferenceState, Mode, Reason, decide, resolve_spec
+from qosmos.extender.core.inference import (
+    Decision,
+    InferenceSpec,
+    InferenceState,
+    Mode,
+    Reason,
+    decide,
+    forecast_horizon_s,
+    resolve_spec,
+)
+from qosmos.extender.core.inference_profiles import InferenceProfiles
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.services import ServiceReplica
 from qosmos.operator import metrics
@@ -93,9 +109,10 @@ def quantize(t: float) -> float:
 # --------------------------------------------------------------------------- CRD <-> core
 
 
-def spec_of(spec: InferenceServiceSpec, db: ModelDB) -> InferenceSpec:
-    """The core's spec of an InferenceService (``resolve_spec``: the model database and SODA's rates fill
-    in what the user did not profile). Raises InvalidInput (an unknown model, a target no GPU meets)."""
+def spec_of(spec: InferenceServiceSpec, db: ModelDB, profiles: InferenceProfiles | None = None) -> InferenceSpec:
+    """The core's spec of an InferenceService (``resolve_spec``: the overrides of the spec, then the measured
+    inference profiles — None: the built-in ones — then the model database and SODA's rates). Raises
+    InvalidInput (an unknown model, a target no GPU meets)."""
     return resolve_spec(
         spec.model_type,
         spec.qos_target_ms,
@@ -111,7 +128,43 @@ def spec_of(spec: InferenceServiceSpec, db: ModelDB) -> InferenceSpec:
         switch_cooldown_s=spec.switch_cooldown_seconds,
         scale_in_after_s=spec.scale_in_after_seconds,
         scale_out_after_s=spec.scale_out_after_seconds,
+        inference_profiles=profiles,
+        gpu_model=spec.gpu_model,
     )
+
+
+@dataclass(slots=True)
+class RateHistory:
+    """Observed query rates per ``period_s`` slot (the largest seen in a slot; a slot without a sample
+    repeats the last), oldest first, at most ``limit`` slots: what the forecaster learns from."""
+
+    period_s: float
+    limit: int = 2000
+    start: float | None = None
+    slots: list[float] = field(default_factory=list)
+
+    def observe(self, now: float, qps: float) -> None:
+        i = -1 if self.start is None else int((now - self.start) // self.period_s)
+        if self.start is None or i < len(self.slots) - 1:  # the first sample, or a clock that went back
+            self.start, self.slots = now, [qps]
+            return
+        if i == len(self.slots) - 1:
+            self.slots[-1] = max(self.slots[-1], qps)
+        else:
+            self.slots.extend([self.slots[-1]] * (i - len(self.slots)))
+            self.slots.append(qps)
+        if len(self.slots) > self.limit:
+            cut = len(self.slots) - self.limit
+            del self.slots[:cut]
+            self.start += cut * self.period_s
+
+
+def forecaster_for(fc: Any) -> Any:
+    """A forecaster for an InferenceService's ``spec.forecast`` (horizon: the start-up plus one period)."""
+    from qosmos.predictors.qps_forecast import QpsForecaster
+
+    horizon = max(1, math.ceil(forecast_horizon_s(fc.ready_seconds, fc.period_seconds) / fc.period_seconds - 1e-9))
+    return QpsForecaster(horizon=horizon, quantile=fc.quantile)
 
 
 def state_of(status: Mapping[str, Any] | None) -> InferenceState | None:
@@ -355,10 +408,14 @@ def replica_pod(obj: Mapping[str, Any], spec: InferenceServiceSpec, mode: Mode, 
             for part in ("requests", "limits"):
                 (c.get("resources") or {}).get(part, {}).pop(GPU_RESOURCE, None)
         req["cpu"] = str(spec.cpu.cores_per_replica)
-        if not (pspec.get("affinity") or {}).get("nodeAffinity"):
-            terms = [{"matchExpressions": [{"key": k, "operator": "Exists"}]} for k in GPU_NODE_LABELS]
-            affinity = pspec.setdefault("affinity", {})
-            affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+        # SODA: CPU replicas use the spare cores of GPU nodes, whatever the template's own affinity says
+        gpu_node = [{"matchExpressions": [{"key": k, "operator": "Exists"}]} for k in GPU_NODE_LABELS]
+        pspec["affinity"] = require_node_terms(pspec.get("affinity"), gpu_node)
+    # The extender's hard rules (VirtualCluster nodes, GPU models) as required node affinity too: with
+    # the extender down (ignorable), kube-scheduler then loses placement quality, never correctness.
+    hard = hard_rule_terms(labels, tmeta.get("annotations") or {})
+    if hard:
+        pspec["affinity"] = require_node_terms(pspec.get("affinity"), hard)
     pspec["containers"] = containers
     pspec["schedulerName"] = SCHEDULER_NAME
     owner = {
@@ -513,9 +570,11 @@ def step(
     replicas: Sequence[Replica],
     prefer_gpu: bool = False,
     generation: int | None = None,
+    forecast_qps: float | None = None,
 ) -> Step:
     """Decide (the core's ``decide`` on the carried state read from the status ``have``) and plan the pods.
     ``now`` must be quantized (:func:`quantize`) so that the status records the exact time decided on.
+    ``forecast_qps``: the forecast band to plan for (rounded like the rate, and recorded as ``forecastQPS``).
 
     The status changes (a write is due) when anything but ``observedAt`` and the conditions' times
     differs: a pass that decides as the last one did writes nothing."""
@@ -524,8 +583,9 @@ def step(
     decision: Decision | None = None
     if load.qps is not None:
         qps = round(load.qps, QPS_DIGITS)
-        decision = decide(core, state, qps, now, prefer_gpu=prefer_gpu)
-        status |= {"observedQPS": qps, "observedAt": stamp(now)}
+        band = None if forecast_qps is None else round(forecast_qps, QPS_DIGITS)
+        decision = decide(core, state, qps, now, prefer_gpu=prefer_gpu, forecast_qps=band)
+        status |= {"observedQPS": qps, "observedAt": stamp(now), "forecastQPS": band}
     elif state is None:  # a new service whose load is unknown: the safe mode, at its minimum
         decision = decide(core, None, 0.0, now, prefer_gpu=True)
     if decision is not None:
@@ -550,6 +610,18 @@ def step(
     return Step(decision, state, todo, status, changed)
 
 
+def _default_profiles() -> InferenceProfiles:
+    """The built-in inference profiles overlaid with the model database file's ($QOSMOS_MODELDB, else
+    ~/.config/qosmos/models.json when present); a file that cannot be read leaves the built-ins."""
+    from qosmos.predictors.inference_profiles import load_inference_profiles
+
+    try:
+        return load_inference_profiles()
+    except (InvalidInput, OSError):
+        log.exception("the model database's inference profiles could not be read: the built-in ones serve")
+        return InferenceProfiles.builtin()
+
+
 class InferenceController:
     """One pass over every InferenceService. Holds only caches (resolved specs, Prometheus samples)."""
 
@@ -559,9 +631,13 @@ class InferenceController:
         modeldb: ModelDB | None = None,
         clock: Callable[[], float] = time.time,
         fetch: Callable[[str, str], float] = prometheus_qps,
+        inference_profiles: InferenceProfiles | None = None,
     ) -> None:
         self.kube = kube
         self.db = modeldb or ModelDB.builtin()
+        self.profiles = inference_profiles if inference_profiles is not None else _default_profiles()
+        # key -> (forecast spec, rates, forecaster, the band the status held when the history began)
+        self._history: dict[str, tuple[str, RateHistory, Any, float | None]] = {}
         self.clock = clock
         self.fetch = fetch
         self._specs: dict[str, tuple[str, InferenceSpec | InvalidInput]] = {}
@@ -610,7 +686,7 @@ class InferenceController:
         hit = self._specs.get(key)
         if hit is None or hit[0] != text:
             try:
-                hit = (text, spec_of(spec, self.db))
+                hit = (text, spec_of(spec, self.db, self.profiles))
             except InvalidInput as exc:
                 hit = (text, exc)
             self._specs[key] = hit
@@ -678,6 +754,7 @@ class InferenceController:
                 log.exception("InferenceService %s: pass failed (retried next pass)", key)
         self._specs = {k: v for k, v in self._specs.items() if k in keys}
         self._samples = {k: v for k, v in self._samples.items() if k in keys}
+        self._history = {k: v for k, v in self._history.items() if k in keys}
         return rep
 
     def _prefers_gpu(self, now: float) -> bool:
@@ -713,7 +790,8 @@ class InferenceController:
         have: dict[str, Any] = obj.get("status") or {}
         now = quantize(self.clock())
         load = self._load(key, obj, spec, now, rep)
-        out = step(core, have, load, now, [replica_of(p) for p in pods], prefer_gpu, m.get("generation"))
+        band = self._forecast(key, spec, load, now, have)
+        out = step(core, have, load, now, [replica_of(p) for p in pods], prefer_gpu, m.get("generation"), band)
         decision, state, todo, status = out.decision, out.state, out.plan, out.status
         if decision is not None:
             rep.decisions[key] = decision
@@ -743,6 +821,38 @@ class InferenceController:
             self.kube.delete_pod(ns, pod_name)
             rep.deleted.append(pod_name)
             rep.writes += 1
+
+    def _forecast(
+        self, key: str, spec: InferenceServiceSpec, load: Load, now: float, have: Mapping[str, Any]
+    ) -> float | None:
+        """The rate history's newest sample and the forecast band over the start-up plus one period
+        (None when the spec turns forecasting off or the load is unknown). A history begun with a band in
+        the status (a restarted operator) keeps that band as a floor for its first ``fallback_window``
+        slots: a restart does not forget the load it planned for."""
+        fc = spec.forecast
+        if not fc.enabled:
+            self._history.pop(key, None)
+            return None
+        if load.qps is None:
+            return None
+        text = fc.model_dump_json()
+        held = self._history.get(key)
+        if held is None or held[0] != text:
+            prev = have.get("forecastQPS")
+            floor = float(prev) if isinstance(prev, int | float) and math.isfinite(prev) and prev >= 0 else None
+            held = (text, RateHistory(fc.period_seconds), forecaster_for(fc), floor)
+            self._history[key] = held
+        _, history, forecaster, floor = held
+        history.observe(now, round(load.qps, QPS_DIGITS))
+        try:
+            band = float(forecaster.upper(history.slots))
+            if floor is not None and len(history.slots) < forecaster.fallback_window:
+                band = max(band, floor)
+            return band
+        except InvalidInput:  # advice only: without it the placer follows the observed rate
+            metrics.ERRORS.labels("inference").inc()
+            log.exception("InferenceService %s: forecast failed", key)
+            return None
 
     def _events(
         self,
@@ -837,9 +947,11 @@ __all__ = [
     "Load",
     "LoadError",
     "Plan",
+    "RateHistory",
     "Replica",
     "Step",
     "annotation_load",
+    "forecaster_for",
     "idle_gpus",
     "parse_prometheus",
     "pending_replica",

@@ -120,6 +120,33 @@ class Kube:
                 return False
             raise
 
+    def create_service(self, service: dict[str, Any]) -> bool:
+        """True when created, False when a Service of that name exists already (ours from an earlier
+        attempt or pass, or someone else's: :meth:`service` tells)."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            _done(
+                self.core.create_namespaced_service(service["metadata"]["namespace"], service, _preload_content=False)
+            )
+            return True
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+
+    def service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Service as raw JSON; None when there is none."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            resp = self.core.read_namespaced_service(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(orjson.loads(resp.data))
+
     def ungate(self, namespace: str, name: str, gates: list[dict[str, Any]]) -> None:
         """Replace the pod's scheduling gates by ``gates`` (the template's own, without ours)."""
         from kubernetes.client.rest import ApiException

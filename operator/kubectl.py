@@ -134,7 +134,10 @@ def format_queue(vc_name: str, vc: Mapping[str, Any] | None, dljobs: Sequence[Ma
         spec = VirtualClusterSpec.model_validate(vc.get("spec") or {})
         st = _status(vc)
         gpus = st.get("gpus") or {}
-        quota = f", quota {spec.quota.gpus} (+{spec.quota.borrowing_limit} borrowable)" if spec.quota else ""
+        quota = f", quota {spec.quota.gpus}" if spec.quota else ""
+        if spec.cohort is not None:
+            b = spec.quota.borrowing_limit if spec.quota else None
+            quota += f" in cohort {spec.cohort} (+{'any' if b is None else b} borrowable)"
         lines.append(
             f"VirtualCluster {vc_name}: policy {spec.policy}, placement {spec.placement}, backfill {spec.backfill}; "
             f"GPUs {gpus.get('used', 0)}/{gpus.get('total', 0)} used{quota}, borrowed {gpus.get('borrowed', 0)}, "

@@ -9,8 +9,10 @@ Order of a pass:
    attempts deleted; all pods Running -> Running, all Succeeded -> Succeeded (duration observed for
    QSSF), a Failed pod -> the gang is recreated (``status.restarts`` + 1) up to backoffLimit, then
    Failed;
-3. quotas: borrowing and reclaim (``core.quota``) over the VirtualClusters with a quota;
-4. admission per VirtualCluster (``core.admission.admit``, the function the simulator calls): starts
+3. admission per VirtualCluster (``core.admission.admit``, the function the simulator calls), each
+   within its quota; VirtualClusters of one cohort (``spec.cohort``) are given to each other's pass
+   (``core.cohorts``): it places on the union of their nodes, borrows the others' idle quota and
+   reclaims lent GPUs by preempting borrowers, all decided by the core. Starts
    are written to the DLJob's status FIRST (phase Admitted, placement), then the gang's pods are
    created gated with the extender's annotations, then ungated all together; preempted jobs go back
    to Queued (the service of their run folded into their status); every waiting job gets the core's
@@ -33,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from qosmos.extender.admission_api import order_context
 from qosmos.extender.cache import PodInfo, pod_info
 from qosmos.extender.core import genie
@@ -45,10 +48,11 @@ from qosmos.extender.core.admission import (
     admit,
 )
 from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.cohorts import CohortMember, nominal_of, quota_state
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.forecast import forecast
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.quota import HeldJob, QuotaState, accounting, effective_quota, reclaim
+from qosmos.extender.core.quota import accounting
 from qosmos.extender.core.services import ServiceReplica, place_services
 from qosmos.extender.core.types import Allocation, Job
 from qosmos.operator import metrics
@@ -63,6 +67,7 @@ from qosmos.operator.translate import (
     LABEL_ATTEMPT,
     NO_VC,
     Gang,
+    allowed_nodes,
     assign_nodes,
     attempt_of,
     book_cordoned,
@@ -70,16 +75,21 @@ from qosmos.operator.translate import (
     book_pods,
     carry_from_json,
     carry_to_json,
+    constraints_of,
     core_nodes,
     gang_pods,
+    headless_service,
     job_from_dljob,
     key_of,
     meta,
     parse_time,
+    pod_name,
+    rank0_address,
     rfc3339,
     running_job,
     segment_start,
     service_status,
+    taints_narrow,
 )
 
 log = logging.getLogger("qosmos.operator")
@@ -181,6 +191,8 @@ class Reconciler:
         self.clock = clock
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
         self._refreshed: dict[str, float] = {}  # job id -> last wait-status write (a restart: one extra write)
+        self._headless: set[str] = set()  # DLJob uids whose headless Service exists (a restart: one 409 each)
+        self._node_vc: dict[str, str] = {}  # node -> its VirtualCluster, as of this pass
         self._turns = TurnClock()  # turn ends of running jobs under preemptive policies (a cache)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-write")
         # admissions and gang lifecycles (they use _pool inside: a separate pool cannot deadlock)
@@ -208,6 +220,7 @@ class Reconciler:
                 log.warning("VirtualCluster %s skipped: %s", meta(v).get("name"), exc)
         vcs = [v for v in vcs if meta(v)["name"] in vc_specs]
         assignment = assign_nodes(nodes, vcs)
+        self._node_vc = assignment  # a gang pod on a cohort member's node is labelled with its VC
         self._sync_node_labels(nodes, assignment, set(vc_specs), rep)
 
         pods_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -276,6 +289,7 @@ class Reconciler:
                     )
             book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
             self._services(pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
+            confine([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], nodes, cluster)
 
         # DLJobs naming a missing VirtualCluster wait, saying so
         for name, group in by_vc.items():
@@ -292,29 +306,24 @@ class Reconciler:
                             rep,
                         )
 
-        # 3. quotas
-        quotas = self._quota_states(vc_specs, by_vc, running)
-        for h in reclaim(list(quotas.values()), self._held(running)):
-            dl = next(d for d in by_vc[h.partition] if d.job.id == h.id)
-            self._requeue(dl, f"reclaimed: {h.partition} borrowed beyond its quota and a lender needs it", now, rep)
-            running[h.partition] = [r for r in running[h.partition] if r.job.id != h.id]
-            quotas = self._quota_states(vc_specs, by_vc, running)
-
-        # 4. admission, one VirtualCluster at a time
+        # 3. admission, one VirtualCluster at a time; a cohort's passes see each other's starts and
+        # reclaims (a reclaimed job of another member leaves its ``running`` list and the cluster)
+        all_jobs = {dl.job.id: dl for dl in jobs}
         for v in sorted(vcs, key=lambda v: meta(v)["name"]):
             name = meta(v)["name"]
             if cluster is None:
                 break
             try:
-                self._admit_vc(v, vc_specs[name], by_vc.get(name, []), running[name], quotas, cluster, now, rep)
+                members = self._members(name, vc_specs, by_vc, running, now)
+                self._admit_vc(v, vc_specs[name], by_vc.get(name, []), running, members, all_jobs, cluster, now, rep)
             except Exception:
                 metrics.ERRORS.labels("admit").inc()
                 log.exception("admission pass of VirtualCluster %s failed", name)
-            quotas = self._quota_states(vc_specs, by_vc, running)
-        self._vc_statuses(vcs, vc_specs, by_vc, running, quotas, cluster, now, rep)
+        self._vc_statuses(vcs, vc_specs, by_vc, running, cluster, now, rep)
         self.durations.save()
         queued = {d.job.id for d in jobs if d.phase in (None, DLJobPhase.QUEUED.value)}
         self._refreshed = {k: v for k, v in self._refreshed.items() if k in queued}
+        self._headless &= {str(meta(d.obj).get("uid") or d.job.id) for d in jobs if d.phase in ACTIVE}
         self._turns.prune()
         rep.seconds = time.perf_counter() - t0
         metrics.PASS_SECONDS.observe(rep.seconds)
@@ -397,7 +406,7 @@ class Reconciler:
             if _attempt(p) != attempt:
                 self.kube.delete_pod(dl.namespace, meta(p)["name"])
                 rep.writes += 1
-        want = [p["metadata"]["name"] for p in gang_pods(dl.obj, gang, attempt)]
+        want = [pod_name(dl.name, attempt, i) for i in range(len(gang.gpus))]  # names only: no manifests
         phases = [_phase(cur[n]) if n in cur else None for n in want]
         if "Failed" in phases or (dl.phase == DLJobPhase.RUNNING.value and None in phases):
             self._failed(dl, [cur[n] for n in want if n in cur], now, rep)
@@ -461,13 +470,22 @@ class Reconciler:
         """Create the gang's missing pods (gated), then remove the gate from every pod of the gang. A
         pod is never ungated before all its peers exist, so no half gang is ever scheduled (a gang of
         one pod is created without the gate: one write less per admission)."""
-        manifests = gang_pods(dl.obj, gang, attempt)
-        for pod in manifests:
-            if pod["metadata"]["name"] not in cur:
-                if self.kube.create_pod(pod):
-                    rep.pods_created += 1
-                    metrics.PODS_CREATED.inc()
-                rep.writes += 1
+        manifests = gang_pods(dl.obj, gang, attempt, self._node_vc)
+        missing = [pod for pod in manifests if pod["metadata"]["name"] not in cur]
+        # the headless Service (rank 0's DNS name) with the pods, before any is ungated: side by side
+        # with their creates, so an admission waits no extra round trip; until it is known to exist it
+        # is asked for at every pass that finds the gang not running yet (a failed create is retried)
+        uid = str(meta(dl.obj).get("uid") or dl.job.id)
+        service = self._pool.submit(self._ensure_service, dl) if uid not in self._headless else None
+        for pod in missing:
+            if self.kube.create_pod(pod):
+                rep.pods_created += 1
+                metrics.PODS_CREATED.inc()
+            rep.writes += 1
+        if service is not None:
+            service.result()
+            self._headless.add(uid)
+            rep.writes += 1
         todo = []
         for pod in manifests:
             live = cur.get(pod["metadata"]["name"])
@@ -481,6 +499,26 @@ class Reconciler:
         elif todo:
             self.kube.ungate(dl.namespace, *todo[0])
         rep.writes += len(todo)
+
+    def _ensure_service(self, dl: DL) -> None:
+        """The DLJob's headless Service, created with its gang's pods (AlreadyExists: an earlier attempt's,
+        it outlives them). One of that name that is not the DLJob's is said in a Warning Event: the pods'
+        DNS names then depend on it."""
+        svc = headless_service(dl.obj)
+        if self.kube.create_service(svc):
+            return
+        have = self.kube.service(dl.namespace, svc["metadata"]["name"])
+        uid = meta(dl.obj).get("uid")
+        if have is not None and not any(o.get("uid") == uid for o in meta(have).get("ownerReferences") or []):
+            self.kube.event(
+                dl.obj,
+                "ServiceConflict",
+                f"Service {svc['metadata']['name']} exists and is not this DLJob's: its pods' rendezvous address "
+                f"{rank0_address(dl.name, dl.namespace)} resolves only if that Service is headless and selects "
+                f"{LABEL_JOB}={dl.name}",
+                "DLJob",
+                "Warning",
+            )
 
     def _failed(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> None:
         """A failed (or lost) pod fails the gang: recreate it up to backoffLimit, then Failed. The service
@@ -566,42 +604,38 @@ class Reconciler:
         gang = Gang.of_status(dl.status)
         if gang is None:
             return []
-        return [p["metadata"]["name"] for p in gang_pods(dl.obj, gang, attempt_of(dl.status))]
+        return [pod_name(dl.name, attempt_of(dl.status), i) for i in range(len(gang.gpus))]
 
-    # ---- quotas -------------------------------------------------------------------------------
-    def _quota_states(
+    # ---- cohorts -------------------------------------------------------------------------------
+    def _members(
         self,
+        name: str,
         specs: Mapping[str, VirtualClusterSpec],
         by_vc: Mapping[str, list[DL]],
         running: Mapping[str, list[RunningJob]],
-    ) -> dict[str, QuotaState]:
-        out = {}
-        for name, spec in specs.items():
-            if spec.quota is None:
+        now: float,
+    ) -> list[CohortMember]:
+        """The other members of ``name``'s cohort as its pass needs them (``core.cohorts``): partition,
+        running jobs on the pass's clock (now = 0: lost work and "submitted last" compare with its own)
+        and waiting jobs (their demand keeps a member's idle quota from being lent). [] without a cohort."""
+        cohort = specs[name].cohort
+        if cohort is None:
+            return []
+        out = []
+        for other, spec in sorted(specs.items()):
+            if other == name or spec.cohort != cohort:
                 continue
-            held = sum(_gpus(r) for r in running.get(name, []))
-            demand = sum(d.job.gpus for d in by_vc.get(name, []) if d.phase in (None, DLJobPhase.QUEUED.value))
-            out[name] = QuotaState(name, spec.quota.gpus, spec.quota.borrowing_limit, held, demand)
+            held = [
+                RunningJob(_on_pass_clock(r.job, now), r.start - now, r.expected_end - now, r.allocation)
+                for r in running.get(other, [])
+            ]
+            waiting = [d.job for d in by_vc.get(other, []) if d.phase in (None, DLJobPhase.QUEUED.value)]
+            out.append(CohortMember(self._runtime(other, spec).partition, held, waiting))
         return out
 
-    @staticmethod
-    def _held(running: Mapping[str, list[RunningJob]]) -> list[HeldJob]:
-        return [HeldJob(r.job.id, vc, _gpus(r), r.job.submit_time) for vc, rs in running.items() for r in rs]
-
     # ---- admission ----------------------------------------------------------------------------
-    def _runtime(self, name: str, spec: VirtualClusterSpec, quota: int | None) -> PartitionRuntime:
+    def _runtime(self, name: str, spec: VirtualClusterSpec) -> PartitionRuntime:
         part = spec.partition(name)
-        if quota is not None:
-            part = Partition(
-                part.name,
-                part.policy,
-                part.placement,
-                part.backfill,
-                part.relax_factor,
-                quota,
-                part.theta,
-                part.array_split,
-            )
         cached = self._runtimes.get(name)
         if cached is not None and cached[0] == part:
             return cached[1]
@@ -630,15 +664,16 @@ class Reconciler:
         vc: dict[str, Any],
         spec: VirtualClusterSpec,
         group: list[DL],
-        running: list[RunningJob],
-        quotas: Mapping[str, QuotaState],
+        running_of: dict[str, list[RunningJob]],
+        members: list[CohortMember],
+        all_jobs: Mapping[str, DL],
         cluster: ClusterState,
         now: float,
         rep: PassReport,
     ) -> None:
         name = meta(vc)["name"]
-        quota = effective_quota(list(quotas.values()), name) if name in quotas else None
-        rt = self._runtime(name, spec, quota)
+        running = running_of[name]
+        rt = self._runtime(name, spec)
         waiting_dl = [d for d in group if d.phase in (None, DLJobPhase.QUEUED.value)]
         for d in waiting_dl:  # QSSF's order, backfilling's estimates and the ETA forecast read them
             d.job.predicted_duration = self._predict(d.job, now)
@@ -660,8 +695,7 @@ class Reconciler:
         # The core runs on times relative to this pass (now = 0): its messages then read "reserved to
         # start at 120 s" and waiting allowances are as GENIE defines them; Unix times stay out here.
         def core_job(job: Job) -> Job:
-            job = served.get(job.id, job)
-            return dataclasses.replace(job, submit_time=job.submit_time - now, enqueued=job.enqueued - now)
+            return _on_pass_clock(served.get(job.id, job), now)
 
         if rt.policy.preemptive:  # in the order they entered the queue, as the simulator's queue holds them
             waiting_dl.sort(key=lambda d: (d.job.queued_since, d.job.submit_time, d.job.id))
@@ -675,7 +709,9 @@ class Reconciler:
             return math.inf if d is None else d
 
         heads = {d.job.id for d in waiting_dl if d.status.get("queueHead")}  # preempted for a service
-        res = admit(rt, waiting, held, cluster, 0.0, carry=carry, estimate=estimate, explain=True, first=heads)
+        res = admit(
+            rt, waiting, held, cluster, 0.0, carry=carry, estimate=estimate, explain=True, first=heads, cohort=members
+        )
 
         def etas() -> dict[str, float]:
             """Predicted starts of the jobs left waiting: the core's admission cycle run forward
@@ -694,14 +730,15 @@ class Reconciler:
                 log.exception("ETA forecast of VirtualCluster %s failed", name)
                 return {}
 
-        self._apply(vc, res, {d.job.id: d for d in group}, running, cluster, now, rep, etas, at)
+        by_id = all_jobs if members else {d.job.id: d for d in group}  # a reclaim stops other members' jobs
+        self._apply(vc, res, by_id, running_of, cluster, now, rep, etas, at)
 
     def _apply(
         self,
         vc: dict[str, Any],
         res: AdmissionResult,
         by_id: Mapping[str, DL],
-        running: list[RunningJob],
+        running_of: dict[str, list[RunningJob]],
         cluster: ClusterState,
         now: float,
         rep: PassReport,
@@ -709,13 +746,17 @@ class Reconciler:
         at: float | None = None,
     ) -> None:
         name = meta(vc)["name"]
+        running = running_of[name]
         for pr in res.preemptions:
             dl = by_id.get(pr.job.id)
             if dl is not None:
-                self._requeue(dl, pr.reason, now, rep, at)
-                gone = next((r for r in running if r.job.id == pr.job.id), None)
+                # a reclaimed job of another cohort member: requeued now (``at`` is this VC's last event)
+                vc_of = dl.spec.virtual_cluster
+                self._requeue(dl, pr.reason, now, rep, at if vc_of == name else None)
+                held = running_of.get(vc_of, [])
+                gone = next((r for r in held if r.job.id == pr.job.id), None)
                 if gone is not None:
-                    running.remove(gone)
+                    held.remove(gone)
                     if gone.allocation is not None:
                         cluster.release(gone.allocation)
         plans: list[tuple[DL, Gang, bool]] = []
@@ -743,11 +784,14 @@ class Reconciler:
             dl = by_id[w.job.id]
             start = forecast_starts.get(w.job.id)
             eta = None if start is None else now + start
-            patch = self._wait_status(dl, reason_of(w.code), w.message, w, eta, now, rep, defer=True)
+            message = w.message + _confined_text(dl.job, cluster)
+            patch = self._wait_status(dl, reason_of(w.code), message, w, eta, now, rep, defer=True)
             if patch:
                 batch.append((dl, patch))
         # independent writes: in parallel, so a long queue's status refresh costs round trips / 16
-        for _ in self._pool.map(lambda b: self.kube.patch_dljob_status(b[0].namespace, b[0].name, b[1]), batch):
+        for _ in self._pool.map(
+            lambda b: self.kube.patch_dljob_status(b[0].namespace, b[0].name, _observed(*b)), batch
+        ):
             pass
         rep.writes += len(batch)
         text = carry_to_json(res.carry, cluster, now)
@@ -811,6 +855,8 @@ class Reconciler:
         later: dict[str, Any] = {}
         if st.get("phase") != DLJobPhase.QUEUED.value:
             now_patch["phase"] = DLJobPhase.QUEUED.value
+        if _observed(dl, {}):  # a new spec (changed while queued) is answered at once
+            now_patch["observedGeneration"] = meta(dl.obj).get("generation")
         if not _same_condition(st.get("conditions"), cond):
             prev = next((c for c in st.get("conditions") or [] if c.get("type") == ADMITTED), {})
             near = w is None or w.position < NEAR_HEAD
@@ -865,17 +911,17 @@ class Reconciler:
         specs: Mapping[str, VirtualClusterSpec],
         by_vc: Mapping[str, list[DL]],
         running: Mapping[str, list[RunningJob]],
-        quotas: Mapping[str, QuotaState],
         cluster: ClusterState | None,
         now: float,
         rep: PassReport,
     ) -> None:
-        acct = accounting(list(quotas.values())) if quotas else {}
+        acct = self._cohort_accounting(specs, by_vc, running, cluster)
         for v in vcs:
             name = meta(v)["name"]
             group = by_vc.get(name, [])
             queued = [d for d in group if d.phase in (None, DLJobPhase.QUEUED.value)]
-            total = cluster.capacity(name) if cluster is not None and cluster.vc_index(name) >= 0 else 0
+            # its own nodes' GPUs, not its cohort's (``capacity`` reads the shared union)
+            total = cluster.own_gpus(name) if cluster is not None and cluster.vc_index(name) >= 0 else 0
             borrowed, lent = acct.get(name, (0, 0))
             oldest = int(max((now - d.job.submit_time for d in queued), default=0))
             want = {
@@ -900,6 +946,36 @@ class Reconciler:
                 self.kube.patch_vc_status(name, want)
                 rep.writes += 1
 
+    def _cohort_accounting(
+        self,
+        specs: Mapping[str, VirtualClusterSpec],
+        by_vc: Mapping[str, list[DL]],
+        running: Mapping[str, list[RunningJob]],
+        cluster: ClusterState | None,
+    ) -> dict[str, tuple[int, int]]:
+        """(GPUs borrowed, GPUs lent) of each cohort member after the pass (``core.quota.accounting`` over
+        each cohort's ``core.cohorts.quota_state``s); VirtualClusters without a cohort neither borrow nor
+        lend."""
+        if cluster is None:
+            return {}
+        cohorts: dict[str, list[str]] = defaultdict(list)
+        for name, spec in specs.items():
+            if spec.cohort is not None:
+                cohorts[spec.cohort].append(name)
+        out: dict[str, tuple[int, int]] = {}
+        for names in cohorts.values():
+            states = []
+            for name in names:
+                try:
+                    part = self._runtime(name, specs[name]).partition
+                except InvalidInput:  # a spec the core refuses: its pass said why
+                    continue
+                held = sum(_gpus(r) for r in running.get(name, []))
+                waiting = [d.job for d in by_vc.get(name, []) if d.phase in (None, DLJobPhase.QUEUED.value)]
+                states.append(quota_state(part, nominal_of(part, cluster), held, waiting))
+            out.update(accounting(states))
+        return out
+
     @staticmethod
     def _vc_ready(
         name: str,
@@ -922,11 +998,54 @@ class Reconciler:
     # ---- writes -------------------------------------------------------------------------------
     def _patch(self, dl: DL, status: dict[str, Any], rep: PassReport) -> None:
         """A status merge patch, mirrored on the object this pass holds (a job that finished early in
-        the pass frees its GPUs for the admissions later in the same pass)."""
+        the pass frees its GPUs for the admissions later in the same pass); it carries the generation of
+        the spec it was decided on (``observedGeneration``) when that moved."""
+        status = _observed(dl, status)
         self.kube.patch_dljob_status(dl.namespace, dl.name, status)
         merged = {**dl.status, **status}
         dl.obj["status"] = {k: v for k, v in merged.items() if v is not None}
         rep.writes += 1
+
+
+def confine(waiting: list[DL], nodes: list[dict[str, Any]], cluster: ClusterState) -> None:
+    """Each waiting DLJob confined to the nodes its pod template allows (``Job.pool``, a node pool of the
+    pass's cluster): its ``nodeSelector`` and required node affinity, and the NoSchedule/NoExecute taints
+    it does not tolerate (``translate.template_allows``), so the core places it only where the scheduler
+    will bind it. One pool per distinct constraint; none where every node is allowed."""
+    tainted = any(taints_narrow(n) for n in nodes)
+    pools: dict[tuple[str | None, bool], str | None] = {}
+    for dl in waiting:
+        key = (constraints_of(dl.spec), dl.spec.gpus > 0)
+        if key[0] is None and not tainted:
+            continue
+        if key not in pools:
+            mask = np.ones(len(cluster.nodes), dtype=bool)
+            for obj, ok in zip(nodes, allowed_nodes(dl.spec, nodes), strict=True):
+                i = cluster.index.get(str(meta(obj).get("name", "")))
+                if i is not None:
+                    mask[i] = ok
+            name = None if mask.all() else f"template:{dl.job.id}"
+            if name is not None:
+                cluster.define_pool(name, mask)
+            pools[key] = name
+        dl.job.pool = pools[key]
+
+
+def _confined_text(job: Job, cluster: ClusterState) -> str:
+    """What a waiting job's message adds when its template narrows its nodes."""
+    if job.pool is None:
+        return ""
+    vc = cluster.eligible(job.vc)
+    allowed = int((cluster.pools[job.pool] & vc).sum())
+    return f"; its pod template allows {allowed} of the {int(vc.sum())} nodes of {job.vc}"
+
+
+def _observed(dl: DL, status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` plus ``observedGeneration`` when the DLJob's generation is not the one its status names."""
+    gen = meta(dl.obj).get("generation")
+    if gen is None or dl.status.get("observedGeneration") == gen:
+        return status
+    return {**status, "observedGeneration": gen}
 
 
 def _words(message: str) -> str:
@@ -947,6 +1066,12 @@ def _same_carry(old: str | None, new: str) -> bool:
         if c.get("reservation"):
             c["reservation"].pop("start", None)
     return bool(a == b)
+
+
+def _on_pass_clock(job: Job, now: float) -> Job:
+    """``job`` on the core's clock of this pass (now = 0): its messages then read "reserved to start at
+    120 s" and waiting allowances are as GENIE defines them; Unix times stay out of the core."""
+    return dataclasses.replace(job, submit_time=job.submit_time - now, enqueued=job.enqueued - now)
 
 
 def _gpus(r: RunningJob) -> int:

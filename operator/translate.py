@@ -24,6 +24,7 @@ from qosmos.extender.cache import (
     GPU_RESOURCE,
     PodInfo,
     node_from_object,
+    require_node_terms,
 )
 from qosmos.extender.core.admission import Carry, HeadReservation, RunningJob
 from qosmos.extender.core.cluster import ClusterState
@@ -34,6 +35,11 @@ from qosmos.operator.crds import API_VERSION, LABEL_JOB, LABEL_VC, DLJobPlacemen
 GATE = "qosmos.io/admission"  # the scheduling gate every gang pod is created with
 SCHEDULER_NAME = "qosmos-scheduler"
 LABEL_ATTEMPT = "qosmos.io/attempt"  # which gang a pod belongs to: status.restarts + status.preemptions
+LABEL_REPLICA_INDEX = "qosmos.io/replica-index"  # a gang pod's rank (RANK, PET_NODE_RANK, its hostname's index)
+RENDEZVOUS_PORT_NAME = "rendezvous"  # rank 0's containerPort and the headless Service's port
+NODE_STATE_TAINT = "node.kubernetes.io/"  # taints the node lifecycle controller writes from its conditions
+# taints of a node's passing state: it is unusable for now (not Ready, cordoned, asleep), whoever the pod
+PASSING_TAINTS = (NODE_STATE_TAINT, "qosmos.io/power")
 ANN_CARRY = "qosmos.io/carry"  # the VirtualCluster's admission carry (head reservation), JSON
 NO_VC = ""  # the partition of nodes no VirtualCluster selects
 DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
@@ -109,6 +115,7 @@ def job_from_dljob(obj: Mapping[str, Any], predicted_duration: float | None = No
         executed=float(st.get("executedSeconds") or 0.0),
         attained=float(st.get("attainedServiceGpuSeconds") or 0.0),
         enqueued=math.nan if requeued is None else requeued,
+        priority=spec.priority,  # Kueue's workload priority: ties of the VC's policy, LowerPriority preemption
     )
 
 
@@ -201,11 +208,12 @@ def book_pods(cluster: ClusterState, pods: Iterable[PodInfo]) -> None:
 
 
 def book_cordoned(cluster: ClusterState, nodes: Iterable[Mapping[str, Any]]) -> None:
-    """Whatever is still free on a cordoned node (``spec.unschedulable``: CES asleep or waking,
-    ``kubectl cordon``) booked, so the core places nothing new there; what already runs there stays
-    booked as its own (call this after booking the gangs and other pods)."""
+    """Whatever is still free on a node nothing new may go to (:func:`node_usable`: cordoned, as CES
+    asleep or waking and ``kubectl cordon`` leave it, or not Ready) booked, so the core places nothing
+    new there; what already runs there stays booked as its own (call this after booking the gangs and
+    other pods)."""
     for obj in nodes:
-        if not (obj.get("spec") or {}).get("unschedulable"):
+        if node_usable(obj):
             continue
         i = cluster.index.get(str(meta(obj).get("name", "")))
         if i is None:
@@ -339,6 +347,263 @@ def carry_from_json(text: str | None, cluster: ClusterState, offset: float = 0.0
         return Carry()
 
 
+# --------------------------------------------------------------------------- node eligibility
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    """False when the node's Ready condition is False or Unknown (its kubelet is down or unreachable);
+    a node that reports no Ready condition yet counts as ready."""
+    conds = (node.get("status") or {}).get("conditions") or []
+    ready = next((c.get("status") for c in conds if c.get("type") == "Ready"), "True")
+    return ready == "True"
+
+
+def node_usable(node: Mapping[str, Any]) -> bool:
+    """A node anything new may be placed on now: Ready, not cordoned (``spec.unschedulable``) and without
+    a NoSchedule/NoExecute taint of the node's state (``node.kubernetes.io/*``: unreachable, not ready,
+    under memory, disk or PID pressure)."""
+    if not node_ready(node) or (node.get("spec") or {}).get("unschedulable"):
+        return False
+    return not any(
+        t.get("effect") in ("NoSchedule", "NoExecute") and str(t.get("key", "")).startswith(NODE_STATE_TAINT)
+        for t in (node.get("spec") or {}).get("taints") or []
+    )
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes' ToleratesTaint: a toleration matches the taint's effect (empty: any), its key (empty with
+    Exists: every key) and, with operator Equal (the default), its value."""
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("key") and t.get("key") != taint.get("key"):
+            continue
+        if (t.get("operator") or "Equal") == "Exists":
+            return True
+        if t.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _requirement(req: Mapping[str, Any], value: str | None) -> bool:
+    """One NodeSelectorRequirement against the node's value of its key (None: the node lacks it)."""
+    op, values = req.get("operator"), [str(v) for v in req.get("values") or ()]
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            a, b = int(value), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
+    """A NodeSelectorTerm: all its requirements hold (an empty term matches no node)."""
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    return all(_requirement(r, labels.get(r.get("key", ""))) for r in exprs) and all(
+        _requirement(r, name if r.get("key") == "metadata.name" else None) for r in fields
+    )
+
+
+def pod_tolerations(pspec: Mapping[str, Any], gpus: bool) -> list[dict[str, Any]]:
+    """The tolerations a gang pod carries: the template's, and for a pod with GPUs the one
+    ExtendedResourceToleration gives it (``nvidia.com/gpu`` Exists: GPU nodes are often tainted with it
+    to keep other pods off), written on the pod so it holds without that admission plugin too."""
+    own = [dict(t) for t in pspec.get("tolerations") or []]
+    if gpus and not all(tolerates(own, {"key": GPU_RESOURCE, "effect": e}) for e in ("NoSchedule", "NoExecute")):
+        own.append({"key": GPU_RESOURCE, "operator": "Exists"})
+    return own
+
+
+def narrowing_taints(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The node's taints that keep a pod off unless tolerated (NoSchedule, NoExecute), but for the passing
+    ones the node's state puts there (``node.kubernetes.io/*``: not Ready, unreachable, cordoned, under
+    pressure; ``qosmos.io/power``: CES asleep): those make a node unusable for now (:func:`node_usable`),
+    not a template's business."""
+    return [
+        t
+        for t in (node.get("spec") or {}).get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute") and not str(t.get("key", "")).startswith(PASSING_TAINTS)
+    ]
+
+
+def taints_narrow(node: Mapping[str, Any]) -> bool:
+    """Whether some pods may be kept off the node by a taint (then templates are checked against it)."""
+    return bool(narrowing_taints(node))
+
+
+def template_allows(pspec: Mapping[str, Any], node: Mapping[str, Any], gpus: bool) -> bool:
+    """Whether a pod of this template may run on ``node`` as the default scheduler's filters judge it:
+    its ``nodeSelector``, its required node affinity (terms ORed, requirements ANDed), and every
+    NoSchedule/NoExecute taint tolerated (:func:`pod_tolerations`)."""
+    m = meta(node)
+    labels, name = m.get("labels") or {}, str(m.get("name", ""))
+    if any(labels.get(k) != str(v) for k, v in (pspec.get("nodeSelector") or {}).items()):
+        return False
+    required = (
+        ((pspec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        or {}
+    ).get("nodeSelectorTerms")
+    if required is not None and not any(_term_matches(t, labels, name) for t in required):
+        return False
+    taints = narrowing_taints(node)
+    if taints:
+        tols = pod_tolerations(pspec, gpus)
+        return all(tolerates(tols, t) for t in taints)
+    return True
+
+
+def constraints_of(spec: DLJobSpec) -> str | None:
+    """The part of a DLJob's pod template that narrows its nodes, as a key (None: it narrows nothing
+    but taints, the same for every DLJob with or without GPUs)."""
+    pspec = (spec.template or {}).get("spec") or {}
+    required = ((pspec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    narrowing = {
+        "nodeSelector": pspec.get("nodeSelector"),
+        "required": required,
+        "tolerations": pspec.get("tolerations"),
+    }
+    if not any(narrowing.values()):
+        return None
+    return json.dumps(narrowing, sort_keys=True, separators=(",", ":"))
+
+
+def allowed_nodes(spec: DLJobSpec, nodes: Sequence[Mapping[str, Any]]) -> list[bool]:
+    """Per node (in ``nodes`` order): may this DLJob's pods run there (:func:`template_allows`)."""
+    pspec = (spec.template or {}).get("spec") or {}
+    return [template_allows(pspec, n, spec.gpus > 0) for n in nodes]
+
+
+# --------------------------------------------------------------------------- rendezvous
+
+
+def rank0_address(dljob: str, namespace: str) -> str:
+    """Rank 0's DNS name through the DLJob's headless Service (no cluster domain assumed: the pods'
+    resolv.conf search path completes it)."""
+    return f"{hostname(dljob, 0)}.{service_name(dljob)}.{namespace}.svc"
+
+
+def service_name(dljob: str) -> str:
+    """The DLJob's headless Service: its own name (the CRD keeps DLJob names DNS-1035 labels)."""
+    return dljob
+
+
+def hostname(dljob: str, index: int) -> str:
+    """Pod i's hostname, the same across attempts (its name carries the attempt)."""
+    return f"{dljob}-{index}"
+
+
+def procs_per_pod(spec: DLJobSpec, gpus: int) -> int:
+    """Processes a pod runs: ``spec.rendezvous.procsPerPod``, else one per GPU of the pod (1 without)."""
+    return spec.rendezvous.procs_per_pod or max(gpus, 1)
+
+
+def rendezvous_env(
+    name: str, namespace: str, spec: DLJobSpec, pods: int, index: int, gpus: int, attempt: int
+) -> list[dict[str, str]]:
+    """What every container of pod ``index`` is told: rank 0's address and port, one process per pod for
+    WORLD_SIZE/RANK (PyTorch's env:// init), torchrun's PET_* (its arguments' defaults: ``torchrun
+    train.py`` runs ``PET_NPROC_PER_NODE`` workers per pod, ranks numbered across pods), JAX's coordinator,
+    process count and id, and the gang's own figures."""
+    addr, port = rank0_address(name, namespace), str(spec.rendezvous.port)
+    values = {
+        "MASTER_ADDR": addr,
+        "MASTER_PORT": port,
+        "WORLD_SIZE": str(pods),
+        "RANK": str(index),
+        "PET_NNODES": str(pods),
+        "PET_NPROC_PER_NODE": str(procs_per_pod(spec, gpus)),
+        "PET_NODE_RANK": str(index),
+        "PET_MASTER_ADDR": addr,
+        "PET_MASTER_PORT": port,
+        "JAX_COORDINATOR_ADDRESS": f"{addr}:{port}",
+        "JAX_NUM_PROCESSES": str(pods),
+        "JAX_PROCESS_ID": str(index),
+        "QOSMOS_REPLICAS": str(pods),
+        "QOSMOS_REPLICA_INDEX": str(index),
+        "QOSMOS_ATTEMPT": str(attempt),
+    }
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _with_env(container: dict[str, Any], env: list[dict[str, str]]) -> None:
+    """Ours first (a template variable may refer to them as $(MASTER_ADDR)), then the template's; a name
+    the template sets keeps the template's value."""
+    own = list(container.get("env") or [])
+    taken = {e.get("name") for e in own}
+    container["env"] = [e for e in env if e["name"] not in taken] + own
+
+
+def _with_port(container: dict[str, Any], port: int) -> None:
+    """Rank 0's rendezvous port declared on its first container (unless it declares that port already)."""
+    ports = list(container.get("ports") or [])
+    if any(int(p.get("containerPort") or 0) == port and (p.get("protocol") or "TCP") == "TCP" for p in ports):
+        return
+    entry: dict[str, Any] = {"containerPort": port, "protocol": "TCP"}
+    if not any(p.get("name") == RENDEZVOUS_PORT_NAME for p in ports):
+        entry["name"] = RENDEZVOUS_PORT_NAME
+    container["ports"] = [*ports, entry]
+
+
+def _pin(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
+    """The template's affinity with pod i pinned to the core's node i: the pin ANDed into each of the
+    template's required node-selector terms (terms are ORed, so each must carry it), or the only term
+    when there is none; preferred node affinity and pod (anti-)affinity kept as they are."""
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    return require_node_terms(affinity, [{"matchFields": [pin]}])
+
+
+def headless_service(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The DLJob's headless Service: with the pods' ``subdomain`` it, each pod's ``hostname`` gets the DNS
+    name ``<hostname>.<dljob>.<namespace>.svc``, published before the pods are Ready
+    (``publishNotReadyAddresses``: rank 0 must be found while the gang starts). Owned by the DLJob."""
+    m = meta(obj)
+    spec = DLJobSpec.model_validate(obj.get("spec") or {})
+    name = m["name"]
+    port = spec.rendezvous.port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(name),
+            "namespace": m.get("namespace", "default"),
+            "labels": {LABEL_JOB: name},
+            "ownerReferences": [owner_of(obj)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_JOB: name},
+            "ports": [{"name": RENDEZVOUS_PORT_NAME, "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def owner_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The DLJob as the controlling owner: deleting it lets the garbage collector remove what it owns."""
+    m = meta(obj)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "DLJob",
+        "name": m["name"],
+        "uid": m.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
 # --------------------------------------------------------------------------- gang pods
 
 
@@ -347,10 +612,18 @@ def pod_name(dljob: str, attempt: int, index: int) -> str:
     return f"{dljob}-{attempt}-{index}"
 
 
-def gang_pods(obj: Mapping[str, Any], gang: Gang, attempt: int) -> list[dict[str, Any]]:
+def gang_pods(
+    obj: Mapping[str, Any], gang: Gang, attempt: int, node_vc: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """The gang's pods of one attempt: the template (its labels and annotations copied), one pod per
     node with that node's GPUs and the pod's CPU and memory, gated by ``qosmos.io/admission``, owned by
-    the DLJob, for the qosmos-scheduler, with the annotations the extender honours."""
+    the DLJob, for the qosmos-scheduler, with the annotations the extender honours. Pod i has the
+    hostname ``<dljob>-<i>`` under the DLJob's headless Service (:func:`headless_service`), the label
+    ``qosmos.io/replica-index=i``, the rendezvous variables in every container (:func:`rendezvous_env`;
+    the template's own values win) and, on rank 0, the rendezvous port. A pod on a node of another
+    member of its VirtualCluster's cohort (``node_vc``: node name -> the VirtualCluster it belongs to)
+    carries that VirtualCluster as its ``qosmos.io/vc``, whose nodes the extender then lets it use;
+    the DLJob's own VirtualCluster stays in its spec."""
     m = meta(obj)
     spec = DLJobSpec.model_validate(obj.get("spec") or {})
     name, ns = m["name"], m.get("namespace", "default")
@@ -369,19 +642,20 @@ def gang_pods(obj: Mapping[str, Any], gang: Gang, attempt: int) -> list[dict[str
         base_ann[ANN_PLACEMENT] = f"{len(gang.node_names)}x{gpn}"
     if spec.gpu_models:
         base_ann[ANN_GPU_MODELS] = "|".join(spec.gpu_models)
-    owner = {
-        "apiVersion": API_VERSION,
-        "kind": "DLJob",
-        "name": name,
-        "uid": m.get("uid", ""),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    owner = owner_of(obj)
     pods = []
+    size = len(gang.gpus)
     for i, gpus in enumerate(gang.gpus):
+        on = (node_vc or {}).get(gang.node_names[i]) if i < len(gang.node_names) else None
+        pod_labels = {**labels, LABEL_VC: on} if on else labels  # borrowed: the lender's nodes
         pspec = copy.deepcopy(template.get("spec") or {})
         containers = pspec.get("containers") or [{"name": "main", "image": DEFAULT_IMAGE}]
+        env = rendezvous_env(name, ns, spec, size, i, gpus, attempt)
+        for c in [*containers, *(pspec.get("initContainers") or [])]:
+            _with_env(c, env)
         first = containers[0]
+        if i == 0:
+            _with_port(first, spec.rendezvous.port)
         res = first.setdefault("resources", {})
         req = res.setdefault("requests", {})
         lim = res.setdefault("limits", {})
@@ -394,26 +668,16 @@ def gang_pods(obj: Mapping[str, Any], gang: Gang, attempt: int) -> list[dict[str
         pspec["containers"] = containers
         pspec["schedulerName"] = SCHEDULER_NAME
         pspec.setdefault("restartPolicy", "Never")  # a failed pod fails the gang; the operator restarts it
+        pspec["hostname"], pspec["subdomain"] = hostname(name, i), service_name(name)
+        tolerations = pod_tolerations(pspec, gpus > 0)
+        if tolerations:
+            pspec["tolerations"] = tolerations
         if len(gang.gpus) > 1:  # the gate holds a pod until its peers exist; a gang of one has none
             pspec["schedulingGates"] = [*(pspec.get("schedulingGates") or []), {"name": GATE}]
         # pod i on the core's node i, a hard constraint for every scheduler profile (CPU pods skip the
-        # extender; GPU pods ungated together could otherwise race onto one planned node)
-        pspec.setdefault(
-            "affinity",
-            {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchFields": [
-                                    {"key": "metadata.name", "operator": "In", "values": [gang.node_names[i]]}
-                                ]
-                            }
-                        ]
-                    }
-                }
-            },
-        )
+        # extender; GPU pods ungated together could otherwise race onto one planned node), within the
+        # template's own affinity
+        pspec["affinity"] = _pin(pspec.get("affinity"), gang.node_names[i])
         pods.append(
             {
                 "apiVersion": "v1",
@@ -421,7 +685,7 @@ def gang_pods(obj: Mapping[str, Any], gang: Gang, attempt: int) -> list[dict[str
                 "metadata": {
                     "name": pod_name(name, attempt, i),
                     "namespace": ns,
-                    "labels": dict(labels),
+                    "labels": {**pod_labels, LABEL_REPLICA_INDEX: str(i)},
                     "annotations": dict(base_ann),
                     "ownerReferences": [owner],
                 },
@@ -435,26 +699,41 @@ __all__ = [
     "ANN_CARRY",
     "GATE",
     "LABEL_ATTEMPT",
+    "LABEL_REPLICA_INDEX",
     "NO_VC",
     "SCHEDULER_NAME",
     "Gang",
+    "allowed_nodes",
     "assign_nodes",
     "attempt_of",
+    "book_cordoned",
     "book_gang",
     "book_pods",
     "carry_from_json",
     "carry_to_json",
+    "constraints_of",
     "core_nodes",
     "gang_pods",
+    "headless_service",
+    "hostname",
     "job_from_dljob",
     "job_key",
+    "node_ready",
+    "node_usable",
     "parse_time",
     "pod_name",
+    "pod_tolerations",
     "pods_of",
+    "rank0_address",
+    "rendezvous_env",
     "rfc3339",
     "running_job",
     "segment_start",
     "selects",
+    "service_name",
     "service_status",
+    "taints_narrow",
+    "template_allows",
+    "tolerates",
     "with_service",
 ]

@@ -400,22 +400,24 @@ def profile_fit(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
-    """Fit each model's throughput against batch size (GENIE Eq. 7) and its multi-GPU communication
-    cost (Eq. 8) from measured runs, and store the profiles in the model database."""
-    from dataclasses import asdict
-
-    from qosmos.predictors.profiler import fit_file, modeldb_path, upsert_profiles
+    """Fit each model's single-GPU throughput against batch size in three forms (GENIE's Eq. 7 quadratic,
+    an affine iteration time, a monotone interpolation of the measured iteration times), keep the form
+    with the lowest leave-one-out error, fit the multi-GPU communication cost (Eq. 8) on top, and store
+    the profiles in the model database."""
+    from qosmos.extender.core.throughput import FORMS
+    from qosmos.predictors.profiler import fit_file, modeldb_path, profile_json, upsert_profiles
 
     target = modeldb_path(db)
     reports = fit_file(samples)
     upsert_profiles(target, [r.profile for r in reports])
     rows = [
         {
-            **asdict(r.profile),
+            **profile_json(r.profile),
             "fit_mape_pct": r.mape,
             "single_gpu_runs": r.single_gpu_runs,
             "multi_gpu_runs": r.multi_gpu_runs,
             "comm_fitted": r.comm_fitted,
+            "candidates": r.candidates,
         }
         for r in reports
     ]
@@ -423,20 +425,32 @@ def profile_fit(
         print(_dump({"db": str(target), "profiles": rows}))
         return
     t = Table(title=f"profiles written to {target}")
-    for c in ("model", "k0", "k1", "k2", "γ", "λ", "runs 1-GPU/multi", "fit error %"):
-        t.add_column(c, justify="right")
+    t.add_column("model", no_wrap=True)
+    t.add_column("form", no_wrap=True)
+    t.add_column("held-out %", justify="right", no_wrap=True)
+    for c in ("γ/λ", "runs", "fit %"):
+        t.add_column(c, justify="right", no_wrap=True)
+    fallback = False
     for r in rows:
+        cands: dict[str, float | None] = r["candidates"]
+        chosen = r["form"]
+        if r["heldout_error"] is None:
+            chosen, fallback = chosen + "*", True
         t.add_row(
             r["model"],
-            f"{r['k0']:.4g}",
-            f"{r['k1']:.4g}",
-            f"{r['k2']:.4g}",
-            f"{r['gamma']:.4g}",
-            f"{r['lam']:.4g}",
+            chosen,
+            " / ".join("—" if cands.get(f) is None else f"{cands[f]:.2f}" for f in FORMS),
+            f"{r['gamma']:.3g}/{r['lam']:.3g}",
             f"{r['single_gpu_runs']}/{r['multi_gpu_runs']}",
             f"{r['fit_mape_pct']:.2f}",
         )
     console.print(t)
+    console.print(
+        "held-out %: leave-one-out error of sPR per form, quadratic / affine-time / interpolated; — not fitted "
+        "(too few batch sizes: the quadratic's held-out error needs 4, the others 3); "
+        "form: the lowest, ties to the simpler; runs: single-GPU/multi-GPU; fit %: error over all runs in the form"
+        + ("; * no form could be compared: Eq. 7 as fitted" if fallback else "")
+    )
 
 
 @profile_app.command("run")
@@ -447,25 +461,66 @@ def profile_run(
         str, typer.Option(help="torchvision model name, or 'mlp' for a small built-in network")
     ] = "resnet18",
     batches: Annotated[str, typer.Option(help="comma-separated batch sizes")] = "16,32,64",
-    steps: Annotated[int, typer.Option(min=1, help="timed steps per batch size")] = 10,
+    steps: Annotated[int, typer.Option(min=1, help="timed steps per measured window")] = 10,
+    windows: Annotated[
+        int, typer.Option(min=1, help="measured windows per batch size; the sample is their median rate")
+    ] = 5,
+    warmup: Annotated[
+        int, typer.Option(min=0, help="warm-up steps at least; warm-up goes on until the step time is stable")
+    ] = 3,
+    precision: Annotated[
+        str, typer.Option(help="fp32 (TF32 off) | tf32 | bf16 | fp16 (autocast, AMP training)")
+    ] = "fp32",
+    inference: Annotated[
+        bool,
+        typer.Option(
+            "--inference",
+            help="time forward passes under torch.inference_mode instead: C(b) on the GPU at --batches and "
+            "on --cores CPU cores; writes inference samples for `qosmos profile inference`",
+        ),
+    ] = False,
+    cores: Annotated[
+        str, typer.Option(help="with --inference: comma-separated CPU core counts (torch.set_num_threads)")
+    ] = "16",
+    cpu_batches: Annotated[
+        str, typer.Option(help="with --inference: comma-separated batch sizes on the CPU")
+    ] = "1,2,4,8,16",
+    gpu_model: Annotated[
+        str | None,
+        typer.Option(help="with --inference: the GPU model's name in the profile (default: CUDA's device name)"),
+    ] = None,
 ) -> None:
     """Time real PyTorch training steps on this machine's GPU (or CPU); writes single-GPU samples
-    for `qosmos profile fit`."""
-    from qosmos.predictors.profiler import measure_torch, write_samples
+    (median rate of repeated windows, their spread, the GPU, driver, CUDA, torch and precision)
+    for `qosmos profile fit`. With --inference: forward passes, for `qosmos profile inference`."""
+    if inference:
+        from qosmos.predictors.inference_profiles import run_inference_profile
 
+        run_inference_profile(out, model, batches, cores, cpu_batches, gpu_model, precision, steps, windows, warmup)
+        return
+    from qosmos.predictors.profiler import measure_torch, write_samples
+    from qosmos.predictors.timing import parse_precision
+
+    precision = parse_precision(precision)
+    try:
+        sizes = [int(b) for b in batches.split(",") if b.strip()]
+    except ValueError:
+        raise InvalidInput("batches", batches, "comma-separated integers") from None
+    if not sizes or min(sizes) <= 0:
+        raise InvalidInput("batches", batches, "one or more batch sizes > 0")
     try:
         import torch  # noqa: F401
     except ImportError:
         typer.echo("error: PyTorch is not installed; `pip install torch` to profile on this machine", err=True)
         raise typer.Exit(2) from None
-    try:
-        sizes = [int(b) for b in batches.split(",") if b.strip()]
-    except ValueError:
-        raise InvalidInput("batches", batches, "comma-separated integers") from None
-    samples = measure_torch(model, sizes, steps=steps)
+    samples = measure_torch(model, sizes, steps=steps, warmup=warmup, windows=windows, precision=precision)
     write_samples(out, samples)
     for s in samples:
-        console.print(f"{s.model} batch {s.batch}: {s.rate:.1f} samples/s")
+        console.print(
+            f"{s.model} batch {s.batch}: {s.rate:.1f} samples/s (median of {s.windows} windows, spread {s.spread_pct:.1f} %)"
+        )
+    env = dict(samples[0].env) if samples else {}
+    console.print("measured on " + ", ".join(f"{k} {v}" for k, v in env.items()))
     console.print(f"wrote {out}")
 
 
@@ -491,6 +546,42 @@ def profile_builtin(
         raise InvalidInput("--out", str(out), "is a folder, expected a .py file to write")
     out.write_text(render_builtin_module(profiles))
     console.print(f"wrote {len(profiles)} profiles to {out}")
+
+
+@profile_app.command("inference")
+@_clean_errors
+def profile_inference(
+    samples: Annotated[
+        Path,
+        typer.Argument(help="CSV of measured compute times: model,device,gpu_model,cores,batch,compute_s[,torch,...]"),
+    ],
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            help="model database to update (default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json); "
+            "the inference placer (simulate inference, explain inference, the operator) reads the same file"
+        ),
+    ] = None,
+) -> None:
+    """Store measured inference compute times C(b) (`qosmos profile run --inference`) in the model
+    database, beside the throughput profiles; SODA's placer derives its thresholds from them."""
+    from qosmos.predictors.inference_profiles import (
+        curves_from_samples,
+        read_inference_samples,
+        upsert_inference_profiles,
+    )
+    from qosmos.predictors.profiler import modeldb_path
+
+    target = modeldb_path(db)
+    curves = curves_from_samples(read_inference_samples(samples), source=f"measured, {samples.name}")
+    upsert_inference_profiles(target, curves)
+    t = Table(title=f"inference profiles written to {target}")
+    for c in ("model", "device", "batch: compute ms"):
+        t.add_column(c)
+    for c in curves:
+        points = ", ".join(f"{b}: {s * 1000:.4g}" for b, s in zip(c.batches, c.seconds, strict=True))
+        t.add_row(c.model, c.where, points)
+    console.print(t)
 
 
 def register(app: typer.Typer) -> None:

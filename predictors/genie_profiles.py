@@ -23,8 +23,8 @@ from qosmos.extender.core.genie import (
 )
 
 
-def fit_lucid(path: Path) -> list[ThroughputProfile]:
-    """One profile per model from its full-precision (amp = 0) rows."""
+def read_lucid(path: Path) -> tuple[dict[str, list[tuple[float, float]]], dict[str, str]]:
+    """Single-GPU full-precision (amp = 0) samples per model, (batch, samples/s) sorted, and each model's dataset."""
     samples: dict[str, list[tuple[float, float]]] = defaultdict(list)
     datasets: dict[str, str] = {}
     from qosmos.predictors.readers import CsvRows
@@ -36,6 +36,16 @@ def fit_lucid(path: Path) -> list[ThroughputProfile]:
         model = rows.text(row, "model")
         samples[model].append((rows.num(line, row, "batchsize"), rows.num(line, row, "speed")))
         datasets[model] = rows.text(row, "dataset")
+    return {m: sorted(v) for m, v in samples.items()}, datasets
+
+
+def fit_lucid(path: Path) -> list[ThroughputProfile]:
+    """One profile per model from its full-precision (amp = 0) rows, in Eq. 7's form (the seed's).
+
+    The built-ins stay quadratic: with at most three batch sizes per model Lucid cannot score
+    the quadratic by leave-one-out (benchmarks/genie_forms.py shows what it does allow).
+    """
+    samples, datasets = read_lucid(path)
     profiles = []
     for model in sorted(samples):
         batches, rates = zip(*sorted(samples[model]), strict=True)

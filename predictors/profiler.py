@@ -7,21 +7,30 @@ Samples CSV (one measured run a row; header required):
     ResNet50,256,2,4,2210.0      # N + G multi-GPU runs at one global batch → γ, λ (Eq. 8)
 
 ``batch`` is the global batch, ``rate`` the processing rate PR in samples/s (Eq. 5).
-The fits are the core's :func:`fit_spr` / :func:`fit_comm`; this module adds grouping,
-the fit error (mean absolute % error of PR over every sample) and the JSON database
-file that ``ModelDB`` (pure) is built from: ``{"profiles": [{model, k0, ...}, ...]}``.
+Optional columns (``qosmos profile run`` writes them; files without them load as before):
+``rate_spread_pct``, ``windows`` (the spread of the repeated windows' rates and how many)
+and the environment ``device, device_memory_mib, driver, cuda, torch, precision,
+measured_at`` (:data:`qosmos.predictors.timing.ENV_COLUMNS`).
+
+The fits are the core's: every single-GPU form by leave-one-out error
+(:func:`select_single_gpu_profile`: quadratic Eq. 7, affine iteration time, monotone
+interpolation) and :func:`fit_comm` for Eq. 8. This module adds grouping, the fit error
+(mean absolute % error of PR over every sample, in the chosen form) and the JSON database
+file that ``ModelDB`` (pure) is built from: ``{"profiles": [{model, k0, ..., form, ...}, ...]}``.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
@@ -30,11 +39,21 @@ from qosmos.extender.core.genie import (
     Task,
     ThroughputProfile,
     fit_comm,
-    fit_single_gpu_profile,
     processing_rate,
+    select_single_gpu_profile,
 )
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.types import Shape
+from qosmos.predictors.timing import (
+    ENV_COLUMNS,
+    MAX_WARMUP,
+    STAT_COLUMNS,
+    common_environment,
+    parse_nvidia_smi,
+    parse_precision,
+    warm_up,
+    window_stats,
+)
 
 SAMPLE_COLUMNS = ("model", "batch", "d_node", "d_gpn", "rate")
 DEFAULT_DB = Path("~/.config/qosmos/models.json")
@@ -58,15 +77,19 @@ class Sample:
     batch: int
     shape: Shape
     rate: float
+    spread_pct: float | None = None  # (max - min) / median of the measured windows' rates, in %
+    windows: int | None = None
+    env: tuple[tuple[str, str], ...] = ()  # ENV_COLUMNS as measured; empty for hand-written samples
 
 
 @dataclass(frozen=True)
 class FitReport:
     profile: ThroughputProfile
-    mape: float  # mean |PR_pred − PR| / PR over all samples, in %
+    mape: float  # mean |PR_pred − PR| / PR over all samples, in %, in the chosen form
     single_gpu_runs: int
     multi_gpu_runs: int
     comm_fitted: bool
+    candidates: dict[str, float | None] = field(default_factory=dict)  # form -> held-out error % (None: not fitted)
 
 
 def read_samples(path: Path) -> list[Sample]:
@@ -86,23 +109,46 @@ def read_samples(path: Path) -> list[Sample]:
         for fld, v in (("batch", batch), ("d_node", d_node), ("d_gpn", d_gpn), ("rate", rate)):
             if not v > 0:
                 raise rows.err(line, fld, row[fld].strip(), "must be > 0")
-        out.append(Sample(model, batch, Shape(d_node, d_gpn), rate))
+        spread = rows.num(line, row, "rate_spread_pct", optional=True) if "rate_spread_pct" in row else math.nan
+        windows = rows.int_(line, row, "windows", default=0) if "windows" in row else 0
+        env = tuple((k, rows.text(row, k)) for k in ENV_COLUMNS if rows.text(row, k))
+        out.append(
+            Sample(
+                model,
+                batch,
+                Shape(d_node, d_gpn),
+                rate,
+                None if math.isnan(spread) else spread,
+                windows or None,
+                env,
+            )
+        )
     if not out:
         raise InvalidInput("samples", str(path), "no samples after the header")
     return out
 
 
 def write_samples(path: Path, samples: Sequence[Sample]) -> None:
+    """The samples CSV; the optional columns only when some sample has them."""
+    stats = any(s.spread_pct is not None or s.windows is not None for s in samples)
+    env_keys = [k for k in ENV_COLUMNS if any(dict(s.env).get(k) for s in samples)]
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(SAMPLE_COLUMNS)
+        w.writerow([*SAMPLE_COLUMNS, *(STAT_COLUMNS if stats else ()), *env_keys])
         for s in samples:
-            w.writerow([s.model, s.batch, s.shape.d_node, s.shape.d_gpn, repr(s.rate)])
+            row = [s.model, s.batch, s.shape.d_node, s.shape.d_gpn, repr(s.rate)]
+            if stats:
+                row += ["" if s.spread_pct is None else repr(s.spread_pct), "" if s.windows is None else s.windows]
+            env = dict(s.env)
+            w.writerow(row + [env.get(k, "") for k in env_keys])
 
 
 def fit_profile(samples: Sequence[Sample], nu: float = DEFAULT_NU, source: str = "") -> FitReport:
-    """k_i from the single-GPU runs (fit_spr), γ/λ from the multi-GPU runs of the most-profiled
-    global batch (fit_comm); without ≥ 2 multi-GPU runs γ, λ keep the documented defaults."""
+    """sPR(b') from the single-GPU runs in the form with the lowest leave-one-out error
+    (select_single_gpu_profile), γ/λ from the multi-GPU runs of the most-profiled global batch
+    (fit_comm, through the chosen form's sPR); without ≥ 2 multi-GPU runs γ, λ keep the
+    documented defaults. Samples measured at different precisions are refused: one profile,
+    one precision."""
     models = {s.model for s in samples}
     if len(models) != 1:
         raise InvalidInput("model", sorted(models), "fit one model at a time")
@@ -111,13 +157,20 @@ def fit_profile(samples: Sequence[Sample], nu: float = DEFAULT_NU, source: str =
     multi = [s for s in samples if s.shape.gpus > 1]
     if not single:
         raise InvalidInput("samples", model, "need at least one single-GPU run (d_node = d_gpn = 1)")
-    base = fit_single_gpu_profile(
+    precisions = sorted({dict(s.env).get("precision", "") for s in samples} - {""})
+    if len(precisions) > 1:
+        raise InvalidInput(
+            "precision", precisions, f"{model}: samples at several precisions; fit each under its own model name"
+        )
+    choice = select_single_gpu_profile(
         model,
         [float(s.batch) for s in single],
         [s.rate for s in single],
         nu=nu,
         source=source or f"lightweight profile: {len(single)} single-GPU + {len(multi)} multi-GPU runs",
+        measured_on=common_environment([dict(s.env) for s in samples]),
     )
+    base = choice.profile
     comm_fitted = False
     if len(multi) >= 2:
         global_batch = Counter(s.batch for s in multi).most_common(1)[0][0]
@@ -130,7 +183,7 @@ def fit_profile(samples: Sequence[Sample], nu: float = DEFAULT_NU, source: str =
     for s in samples:
         pred = processing_rate(Task(model, s.batch, 1), s.shape, base)
         errs.append(abs(pred - s.rate) / s.rate)
-    return FitReport(base, 100.0 * float(np.mean(errs)), len(single), len(multi), comm_fitted)
+    return FitReport(base, 100.0 * float(np.mean(errs)), len(single), len(multi), comm_fitted, choice.candidates)
 
 
 def fit_file(path: Path) -> list[FitReport]:
@@ -144,11 +197,26 @@ def fit_file(path: Path) -> list[FitReport]:
 # ---- the model database file -------------------------------------------------------------------
 
 
-def _profile_json(p: ThroughputProfile) -> dict[str, object]:
+def profile_json(p: ThroughputProfile) -> dict[str, object]:
+    """A profile as stored: asdict, with b_max None for infinity, knots as [b', t] pairs and
+    measured_on as an object."""
     d = asdict(p)
     if not np.isfinite(d["b_max"]):
         d["b_max"] = None
+    d["knots"] = [list(k) for k in p.knots]
+    d["measured_on"] = dict(p.measured_on)
     return d
+
+
+def _profile_from_json(r: dict[str, object]) -> ThroughputProfile:
+    """The inverse of :func:`profile_json`; files written before the forms (no form, knots, ...) load as quadratics."""
+    fields = dict(r)
+    fields["b_max"] = float("inf") if r.get("b_max") is None else r["b_max"]
+    if "knots" in r:
+        fields["knots"] = tuple((float(b), float(t)) for b, t in r["knots"])  # type: ignore[attr-defined]
+    if "measured_on" in r:
+        fields["measured_on"] = tuple((str(k), str(v)) for k, v in r["measured_on"].items())  # type: ignore[attr-defined]
+    return ThroughputProfile(**fields)  # type: ignore[arg-type]
 
 
 def read_db(path: Path) -> list[ThroughputProfile]:
@@ -162,25 +230,30 @@ def read_db(path: Path) -> list[ThroughputProfile]:
     try:
         data = json.loads(text)
         rows = data["profiles"]
-        return [
-            ThroughputProfile(**{**r, "b_max": float("inf") if r.get("b_max") is None else r["b_max"]}) for r in rows
-        ]
+        return [_profile_from_json(r) for r in rows]
     except json.JSONDecodeError as exc:
         raise InvalidInput("model database", str(path), f"not JSON (line {exc.lineno}: {exc.msg})") from None
-    except (KeyError, TypeError, AttributeError) as exc:
+    except InvalidInput as exc:
+        raise InvalidInput("model database", str(path), f"bad profile: {exc}") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise InvalidInput("model database", str(path), f"not a qosmos model database ({exc})") from None
 
 
 def write_db(path: Path, profiles: Sequence[ThroughputProfile]) -> None:
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
+    # the file's inference profiles (predictors.inference_profiles) stay as they are
+    from qosmos.predictors.inference_profiles import DB_KEY, curve_json, read_inference_db
+
+    kept = {DB_KEY: [curve_json(c) for c in read_inference_db(path)]} if path.is_file() else {}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(
         json.dumps(
             {
                 "format": 1,
                 "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "profiles": [_profile_json(p) for p in profiles],
+                "profiles": [profile_json(p) for p in profiles],
+                **{k: v for k, v in kept.items() if v},
             },
             indent=2,
         )
@@ -225,15 +298,60 @@ def load_modeldb(path: Path | None = None, *, resolve: bool = False) -> ModelDB:
 # ---- measuring a real training step (optional torch) ---------------------------------------------
 
 
-def measure_torch(model: str, batches: Sequence[int], steps: int = 10, warmup: int = 3) -> list[Sample]:
-    """Time ``steps`` training steps of a small reference network per batch size on the local
-    device (CUDA if present, else CPU); returns single-GPU samples (samples/s).
+def torch_environment(torch: Any, device: str, precision: str) -> dict[str, str]:
+    """ENV_COLUMNS of this machine: GPU name, memory, driver (nvidia-smi), CUDA and torch versions."""
+    import platform
+    import shutil
+    import subprocess
+
+    env = {"torch": str(torch.__version__), "precision": precision}
+    env["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if device != "cuda":
+        env["device"] = f"cpu {platform.processor() or platform.machine()}".strip()
+        return env
+    props = torch.cuda.get_device_properties(0)
+    env |= {"device": str(props.name), "device_memory_mib": str(props.total_memory // 2**20)}
+    env["cuda"] = str(torch.version.cuda)
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        query = [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits", "-i", "0"]
+        try:
+            out = subprocess.run(query, capture_output=True, text=True, timeout=10, check=True).stdout
+            env["driver"] = parse_nvidia_smi(out)["driver"]
+        except (OSError, subprocess.SubprocessError, InvalidInput):
+            pass  # the driver version is informative only
+    return env
+
+
+def measure_torch(
+    model: str,
+    batches: Sequence[int],
+    steps: int = 10,
+    warmup: int = 3,
+    *,
+    windows: int = 5,
+    precision: str = "fp32",
+    max_warmup: int = MAX_WARMUP,
+) -> list[Sample]:
+    """Training-step rate of a model per batch size on the local device (CUDA if present, else CPU).
+
+    Per batch size: warm-up of at least ``warmup`` steps that ends when the step time is stable
+    (:func:`timing.warm_up`, at most ``max_warmup``), then ``windows`` windows of ``steps`` steps,
+    each timed with CUDA events (synchronised wall time on CPU); the sample's rate is the median
+    window rate, with the windows' spread and the environment (:func:`torch_environment`).
+    ``torch.backends.cudnn.benchmark`` is on, so the warm-up includes cuDNN's kernel choice.
+    Precision: fp32 (TF32 off), tf32 (TF32 matmul and convolutions), bf16/fp16 (autocast; fp16
+    with a gradient scaler, as AMP training runs).
 
     ``model`` names a torchvision model when torchvision is installed, else a 3-layer MLP on
-    224×224×3 inputs is used and the name is only a label.
+    64×64×3 inputs is used and the name is only a label.
     """
+    import contextlib
+    import functools
+
     import torch  # optional dependency, imported lazily
 
+    precision = parse_precision(precision)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         import torchvision
@@ -245,22 +363,65 @@ def measure_torch(model: str, batches: Sequence[int], steps: int = 10, warmup: i
             torch.nn.Flatten(), torch.nn.Linear(3 * 64 * 64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1000)
         )
         shape = (3, 64, 64)
+    flags = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(device) if precision == "fp16" and device == "cuda" else None
+    env = tuple(torch_environment(torch, device, precision).items())
     net = net.to(device)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
-    out = []
-    for b in batches:
-        x = torch.randn(b, *shape, device=device)
-        y = torch.randint(0, 1000, (b,), device=device)
-        for i in range(warmup + steps):
-            if i == warmup:
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-            opt.zero_grad()
-            loss_fn(net(x), y).backward()
-            opt.step()
+
+    def sync() -> None:
         if device == "cuda":
             torch.cuda.synchronize()
-        out.append(Sample(model, b, Shape(1, 1), b * steps / (time.perf_counter() - t0)))
+
+    def train_step(x: Any, y: Any) -> None:
+        opt.zero_grad(set_to_none=True)
+        autocast = (
+            torch.autocast(device_type=device, dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
+        )
+        with autocast:
+            loss = loss_fn(net(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+
+    def timed_step(x: Any, y: Any) -> float:
+        sync()
+        t0 = time.perf_counter()
+        train_step(x, y)
+        sync()
+        return time.perf_counter() - t0
+
+    out = []
+    try:
+        for b in batches:
+            x = torch.randn(b, *shape, device=device)
+            y = torch.randint(0, 1000, (b,), device=device)
+            warm_up(functools.partial(timed_step, x, y), min_steps=warmup, max_steps=max(warmup, max_warmup))
+            seconds = []
+            for _ in range(windows):
+                if device == "cuda":
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    for _ in range(steps):
+                        train_step(x, y)
+                    end.record()
+                    end.synchronize()
+                    seconds.append(start.elapsed_time(end) / 1000.0)
+                else:
+                    t0 = time.perf_counter()
+                    for _ in range(steps):
+                        train_step(x, y)
+                    seconds.append(time.perf_counter() - t0)
+            st = window_stats(b, steps, seconds)
+            out.append(Sample(model, b, Shape(1, 1), st.rate, st.spread_pct, st.windows, env))
+    finally:
+        (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) = flags
     return out

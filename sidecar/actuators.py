@@ -20,7 +20,7 @@ quota above it would be refused on v1, so then the containers inherit the pod's.
 from __future__ import annotations
 
 import contextlib
-import os
+import ipaddress
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.sidecar.cgroups import container_children, format_cpuset, parse_cpuset
 from qosmos.sidecar.fs import FS, HostFS
+from qosmos.sidecar.journal import Journal
 from qosmos.sidecar.state import CpuTarget, HtbTarget, MbaTarget
 
 CFS_PERIOD_US = 100_000
@@ -99,6 +100,11 @@ class _CgroupCpu:
         """The cpuset of a cgroup directory."""
         return self._read_cpus(d)
 
+    def has_cpuset(self, d: Path) -> bool:
+        """v1: always; v2: only where the parent's ``cgroup.subtree_control`` enables cpuset (else the
+        file is absent, e.g. a systemd that does not delegate it: then only the quota is set)."""
+        return True
+
     def read_quota(self, d: Path) -> int:
         """CFS quota in µs per period, -1 for none."""
         return self._read_quota(d)
@@ -110,6 +116,7 @@ class _CgroupCpu:
             raise InvalidInput("cpus", target.key, "a pod's cpuset must never be empty")
         new = set(target.cpus)
         sets = [where.cpuset, *container_children(where.cpuset)]  # parent first
+        sets = [d for d in sets if self.has_cpuset(d)]
         old = {d: self._read_cpus(d) for d in sets}
         actions: list[str] = []
         for d in sets:  # 1. widen, parent first
@@ -159,6 +166,9 @@ class CgroupV2Cpu(_CgroupCpu):
     name = "cgroup-v2"
     version = 2
 
+    def has_cpuset(self, d: Path) -> bool:
+        return (d / "cpuset.cpus").is_file()
+
     def _read_cpus(self, d: Path) -> set[int]:
         own = self.fs.read(d / "cpuset.cpus").strip()
         if own:
@@ -177,9 +187,24 @@ class CgroupV2Cpu(_CgroupCpu):
 # --------------------------------------------------------------------------- resctrl (MBA)
 
 
+# MBA's unit, from what the mount says (Documentation/filesystems/resctrl.rst, "Memory bandwidth
+# Allocation"; the kernel's rdt_get_mem_config / rdt_get_mem_config_amd): Intel's default mode is a
+# percentage (default 100, ``min_bandwidth`` e.g. 10, ``bandwidth_gran`` e.g. 10); AMD's values are
+# absolute, in multiples of 1/8 GB/s (default, i.e. no cap, 2^bw_len such as 2048; ``min_bandwidth`` 0,
+# ``bandwidth_gran`` 1); with the ``mba_MBps`` mount option (the software controller) values are MiB/s
+# (MBM bytes / 2^20; default 2^32 - 1). Read from the info files, the default group's schemata and
+# /proc/mounts, never from the CPU vendor. Anything else: the agent halves cores instead (§V-E).
+MBA_PERCENT_MODE, MBA_AMD_MODE, MBA_MBPS_MODE = "percent", "amd-1/8GBps", "MiBps"
+AMD_UNIT_BYTES = 1e9 / 8  # one AMD MBA unit: 1/8 GB/s
+MIB = 1 << 20
+
+
 @dataclass(frozen=True)
 class ResctrlInfo:
-    """What a resctrl mount offers (all False/empty when not mounted)."""
+    """What a resctrl mount offers (all False/empty when not mounted).
+
+    ``mba`` is True only when the unit of its values is recognised (``mode``); ``reason`` says why not.
+    ``max_value``: the control value meaning "no cap" in that unit (the default group's)."""
 
     root: Path
     mounted: bool
@@ -188,20 +213,46 @@ class ResctrlInfo:
     domains: tuple[str, ...] = ()
     min_bandwidth: int = 10
     bandwidth_gran: int = 10
+    mode: str = ""
+    max_value: int = 100
+    reason: str = ""
 
 
-def detect_resctrl(root: Path = Path("/sys/fs/resctrl")) -> ResctrlInfo:
-    """Memory Bandwidth Allocation (``info/MB``) and Monitoring (``mbm_total_bytes``) support."""
+def _mount_options(mounts: Path, root: Path) -> list[str]:
+    """The options of the resctrl mount (the one at ``root`` if listed, else any: in a container the
+    host's /sys/fs/resctrl appears under another path)."""
+    found: list[list[str]] = []
+    try:
+        for line in mounts.read_text().splitlines():
+            f = line.split()
+            if len(f) >= 4 and f[2] == "resctrl":
+                opts = f[3].split(",")
+                if f[1] == str(root):
+                    return opts
+                found.append(opts)
+    except OSError:
+        pass
+    return found[0] if found else []
+
+
+MBPS_DEFAULT = (1 << 32) - 1  # the kernel's MBA_MAX_MBPS: mba_MBps's "no cap"
+
+
+def detect_resctrl(root: Path = Path("/sys/fs/resctrl"), mounts: Path = Path("/proc/mounts")) -> ResctrlInfo:
+    """Memory Bandwidth Allocation (``info/MB``, its unit) and Monitoring (``mbm_total_bytes``) support."""
     if not (root / "info").is_dir() or not (root / "schemata").is_file():
-        return ResctrlInfo(root, False, False, False)
-    mba = (root / "info" / "MB").is_dir()
+        return ResctrlInfo(root, False, False, False, reason="resctrl not mounted")
+    has_mb = (root / "info" / "MB").is_dir()
     feats = root / "info" / "L3_MON" / "mon_features"
     mbm = feats.is_file() and "mbm_total_bytes" in feats.read_text().split()
     domains: tuple[str, ...] = ()
+    values: list[int] = []
     for line in (root / "schemata").read_text().splitlines():
         res, _, rest = line.partition(":")
         if res.strip() == "MB":
-            domains = tuple(p.split("=")[0].strip() for p in rest.split(";") if "=" in p)
+            parts = [q.split("=", 1) for q in rest.split(";") if "=" in q]
+            domains = tuple(d.strip() for d, _ in parts)
+            values = [int(v) for _, v in parts if v.strip().isdigit()]
 
     def num(name: str, default: int) -> int:
         f = root / "info" / "MB" / name
@@ -210,28 +261,74 @@ def detect_resctrl(root: Path = Path("/sys/fs/resctrl")) -> ResctrlInfo:
         except (OSError, ValueError):
             return default
 
-    return ResctrlInfo(root, True, mba, mbm, domains, num("min_bandwidth", 10), num("bandwidth_gran", 10))
+    lo, gran = num("min_bandwidth", 10), num("bandwidth_gran", 10)
+    top = max(values) if values else 0
+    mode, reason = "", ""
+    if not has_mb:
+        reason = "no info/MB (no Memory Bandwidth Allocation)"
+    elif "mba_MBps" in _mount_options(mounts, root) or top == MBPS_DEFAULT:
+        mode = MBA_MBPS_MODE
+    elif lo == 0 and gran == 1 and top > 100:
+        mode = MBA_AMD_MODE
+    elif top == 100 and 1 <= lo <= 100 and gran >= 1:
+        mode = MBA_PERCENT_MODE
+    else:
+        reason = f"MBA of an unrecognised kind (min_bandwidth {lo}, bandwidth_gran {gran}, default MB {top})"
+    maximum = {MBA_PERCENT_MODE: 100, MBA_MBPS_MODE: MBPS_DEFAULT}.get(mode, top)
+    return ResctrlInfo(root, True, bool(mode), mbm, domains, lo, gran, mode, maximum, reason)
+
+
+def mba_value(info: ResctrlInfo, fraction: float, peak_bytes_per_second: float | None) -> int:
+    """The MB schemata value capping each domain at ``fraction`` of its bandwidth, in the mount's unit.
+
+    percent: ``fraction`` x 100 on the ``bandwidth_gran`` grid, at least ``min_bandwidth``; AMD and
+    MiB/s are absolute, so the node's peak (split evenly over the domains) is needed."""
+    if not 0 < fraction <= 1:
+        raise InvalidInput("MBA fraction", fraction, "must be in (0, 1]")
+    if info.mode == MBA_PERCENT_MODE:
+        g = max(1, info.bandwidth_gran)
+        return min(100, max(info.min_bandwidth, round(fraction * 100 / g) * g))
+    if info.mode not in (MBA_AMD_MODE, MBA_MBPS_MODE):
+        raise InvalidInput("resctrl MBA", str(info.root), info.reason or "unit not recognised")
+    if not peak_bytes_per_second or peak_bytes_per_second <= 0:
+        raise InvalidInput("peak memory bandwidth", peak_bytes_per_second,
+                           f"MBA in {info.mode} is absolute: give --membw-peak")  # fmt: skip
+    per_domain = fraction * peak_bytes_per_second / max(1, len(info.domains))
+    unit = AMD_UNIT_BYTES if info.mode == MBA_AMD_MODE else MIB
+    return min(info.max_value, max(1, info.min_bandwidth, round(per_domain / unit)))
 
 
 @register_actuator("mba", "resctrl")
 class ResctrlMba:
-    """One shared resctrl group for all CPU jobs; ``None`` puts its tasks back and lifts the cap."""
+    """One shared resctrl group for all CPU jobs; ``None`` puts its tasks back where each came from
+    and lifts the cap. Each task's original group, and the group itself, go to the journal first."""
 
     kind = "mba"
     name = "resctrl"
 
-    def __init__(self, root: Path = Path("/sys/fs/resctrl"), fs: FS | None = None) -> None:
+    def __init__(
+        self,
+        root: Path = Path("/sys/fs/resctrl"),
+        fs: FS | None = None,
+        journal: Journal | None = None,
+        info: ResctrlInfo | None = None,
+    ) -> None:
         self.root = Path(root)
         self.fs: FS = fs or HostFS()
+        self.journal = journal if journal is not None else Journal()
         self.group = "qosmos-cpu-jobs"
+        self._info = info
 
-    def _percent(self, info: ResctrlInfo, pct: int) -> int:
-        g = max(1, info.bandwidth_gran)
-        return min(100, max(info.min_bandwidth, round(pct / g) * g))
+    def info(self) -> ResctrlInfo:
+        return self._info or detect_resctrl(self.root)
 
     def _tasks(self, group: Path) -> list[str]:
         f = group / "tasks"
         return self.fs.read(f).split() if f.is_file() else []
+
+    def _groups(self) -> list[Path]:
+        """The default group and every control group (the directories holding a ``tasks`` file)."""
+        return [self.root, *sorted(d for d in self.root.iterdir() if d.is_dir() and (d / "tasks").is_file())]
 
     def _move(self, dest: Path, pid: str) -> bool:
         try:
@@ -246,57 +343,92 @@ class ResctrlMba:
         sch = group / "schemata"
         if not self._tasks(group) or not sch.is_file():
             return False
+        top = str(self.info().max_value)
         for line in self.fs.read(sch).splitlines():
             res, _, rest = line.partition(":")
             if res.strip() == "MB":
-                return any(p.split("=")[1].strip() != "100" for p in rest.split(";") if "=" in p)
+                return any(p.split("=")[1].strip() != top for p in rest.split(";") if "=" in p)
         return False
 
+    def _release(self, info: ResctrlInfo, group: Path) -> list[str]:
+        actions: list[str] = []
+        if not group.is_dir():
+            return actions
+        back: list[str] = []
+        for pid in self._tasks(group):
+            orig = Path(self.journal.tasks.get(pid, str(self.root)))
+            dest = orig if (orig / "tasks").is_file() and orig != group else self.root
+            if self._move(dest, pid):
+                back.append(pid)
+        self.journal.forget_tasks(back)
+        line = "MB:" + ";".join(f"{d}={info.max_value}" for d in info.domains)
+        sch = group / "schemata"
+        if not sch.is_file() or self.fs.read(sch).strip() != line or back:
+            if sch.is_file() and line not in {ln.strip() for ln in self.fs.read(sch).splitlines()}:
+                self.fs.write(sch, line)
+            actions.append(
+                f"resctrl {self.group}: MB {info.max_value} (no cap), {len(back)} tasks back to their groups"
+            )
+        return actions
+
     def apply(self, target: MbaTarget | None, where: Any = None) -> list[str]:
-        info = detect_resctrl(self.root)
+        info = self.info()
         if not info.mba:
-            raise InvalidInput("resctrl", str(self.root), "no Memory Bandwidth Allocation (info/MB) here")
+            raise InvalidInput(
+                "resctrl", str(self.root), info.reason or "no Memory Bandwidth Allocation (info/MB) here"
+            )
         if target is not None:
             self.group = target.group
         group = self.root / self.group
-        actions: list[str] = []
         if target is None:
-            if group.is_dir():
-                moved = sum(self._move(self.root, p) for p in self._tasks(group))
-                line = "MB:" + ";".join(f"{d}=100" for d in info.domains)
-                if self.fs.read(group / "schemata").strip() != line if (group / "schemata").is_file() else True:
-                    self.fs.write(group / "schemata", line)
-                    actions.append(f"resctrl {self.group}: MB 100%, {moved} tasks back to the default group")
-            return actions
+            return self._release(info, group)
+        actions: list[str] = []
+        self.journal.remember_group(group)  # ours by name: removed on cleanup
         if not group.is_dir():
-            os.mkdir(group)  # the kernel fills in schemata/tasks
+            self.fs.mkdir(group)  # the kernel fills in schemata/tasks
             actions.append(f"resctrl: created group {self.group}")
-        pct = self._percent(info, target.percent)
-        line = "MB:" + ";".join(f"{d}={pct}" for d in info.domains)
+        value = mba_value(info, target.percent / 100, target.peak_bytes_per_second)
+        line = "MB:" + ";".join(f"{d}={value}" for d in info.domains)
         sch = group / "schemata"
         current = {ln.strip() for ln in self.fs.read(sch).splitlines()} if sch.is_file() else set()
         if line not in current:
             self.fs.write(sch, line)
-            actions.append(f"resctrl {self.group}: {line}")
+            actions.append(f"resctrl {self.group}: {line} ({info.mode})")
         have = set(self._tasks(group))
         want = {str(p) for p in target.pids}
-        added = sum(self._move(group, p) for p in sorted(want - have, key=int))
-        removed = sum(self._move(self.root, p) for p in sorted(have - want, key=int))
+        if want - have:
+            where_now = {pid: g for g in self._groups() if g != group for pid in self._tasks(g)}
+            added = 0
+            for pid in sorted(want - have, key=int):
+                # a task listed in no other group is in the default one (an exited one: ESRCH, skipped)
+                self.journal.remember_task(pid, where_now.get(pid, self.root))
+                added += self._move(group, pid)
+        else:
+            added = 0
+        removed = []
+        for pid in sorted(have - want, key=int):
+            orig = Path(self.journal.tasks.get(pid, str(self.root)))
+            if self._move(orig if (orig / "tasks").is_file() and orig != group else self.root, pid):
+                removed.append(pid)
+        self.journal.forget_tasks(removed)
         if added or removed:
-            actions.append(f"resctrl {self.group}: +{added} -{removed} tasks")
+            actions.append(f"resctrl {self.group}: +{added} -{len(removed)} tasks")
         return actions
 
 
 # --------------------------------------------------------------------------- tc HTB
 
-# qdisc 50:, classes 50:1 (link), 50:10 GPU jobs and everything that is not a CPU job (unmanaged pods,
-# the host: never starved by us), 50:20 CPU jobs (§V-E: "CPU jobs can only use 25 %").
+# qdisc 50: with no default class: a packet no filter classifies (the host, unmanaged pods, anything
+# that is not a managed pod's) goes to HTB's direct queue, sent at once and never shaped. Classes
+# 50:1 (the link), 50:10 GPU-job pods (§V-E: 75 %), 50:20 CPU-job pods ("CPU jobs can only use
+# 25 %"); both borrow up to the link.
 HTB_HANDLE = "50"
-HTB_DEFAULT = "10"  # tc reads class minors (and "default") in hex: shown as "default 0x10"
+HTB_DEFAULT = "0"  # no default class: unclassified traffic is direct (tc prints "default 0")
 
 
 def htb_commands(t: HtbTarget) -> list[list[str]]:
-    """``tc`` argument lists for the §V-E split: GPU ``gpu_share`` / CPU the rest, both borrowing to the link."""
+    """``tc`` argument lists for the §V-E split: GPU ``gpu_share`` / CPU the rest, both borrowing to the link;
+    pods classified by source address, IPv4 (``match ip src a/32``) and IPv6 (``match ip6 src a/128``)."""
     if not 0 < t.gpu_share < 1:
         raise InvalidInput("gpu_share", t.gpu_share, "must be in (0, 1)")
     if t.link_mbit <= 0:
@@ -313,40 +445,79 @@ def htb_commands(t: HtbTarget) -> list[list[str]]:
     cmds = [
         ["qdisc", "replace", *dev, "root", "handle", f"{h}:", "htb", "default", HTB_DEFAULT],
         cls(f"{h}:", f"{h}:1", f"{link}mbit"),
-        cls(f"{h}:1", f"{h}:10", f"{gpu}mbit", "prio", "0"),  # GPU jobs (and unclassified): 75 %, borrow to the link
+        cls(f"{h}:1", f"{h}:10", f"{gpu}mbit", "prio", "0"),  # GPU jobs: 75 %, borrow to the link
         cls(f"{h}:1", f"{h}:20", f"{cpu}mbit", "prio", "1"),  # CPU jobs: 25 %, may borrow up to the link
         ["filter", "del", *dev, "parent", f"{h}:"],
     ]
     for flow, ips in (("10", t.gpu_ips), ("20", t.cpu_ips)):
-        for ip in sorted(ips):
+        for raw in sorted(ips):
+            try:
+                ip = ipaddress.ip_address(raw)
+            except ValueError:
+                raise InvalidInput("pod IP", raw, "not an IPv4 or IPv6 address") from None
+            proto, match, bits, prio = ("ip", "ip", 32, "1") if ip.version == 4 else ("ipv6", "ip6", 128, "2")
             cmds.append(
-                ["filter", "add", *dev, "parent", f"{h}:", "protocol", "ip", "prio", "1", "u32",
-                 "match", "ip", "src", f"{ip}/32", "flowid", f"{h}:{flow}"]
+                ["filter", "add", *dev, "parent", f"{h}:", "protocol", proto, "prio", prio, "u32",
+                 "match", match, "src", f"{ip}/{bits}", "flowid", f"{h}:{flow}"]
             )  # fmt: skip
     return cmds
 
 
 def run_tc(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["tc", *args], capture_output=True, text=True, check=False)
+    return subprocess.run(["tc", *args], capture_output=True, text=True, check=False, timeout=30)
+
+
+def root_qdisc(show: str) -> str:
+    """The root qdisc's line in ``tc qdisc show dev X`` output ("" when none is listed)."""
+    return next((ln.strip() for ln in show.splitlines() if " root " in f"{ln} "), "")
+
+
+def is_ours(line: str) -> bool:
+    return line.split()[1:3] == ["htb", f"{HTB_HANDLE}:"] if line else False
+
+
+def is_kernel_default(show: str) -> bool:
+    """Whether every egress qdisc on the device is one the kernel attached itself (handle ``0:``: noqueue,
+    pfifo_fast, mq and its per-queue children, the ``net.core.default_qdisc`` one). A qdisc someone
+    added (an fq, a CNI's bandwidth manager, an mq with a tuned child) gets another handle."""
+    lines = [ln.split() for ln in show.splitlines() if ln.startswith("qdisc ")]
+    egress = [w for w in lines if w[1] not in ("ingress", "clsact")]
+    return bool(egress) and all(len(w) > 2 and w[2] == "0:" for w in egress)
+
+
+class TcRefused(InvalidInput):
+    """The device's root qdisc is someone else's: the agent does not touch it."""
 
 
 @register_actuator("net", "tc-htb")
 class TcHtb:
-    """Applies :func:`htb_commands` once per change; ``None`` removes the qdisc (only when it is ours)."""
+    """Applies :func:`htb_commands` once per change; ``None`` removes the qdisc (only when it is ours).
+
+    Only over the kernel's default root qdisc (recorded in the journal first, and restored by deleting
+    ours) or its own; any other root qdisc is refused (:class:`TcRefused`), nothing changed."""
 
     kind = "net"
     name = "tc-htb"
 
-    def __init__(self, dev: str = "", runner: Callable[[Sequence[str]], Any] = run_tc) -> None:
+    def __init__(
+        self, dev: str = "", runner: Callable[[Sequence[str]], Any] = run_tc, journal: Journal | None = None
+    ) -> None:
         self.dev = dev
         self.runner = runner
+        self.journal = journal if journal is not None else Journal()
         self._last: HtbTarget | None = None
         self._applied_once = False
 
+    def _show(self, dev: str) -> str:
+        r = self.runner(["qdisc", "show", "dev", dev])
+        if getattr(r, "returncode", 0):
+            raise OSError(f"tc qdisc show dev {dev}: {getattr(r, 'stderr', '').strip()}")
+        return getattr(r, "stdout", "") or ""
+
     def _root(self, dev: str) -> str:
         """Our root qdisc's line on ``dev`` ("" when the root is not ours)."""
-        out = getattr(self.runner(["qdisc", "show", "dev", dev]), "stdout", "") or ""
-        return next((ln for ln in out.splitlines() if f"qdisc htb {HTB_HANDLE}: root" in ln), "")
+        line = root_qdisc(self._show(dev))
+        return line if is_ours(line) else ""
 
     def _ours(self, dev: str) -> bool:
         return bool(self._root(dev))
@@ -362,11 +533,18 @@ class TcHtb:
             return []
         if target == self._last:
             return []
-        root = self._root(target.dev)
+        show = self._show(target.dev)
+        root = root_qdisc(show)
+        if not is_ours(root):
+            if not is_kernel_default(show):
+                raise TcRefused("tc root qdisc", f"{target.dev}: {root}",
+                                "neither the kernel's default nor ours: left alone")  # fmt: skip
+            self.journal.remember_qdisc(target.dev, root)  # before the first change: the restore point
+            root = ""
         words = root.split()
         default = words[words.index("default") + 1] if "default" in words[:-1] else ""
         if root and int(default.removeprefix("0x") or "0", 16) != int(HTB_DEFAULT, 16):
-            # an older agent's root (another default class): htb cannot change it in place, so renew it
+            # an older agent's root (a default class): htb cannot change it in place, so renew it
             self.runner(["qdisc", "del", "dev", target.dev, "root", "handle", f"{HTB_HANDLE}:"])
             root = ""
         ours = bool(root)
@@ -381,7 +559,7 @@ class TcHtb:
         gpu = round(100 * target.gpu_share)
         return [
             f"tc {target.dev}: HTB {gpu}/{100 - gpu} of {target.link_mbit} Mbit/s "
-            f"({len(target.gpu_ips)} GPU-job, {len(target.cpu_ips)} CPU-job pods)"
+            f"({len(target.gpu_ips)} GPU-job, {len(target.cpu_ips)} CPU-job pod addresses; the rest unshaped)"
         ]
 
 

@@ -8,7 +8,16 @@ compute the desired state and apply it (CPU, MBA, tc); export metrics; emit Even
 State lives in the node, not in the agent: cpusets/quotas are read back from the cgroups every
 pass, the MBA group's tasks from resctrl, a finished search from the pod annotation
 ``qosmos.io/soda-cores``; desired state is derived from the pods' specs, so a restarted agent
-converges to the same state (an unfinished search restarts from N_start).
+converges to the same state (an unfinished search restarts from N_start). What it changed, and what
+was there before, is in the journal (:mod:`~qosmos.sidecar.journal`): :meth:`NodeAgent.cleanup`
+(SIGTERM, ``qosmos sidecar cleanup``) puts it all back.
+
+Failures stay where they happen: a source that fails (NVML, a malformed or unreachable declared
+source, resctrl) is "no measurement" this round, counted in ``qosmos_sidecar_source_errors{source,
+reason}``; a pod that cannot be read (an unparsable quantity, ...) is skipped with a Warning Event and
+``qosmos_sidecar_pods_skipped{reason}``; an actuator that fails for one pod is counted in
+``qosmos_sidecar_errors{kind}``. The rest of the pass goes on, so an engaged throttle is released in
+the pass that should release it.
 """
 
 from __future__ import annotations
@@ -25,7 +34,17 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.sidecar.actuators import Actuator, PodCgroups, detect_resctrl, make_actuator
+from qosmos.sidecar.actuators import (
+    MBA_PERCENT_MODE,
+    Actuator,
+    PodCgroups,
+    ResctrlMba,
+    TcHtb,
+    TcRefused,
+    detect_resctrl,
+    make_actuator,
+    run_tc,
+)
 from qosmos.sidecar.cgroups import (
     CgroupLayout,
     container_children,
@@ -33,7 +52,11 @@ from qosmos.sidecar.cgroups import (
     pids_of_container,
     pod_dir_from_pids,
 )
-from qosmos.sidecar.sources import BandwidthSource, GpuSource
+from qosmos.sidecar.fs import FS, HostFS, JournalFS
+from qosmos.sidecar.journal import Journal
+from qosmos.sidecar.podresources import PodGpus
+from qosmos.sidecar.restore import RestoreReport, restore
+from qosmos.sidecar.sources import BandwidthSource, GpuSource, read_cpu_manager_state
 from qosmos.sidecar.state import (
     BEST_CORES_ANNOTATION,
     CATEGORY_ANNOTATION,
@@ -52,6 +75,7 @@ from qosmos.sidecar.state import (
 from qosmos.sidecar.strategies import (
     AdaptiveCores,
     ContentionEliminator,
+    CpuManagerState,
     assign_cpus,
     cpu_job_targets,
     htb_target,
@@ -61,13 +85,19 @@ log = logging.getLogger("qosmos.sidecar")
 COMPONENT = "qosmos-sidecar"
 
 
-def parse_cpu_quantity(q: str) -> float:
-    """Kubernetes CPU quantity -> cores (``"500m"`` -> 0.5)."""
-    q = str(q).strip()
+def parse_cpu_quantity(q: object) -> float:
+    """Kubernetes CPU quantity -> cores (``"500m"`` -> 0.5, ``"1Ki"`` -> 1024.0, ``"2e3m"`` -> 2.0): every
+    suffix the API accepts (the client's ``parse_quantity``); anything else is :class:`InvalidInput`."""
+    from kubernetes.utils import parse_quantity
+
+    text = str(q).strip()
     try:
-        return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
-    except ValueError:
-        raise InvalidInput("cpu quantity", q, "expected cores like 2 or 500m") from None
+        v = float(parse_quantity(text))
+    except (ValueError, ArithmeticError, TypeError):
+        raise InvalidInput("cpu quantity", text, "expected a Kubernetes quantity like 2, 500m or 1Ki") from None
+    if not math.isfinite(v) or v < 0:
+        raise InvalidInput("cpu quantity", text, "must be finite and >= 0")
+    return v
 
 
 def pod_info(pod: Any) -> PodInfo | None:
@@ -80,13 +110,19 @@ def pod_info(pod: Any) -> PodInfo | None:
     if role not in ROLES:
         role = "cpu"
     limits: list[float] = []
+    requests: list[float] = []
     unlimited = False
     for c in pod.spec.containers or []:
         lim = ((c.resources and c.resources.limits) or {}).get("cpu")
+        req = ((c.resources and c.resources.requests) or {}).get("cpu")
         if lim is None:
             unlimited = True
         else:
             limits.append(parse_cpu_quantity(lim))
+        if req is not None:
+            requests.append(parse_cpu_quantity(req))
+        elif lim is not None:
+            requests.append(limits[-1])  # the API defaults a missing request to the limit
 
     def as_int(key: str) -> int | None:
         v = ann.get(key)
@@ -101,7 +137,9 @@ def pod_info(pod: Any) -> PodInfo | None:
         owner=ann.get(OWNER_ANNOTATION, ""),
         multi_node=ann.get(MULTI_NODE_ANNOTATION, "").lower() == "true",
         ip=(pod.status and pod.status.pod_ip) or "",
+        ips=tuple(i.ip for i in ((pod.status and pod.status.pod_ips) or []) if getattr(i, "ip", None)),
         limit_cores=None if unlimited or not limits else sum(limits),
+        request_cores=sum(requests),
         full_cores=as_int(CORES_ANNOTATION),
         best_cores=as_int(BEST_CORES_ANNOTATION),
         hints=frozenset(h.strip() for h in ann.get(HINTS_ANNOTATION, "").split(",") if h.strip()),
@@ -125,6 +163,9 @@ class AgentOptions:
     link_mbit: int = 0  # tc: link rate; 0 disables network shaping
     tc_dev: str = ""
     mb_peak: float | None = None  # node peak memory bandwidth, bytes/s
+    net_shaping: bool = False  # the admin's switch for tc; a pod's annotation only asks for it
+    stale_seconds: float = 60.0  # no bandwidth measurement this long: an engaged throttle is lifted
+    cpu_manager_state: Path | None = None  # the kubelet's cpu_manager_state (static policy: exclusive CPUs)
 
 
 class Metrics:
@@ -145,6 +186,34 @@ class Metrics:
         self.engaged = Gauge("qosmos_sidecar_contention_throttling", "1 while CPU jobs are throttled", registry=r)
         self.actions = Counter("qosmos_sidecar_actions", "actions taken", ["kind"], registry=r)
         self.errors = Counter("qosmos_sidecar_errors", "failed actions", ["kind"], registry=r)
+        self.source_errors = Counter(
+            "qosmos_sidecar_source_errors", "rounds without a measurement: a source failed", ["source", "reason"],
+            registry=r,
+        )  # fmt: skip
+        self.skipped = Counter("qosmos_sidecar_pods_skipped", "managed pods skipped in a pass", ["reason"], registry=r)
+        self.tc_refused = Counter(
+            "qosmos_sidecar_tc_refused", "shaping refused: the device's root qdisc is not ours", ["device"], registry=r
+        )
+        self.passes = Counter("qosmos_sidecar_passes", "reconcile passes completed", registry=r)
+        self.pod_resources = Gauge(
+            "qosmos_sidecar_pod_resources",
+            "1: pods' GPUs from the kubelet's PodResources API; 0: not served, NVML matches processes on every GPU",
+            registry=r,
+        )
+
+
+def error_reason(e: BaseException) -> str:
+    """A short, bounded label for why a source failed."""
+    name = type(e).__name__
+    if name.startswith("NVMLError"):
+        return "nvml"
+    if isinstance(e, (InvalidInput, ValueError, KeyError, TypeError)):
+        return "malformed"
+    if isinstance(e, FileNotFoundError):
+        return "missing"
+    if isinstance(e, OSError):  # URLError, refused, timed out, EIO from a cgroup file
+        return "unreachable"
+    return "error"
 
 
 def read_cpu_stat(layout: CgroupLayout, cpu_dir: Path) -> dict[str, float]:
@@ -167,7 +236,9 @@ def read_cpu_stat(layout: CgroupLayout, cpu_dir: Path) -> dict[str, float]:
 
 
 class NodeAgent:
-    """Reconciles one node. ``api``: a ``kubernetes.client.CoreV1Api`` (None: pods given to ``reconcile``)."""
+    """Reconciles one node. ``api``: a ``kubernetes.client.CoreV1Api`` (None: pods given to ``reconcile``
+    or by ``pod_source``). ``journal``: the restore point the actuators write to; ``fs`` and ``tc``:
+    what :meth:`cleanup` restores through (the actuators' own, without the journal)."""
 
     def __init__(
         self,
@@ -184,34 +255,62 @@ class NodeAgent:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         has_mba: bool | None = None,
+        journal: Journal | None = None,
+        fs: FS | None = None,
+        tc: Callable[[Sequence[str]], Any] = run_tc,
+        pod_source: Callable[[], list[Any]] | None = None,
+        request_timeout_s: float = 10.0,
+        pod_gpus: PodGpus | None = None,
+        cpu_online: Path = Path("/sys/devices/system/cpu/online"),
     ) -> None:
         self.node, self.api, self.layout = node, api, layout
+        self.pod_gpus = pod_gpus
+        self.cpu_online = cpu_online
         self.cpu, self.mba, self.net = cpu, mba, net
         self.gpu_source, self.bandwidth = gpu_source, bandwidth
         self.opt = options or AgentOptions()
         self.metrics = metrics or Metrics()
         self.clock = clock
+        self.journal = journal if journal is not None else Journal()
+        self.fs, self.tc = fs or HostFS(), tc
+        self.pod_source = pod_source
+        self.request_timeout_s = request_timeout_s
         self.node_cpus = self._node_cpus()
         self.adaptive = AdaptiveCores(len(self.node_cpus), owner_history or {})
         self.eliminator = ContentionEliminator(has_mba=bool(mba) if has_mba is None else has_mba)
         self.windows: dict[str, Window] = {}
         self.last_actions: list[str] = []
         self._resumed = False  # the first pass reads a throttle left by a previous agent
+        self._cpu_manager = CpuManagerState()
+        self._last_bandwidth = clock()  # when bandwidth was last measured
+        self._warned: dict[str, str] = {}  # pod UID -> the last Warning it got (one Event per problem)
+        self._tc_warned: dict[str, str] = {}
+        self.events: list[tuple[str, str, str]] = []  # without an API: (pod UID, reason, type) not sent
+        self.last_pass_end = float("-inf")  # for /healthz
+        self.passes = 0
 
     # -- discovery ------------------------------------------------------------------------
 
     def _node_cpus(self) -> tuple[int, ...]:
-        """The CPUs pods may use: the kubepods cpuset (v2: effective), else the hierarchy root."""
+        """The CPUs pods may use: the kubepods cpuset (v2: effective), else the hierarchy root, else the
+        online CPUs (the chart mounts only the kubepods subtree; v2 without the cpuset controller
+        enabled there has no cpuset file at all)."""
         for d in (self.layout.kubepods("cpuset"), self.layout.hierarchy("cpuset")):
             for name in ("cpuset.cpus.effective", "cpuset.cpus"):
                 f = d / name
                 if f.is_file() and f.read_text().strip():
                     return parse_cpuset(f.read_text())
-        raise InvalidInput("cgroup root", str(self.layout.root), "no cpuset.cpus found")
+        if self.cpu_online.is_file() and self.cpu_online.read_text().strip():
+            return parse_cpuset(self.cpu_online.read_text())
+        raise InvalidInput("cgroup root", str(self.layout.root), f"no cpuset.cpus found, nor {self.cpu_online}")
 
     def list_pods(self) -> list[Any]:
+        if self.pod_source is not None:
+            return self.pod_source()
         resp = self.api.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self.node}", label_selector=f"{MANAGED_LABEL}={MANAGED_VALUE}"
+            field_selector=f"spec.nodeName={self.node}",
+            label_selector=f"{MANAGED_LABEL}={MANAGED_VALUE}",
+            _request_timeout=self.request_timeout_s,
         )
         return [p for p in resp.items if (p.status and p.status.phase) == "Running"]
 
@@ -242,60 +341,144 @@ class NodeAgent:
         name = "tasks" if self.layout.version == 1 else "cgroup.threads"
         out: list[int] = []
         for d in container_children(cg.cpuset):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):
                 out += [int(t) for t in (d / name).read_text().split()]
         return out
+
+    # -- containment --------------------------------------------------------------------------
+
+    def _source_failed(self, source: str, e: BaseException) -> None:
+        reason = error_reason(e)
+        self.metrics.source_errors.labels(source, reason).inc()
+        log.warning("%s source: no measurement this round (%s): %s", source, reason, e)
+
+    def _skip(self, pod: Any, reason: str, e: BaseException) -> None:
+        md = pod.metadata
+        self.metrics.skipped.labels(reason).inc()
+        msg = f"qosmos node agent skips this pod: {e}"
+        log.warning("pod %s/%s skipped (%s): %s", md.namespace, md.name, reason, e)
+        if self._warned.get(md.uid) != msg:  # one Event per problem, not one per pass
+            self._warned[md.uid] = msg
+            self._event(pod, "NodeAgentSkipped", msg, "Warning")
+
+    def _read_cpu_manager(self) -> CpuManagerState:
+        """The kubelet's CPU manager state; on a read failure, the last one read (counted)."""
+        try:
+            self._cpu_manager = read_cpu_manager_state(self.opt.cpu_manager_state)
+        except Exception as e:
+            self._source_failed("cpu-manager", e)
+        return self._cpu_manager
+
+    def refresh_pod_gpus(self) -> bool | None:
+        """The pods' GPUs from the kubelet's PodResources API (None: not configured). Where it is not
+        served, NVML falls back to matching the pods' processes on every GPU it sees: logged when that
+        changes, ``qosmos_sidecar_pod_resources`` 0 and the failure counted (source pod-resources)."""
+        if self.pod_gpus is None:
+            return None
+        before = self.pod_gpus.served
+        try:
+            self.pod_gpus.refresh()
+        except Exception as e:
+            self.metrics.source_errors.labels("pod-resources", error_reason(e)).inc()
+            if before is not False:
+                log.warning("PodResources not served at %s (%s): GPUs of a pod found by its processes on every "
+                            "GPU NVML sees", self.pod_gpus.socket, e)  # fmt: skip
+        else:
+            if before is not True:
+                log.info("PodResources served at %s: each pod's GPUs are the kubelet's", self.pod_gpus.socket)
+        self.metrics.pod_resources.set(1 if self.pod_gpus.served else 0)
+        return self.pod_gpus.served
+
+    def _sample_bandwidth(self, now: float) -> tuple[float | None, float | None]:
+        if self.bandwidth is None:
+            return None, None
+        try:
+            used, peak = self.bandwidth.sample()
+        except Exception as e:
+            self._source_failed("memory-bandwidth", e)
+            return None, None
+        if used is not None:
+            self._last_bandwidth = now
+        return used, peak
 
     # -- one pass ---------------------------------------------------------------------------
 
     def reconcile(self, pods: Sequence[Any] | None = None) -> list[str]:
-        """Measure, decide, apply; returns the actions taken."""
+        """Measure, decide, apply; returns the actions taken. Nothing one pod or one source does stops it."""
         now = self.clock()
         raw = list(pods) if pods is not None else self.list_pods()
+        with contextlib.suppress(OSError):
+            self.journal.prune_files()
+        cpu_manager = self._read_cpu_manager()
         managed: list[tuple[Any, PodInfo, PodCgroups]] = []
         for p in raw:
-            info = pod_info(p)
-            if info is None:
+            try:
+                info = pod_info(p)
+                if info is None:
+                    continue
+                if info.uid in cpu_manager.exclusive:
+                    log.debug("pod %s: exclusive CPUs of the static CPU manager, left alone", info.key)
+                    continue
+                cg = self.pod_cgroups(p)
+            except Exception as e:
+                self._skip(p, "invalid-spec" if isinstance(e, InvalidInput) else "error", e)
                 continue
-            cg = self.pod_cgroups(p)
             if cg is None:
                 log.info("pod %s: cgroups not found yet", info.key)
                 continue
+            self._warned.pop(info.uid, None)
             managed.append((p, info, cg))
         live = {i.uid for _, i, _ in managed}
         self.adaptive.forget(live)
         for uid in [u for u in self.windows if u not in live]:
             del self.windows[uid]
         actions: list[str] = []
+        try:
+            shareable = cpu_manager.shareable(self.node_cpus)
+        except InvalidInput as e:
+            self._source_failed("cpu-manager", e)
+            shareable = self.node_cpus
 
         # §V-B: adaptive cores of training pods
         counts: dict[str, int] = {}
         training = [(p, i, cg) for p, i, cg in managed if i.role == "training"]
+        if training and self.gpu_source is not None:
+            self.refresh_pod_gpus()  # which GPUs each pod holds, once per pass
         for pod, info, cg in training:
-            actions += self._search_step(pod, info, cg, now)
-            counts[info.uid] = self.adaptive.cores(info)
-        placed = assign_cpus(counts, self.node_cpus) if counts else {}
+            try:
+                actions += self._search_step(pod, info, cg, now)
+                counts[info.uid] = min(self.adaptive.cores(info), len(shareable))
+            except Exception as e:
+                self.metrics.errors.labels("search").inc()
+                log.warning("pod %s: core search: %s", info.key, e)
+        placed = assign_cpus(counts, shareable) if counts else {}
         desired = DesiredState()
         for _, info, _ in training:
-            n = counts[info.uid]
-            desired.cpu.append(CpuTarget(info.uid, info.key, placed[info.uid], float(n), "§V-B search"))
+            if info.uid in counts:
+                n = counts[info.uid]
+                desired.cpu.append(CpuTarget(info.uid, info.key, placed[info.uid], float(n), "§V-B search"))
 
         # §V-E: memory bandwidth contention
         cpu_jobs = [(p, i, cg) for p, i, cg in managed if i.role == "cpu"]
         if not self._resumed:
-            self._resume_contention(cpu_jobs)
-        used, peak = self.bandwidth.sample() if self.bandwidth else (None, None)
+            self._resume_contention(cpu_jobs, shareable)
+        used, peak = self._sample_bandwidth(now)
         peak = peak or self.opt.mb_peak
         engaged_before = self.eliminator.engaged
         engaged = self.eliminator.update(used, peak)
+        if engaged and used is None and now - self._last_bandwidth >= self.opt.stale_seconds:
+            # measuring nothing for this long: do not keep CPU jobs throttled on an old number
+            log.warning("no memory bandwidth measured for %.0f s: lifting the throttle", now - self._last_bandwidth)
+            engaged = self.eliminator.engaged = False
         if used is not None and peak:
             self.metrics.membw.set(used / peak)
         self.metrics.engaged.set(1 if engaged else 0)
-        desired.cpu += cpu_job_targets([i for _, i, _ in cpu_jobs], self.node_cpus, self.eliminator)
+        desired.cpu += cpu_job_targets([i for _, i, _ in cpu_jobs], shareable, self.eliminator)
         if self.mba is not None:
             pids = [t for _, _, cg in cpu_jobs for t in self.tasks(cg)]
-            desired.mba = self.eliminator.mba_target(pids)
-        desired.htb = htb_target([i for _, i, _ in managed], self.opt.tc_dev, self.opt.link_mbit)
+            desired.mba = self.eliminator.mba_target(pids, peak=peak)
+        desired.htb = htb_target([i for _, i, _ in managed], self.opt.tc_dev, self.opt.link_mbit,
+                                 enabled=self.opt.net_shaping)  # fmt: skip
         if engaged != engaged_before:
             how = "MBA" if self.eliminator.has_mba else "halving cores"
             for pod, _info, _ in cpu_jobs:
@@ -303,13 +486,13 @@ class NodeAgent:
                             f"node memory bandwidth {'at/above' if engaged else 'below'} threshold: "
                             f"{'throttling by ' + how if engaged else 'restored'}")  # fmt: skip
 
-        # apply
+        # apply: each pod and each actuator on its own
         where = {i.uid: cg for _, i, cg in managed}
         by_uid = {i.uid: p for p, i, _ in managed}
         for t in desired.cpu:
             try:
                 done = self.cpu.apply(t, where[t.uid])
-            except (OSError, InvalidInput) as e:
+            except Exception as e:
                 self.metrics.errors.labels("cpu").inc()
                 log.warning("cpu %s: %s", t.key, e)
                 continue
@@ -322,38 +505,54 @@ class NodeAgent:
                 continue
             try:
                 done = act.apply(target)
-            except (OSError, InvalidInput) as e:
+            except TcRefused as e:
+                self.metrics.tc_refused.labels(self.opt.tc_dev).inc()
+                log.warning("tc: %s", e)
+                for pod, info, _ in managed:
+                    if info.multi_node and info.role != "cpu" and self._tc_warned.get(info.uid) != str(e):
+                        self._tc_warned[info.uid] = str(e)  # one Event per pod and problem
+                        self._event(pod, "NetworkShapingRefused", str(e), "Warning")
+                continue
+            except Exception as e:
                 self.metrics.errors.labels(kind).inc()
                 log.warning("%s: %s", kind, e)
                 continue
             self.metrics.actions.labels(kind).inc(len(done))
             actions += done
-        self._export(managed)
+        try:
+            self._export(managed)
+        except Exception as e:
+            log.warning("metrics: %s", e)
         self.last_actions = actions
         for a in actions:
             log.info("%s", a)
+        self.passes += 1
+        self.metrics.passes.inc()
+        self.last_pass_end = self.clock()
         return actions
 
-    def _resume_contention(self, cpu_jobs: Sequence[tuple[Any, PodInfo, PodCgroups]]) -> None:
+    def _resume_contention(self, cpu_jobs: Sequence[tuple[Any, PodInfo, PodCgroups]], cpus: Sequence[int]) -> None:
         """First pass only: a throttle a previous agent left on the node is still engaged, so that a
         restart in the hysteresis band (60-75 % of peak) does not lift it. The node says so: the
         shared MBA group holds tasks under a cap, or (no MBA) a CPU job has exactly its halved cpuset."""
         self._resumed = True
         if self.eliminator.has_mba:
             throttled = getattr(self.mba, "throttled", None)
-            engaged = bool(throttled and throttled())
+            try:
+                engaged = bool(throttled and throttled())
+            except Exception as e:
+                self._source_failed("resctrl", e)
+                engaged = False
         else:
             reader = getattr(self.cpu, "read_cpus", None)
             infos = [i for _, i, _ in cpu_jobs]
-            halved = {
-                t.uid: t for t in cpu_job_targets(infos, self.node_cpus, ContentionEliminator(False, engaged=True))
-            }
-            full = {t.uid: t for t in cpu_job_targets(infos, self.node_cpus, ContentionEliminator(False))}
+            halved = {t.uid: t for t in cpu_job_targets(infos, cpus, ContentionEliminator(False, engaged=True))}
+            full = {t.uid: t for t in cpu_job_targets(infos, cpus, ContentionEliminator(False))}
             engaged = False
             for _, info, cg in cpu_jobs:
                 want, kids = set(halved[info.uid].cpus), container_children(cg.cpuset)
                 if reader is None or not kids or len(want) == len(full[info.uid].cpus):
-                    continue  # a one-core job cannot be halved: its cpuset says nothing
+                    continue  # a job that cannot be halved (one core, or its request): its cpuset says nothing
                 with contextlib.suppress(OSError, InvalidInput):
                     engaged = engaged or all(reader(d) == want for d in kids)
         if engaged:
@@ -369,7 +568,11 @@ class NodeAgent:
             self.windows[info.uid] = Window(cores, now)
             return []
         if now - w.since >= self.opt.warmup_seconds and self.gpu_source is not None:
-            u = self.gpu_source.utilisation(info.key, self.tasks(cg))
+            try:
+                u = self.gpu_source.utilisation(info.key, self.tasks(cg))
+            except Exception as e:  # NVML (MIG, a lost GPU), a malformed or unreachable declared source
+                self._source_failed("gpu", e)
+                u = None
             if u is not None and math.isfinite(u):
                 w.samples.append(u)
                 self.metrics.gpu.labels(info.namespace, info.name).set(u)
@@ -415,12 +618,15 @@ class NodeAgent:
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), **ann}
             return
         try:
-            self.api.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, {"metadata": {"annotations": ann}})
+            self.api.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                          {"metadata": {"annotations": ann}},
+                                          _request_timeout=self.request_timeout_s)  # fmt: skip
         except Exception as e:  # the API being away must not stop the node's work
             log.warning("annotate %s/%s: %s", pod.metadata.namespace, pod.metadata.name, e)
 
-    def _event(self, pod: Any, reason: str, message: str) -> None:
+    def _event(self, pod: Any, reason: str, message: str, type_: str = "Normal") -> None:
         if self.api is None:
+            self.events.append((pod.metadata.uid, reason, type_))
             return
         from kubernetes import client
 
@@ -433,7 +639,7 @@ class NodeAgent:
             ),
             reason=reason,
             message=message[:1000],
-            type="Normal",
+            type=type_,
             source=client.V1EventSource(component=COMPONENT, host=self.node),
             reporting_component=COMPONENT,
             reporting_instance=self.node,
@@ -442,13 +648,38 @@ class NodeAgent:
             count=1,
         )
         try:
-            self.api.create_namespaced_event(md.namespace, ev)
+            self.api.create_namespaced_event(md.namespace, ev, _request_timeout=self.request_timeout_s)
         except Exception as e:
             log.warning("event %s on %s/%s: %s", reason, md.namespace, md.name, e)
 
+    # -- health ---------------------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        """Live: the loop completed a pass recently (within three intervals, and at least 60 s)."""
+        return self.clock() - self.last_pass_end <= max(3 * self.opt.interval, 60.0) or self.passes == 0
+
+    def ready(self) -> bool:
+        """Ready: a pass has completed (pods listed, the node reconciled)."""
+        return self.passes > 0
+
+    # -- exit -----------------------------------------------------------------------------------
+
+    def cleanup(self) -> RestoreReport:
+        """Undo every change recorded in the journal (SIGTERM, ``qosmos sidecar cleanup``)."""
+        devices = [self.opt.tc_dev] if self.opt.tc_dev and self.net is not None and self.opt.net_shaping else []
+        return restore(self.journal, self.fs, self.tc, devices)
+
     # -- loop -----------------------------------------------------------------------------------
 
-    def run(self, stop: Callable[[], bool], max_passes: int | None = None) -> None:
+    def run(
+        self,
+        stop: Callable[[], bool],
+        max_passes: int | None = None,
+        restore_on_exit: bool = True,
+        wait: Callable[[float], Any] | None = None,
+    ) -> RestoreReport | None:
+        """Pass after pass until ``stop()`` (SIGTERM) or ``max_passes``; then restore the node when
+        ``restore_on_exit``. ``wait``: sleeps between passes (an Event's ``wait`` wakes on SIGTERM)."""
         n = 0
         while not stop() and (max_passes is None or n < max_passes):
             t0 = self.clock()
@@ -457,7 +688,12 @@ class NodeAgent:
             except Exception as e:  # keep the node agent alive through API hiccups
                 log.warning("pass failed: %s", e)
             n += 1
-            time.sleep(max(0.0, self.opt.interval - (self.clock() - t0)))
+            (wait or time.sleep)(max(0.0, self.opt.interval - (self.clock() - t0)))
+        if not restore_on_exit:
+            return None
+        report = self.cleanup()
+        log.info("exit: %d changes restored, %d not", len(report.restored), len(report.failed))
+        return report
 
 
 def build_agent(
@@ -473,20 +709,33 @@ def build_agent(
     options: AgentOptions | None = None,
     owner_history: Mapping[str, Sequence[tuple[str, int]]] | None = None,
     metrics: Metrics | None = None,
+    journal: Journal | None = None,
+    pod_source: Callable[[], list[Any]] | None = None,
+    pod_gpus: PodGpus | None = None,
 ) -> NodeAgent:
-    """Wire layout detection, actuators from the registry and sources into a :class:`NodeAgent`."""
+    """Wire layout detection, actuators from the registry (writing through the journal) and sources."""
     from qosmos.sidecar.cgroups import detect_layout
 
     layout = detect_layout(cgroup_root, driver, cgroup_parent)
     opt = options or AgentOptions()
+    journal = journal if journal is not None else Journal()
     rdt = detect_resctrl(resctrl_root)
+    has_mba = rdt.mba
+    if rdt.mounted and not rdt.mba:
+        log.info("resctrl: %s: halving cores instead of MBA", rdt.reason)
+    if has_mba and rdt.mode != MBA_PERCENT_MODE and not opt.mb_peak:
+        log.info("resctrl: MBA in %s is absolute and needs --membw-peak: halving cores instead", rdt.mode)
+        has_mba = False
+    net_on = bool(opt.tc_dev) and opt.net_shaping
+    host = HostFS()
     if dry_run:
         cpu = make_actuator("cpu", "dry-run")
-        mba = make_actuator("mba", "dry-run") if rdt.mba else None
-        net = make_actuator("net", "dry-run") if opt.tc_dev else None
+        mba = make_actuator("mba", "dry-run") if has_mba else None
+        net = make_actuator("net", "dry-run") if net_on else None
     else:
-        cpu = make_actuator("cpu", f"cgroup-v{layout.version}")
-        mba = make_actuator("mba", "resctrl", root=resctrl_root) if rdt.mba else None
-        net = make_actuator("net", "tc-htb", dev=opt.tc_dev) if opt.tc_dev else None
+        cpu = make_actuator("cpu", f"cgroup-v{layout.version}", fs=JournalFS(host, journal))
+        mba = ResctrlMba(resctrl_root, host, journal, rdt) if has_mba else None
+        net = TcHtb(opt.tc_dev, run_tc, journal) if net_on else None
     return NodeAgent(node, api, layout, cpu, gpu_source, bandwidth, mba, net, opt, owner_history, metrics,
-                     has_mba=rdt.mba)  # fmt: skip
+                     has_mba=has_mba, journal=journal, fs=host, pod_source=pod_source,
+                     pod_gpus=pod_gpus)  # fmt: skip

@@ -133,11 +133,14 @@ def container_children(pod_dir: Path) -> list[Path]:
 
 
 def detect_layout(root: Path = Path("/sys/fs/cgroup"), driver: str = "auto", parent: str = "") -> CgroupLayout:
-    """v2 when ``root`` is a unified mount (``cgroup.controllers``), else v1 with a cpuset hierarchy.
+    """v2 when ``root`` is a unified mount (``cgroup.controllers``), or holds one as its kubepods tree (the
+    chart mounts only that subtree at the same path), else v1 with a cpuset hierarchy.
 
     ``driver="auto"`` picks systemd when ``kubepods.slice`` exists, else cgroupfs.
     """
-    if (root / "cgroup.controllers").is_file():
+    base = root / parent.strip("/") if parent.strip("/") else root
+    kubepods_v2 = any((base / k / "cgroup.controllers").is_file() for k in ("kubepods.slice", "kubepods"))
+    if (root / "cgroup.controllers").is_file() or kubepods_v2:
         version = 2
     elif (root / "cpuset").is_dir():
         version = 1

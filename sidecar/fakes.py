@@ -50,14 +50,20 @@ def make_v1_tree(root: Path, pods: dict[str, tuple[str, int]], cpus: str = "0-3"
     return root
 
 
-def make_resctrl_tree(root: Path, domains: tuple[str, ...] = ("0", "1"), mbm: bool = True) -> Path:
-    """A resctrl mount with MBA (and MBM when ``mbm``) as the kernel lays it out."""
+def make_resctrl_tree(root: Path, domains: tuple[str, ...] = ("0", "1"), mbm: bool = True, kind: str = "intel") -> Path:
+    """A resctrl mount with MBA (and MBM when ``mbm``) as the kernel lays it out.
+
+    ``kind``: ``intel`` (percent: min_bandwidth 10, bandwidth_gran 10, default MB 100), ``amd``
+    (1/8 GB/s units: min_bandwidth 0, bandwidth_gran 1, default MB 2048) or ``mbps`` (mounted with
+    mba_MBps: default MB 2^32 - 1, the info files as on Intel)."""
+    lo, gran, top = {"intel": (10, 10, 100), "amd": (0, 1, 2048), "mbps": (10, 10, (1 << 32) - 1)}[kind]
     (root / "info" / "MB").mkdir(parents=True)
     (root / "info" / "L3").mkdir(parents=True)
-    (root / "info" / "MB" / "min_bandwidth").write_text("10\n")
-    (root / "info" / "MB" / "bandwidth_gran").write_text("10\n")
+    (root / "info" / "MB" / "min_bandwidth").write_text(f"{lo}\n")
+    (root / "info" / "MB" / "bandwidth_gran").write_text(f"{gran}\n")
+    (root / "info" / "MB" / "delay_linear").write_text("1\n" if kind != "amd" else "0\n")
     (root / "schemata").write_text(
-        "L3:" + ";".join(f"{d}=fff" for d in domains) + "\nMB:" + ";".join(f"{d}=100" for d in domains) + "\n"
+        "L3:" + ";".join(f"{d}=fff" for d in domains) + "\nMB:" + ";".join(f"{d}={top}" for d in domains) + "\n"
     )
     (root / "tasks").write_text("1\n2\n3\n")
     if mbm:
@@ -84,14 +90,22 @@ def kubelet_pod_path(uid: str, qos: str, driver: str) -> str:
 
 
 def make_kubelet_tree(
-    root: Path, pods: dict[str, tuple[str, int]], cpus: str = "0-3", version: int = 2, driver: str = "systemd"
+    root: Path,
+    pods: dict[str, tuple[str, int]],
+    cpus: str = "0-3",
+    version: int = 2,
+    driver: str = "systemd",
+    subtree_control: str = "cpuset cpu io memory pids",
 ) -> Path:
     """A kubelet cgroup tree for any of the four layouts (v1/v2 x cgroupfs/systemd).
 
     ``pods``: uid -> (qos class, number of containers); container IDs and their single task are
     ``1000 * (pod index + 1) + container``; container cgroups are ``cri-containerd-<id>.scope``
     under systemd. v2 files: cgroup.controllers, cpuset.cpus (empty: the parent's) and
-    cpuset.cpus.effective, cpu.max, cpu.stat (usage_usec...), cgroup.threads.
+    cpuset.cpus.effective, cpu.max, cpu.stat (usage_usec...), cgroup.threads, and in every
+    non-leaf directory ``cgroup.subtree_control`` (``subtree_control``: the controllers it enables
+    for its children; without ``cpuset`` the children have no ``cpuset.cpus``, as with a systemd that
+    does not delegate it).
     """
     kp = "kubepods.slice" if driver == "systemd" else "kubepods"
     qos_dirs = (
@@ -123,11 +137,16 @@ def make_kubelet_tree(
                 else:
                     (d / "cpuacct.usage").write_text("2000000000\n")
         return root
+    leaves = {rel for rel, tasks in dirs if tasks}
     for rel, tasks in dirs:
         d = root / rel
         d.mkdir(parents=True, exist_ok=True)
+        parent_enables = (root / rel).parent / "cgroup.subtree_control"
         (d / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-        (d / "cpuset.cpus").write_text("\n" if rel else cpus + "\n")
+        if rel not in leaves:
+            (d / "cgroup.subtree_control").write_text(subtree_control + "\n")
+        if not rel or "cpuset" in parent_enables.read_text().split():
+            (d / "cpuset.cpus").write_text("\n" if rel else cpus + "\n")
         (d / "cpuset.cpus.effective").write_text(cpus + "\n")
         (d / "cpu.max").write_text("max 100000\n")
         (d / "cpu.stat").write_text("usage_usec 2000000\nnr_periods 10\nnr_throttled 3\nthrottled_usec 5000\n")

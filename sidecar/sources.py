@@ -9,6 +9,7 @@ where present, else a declared JSON file/endpoint ``{"bytes_per_second": x, "pea
 from __future__ import annotations
 
 import json
+import math
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.sidecar.cgroups import parse_cpuset
+from qosmos.sidecar.strategies import CpuManagerState
 
 # --------------------------------------------------------------------------- declared JSON documents
 
@@ -29,11 +32,13 @@ def _load_json(spec: str, field_name: str) -> Any:
         path = Path(spec.removeprefix("file:"))
         return json.loads(path.read_text())
     except FileNotFoundError:
-        return None
+        return None  # not written yet: no measurement, nothing wrong
     except json.JSONDecodeError as e:
         raise InvalidInput(field_name, spec, f"not JSON (line {e.lineno}): {e.msg}") from None
-    except OSError:
-        return None  # endpoint down: no measurement this round
+    except UnicodeDecodeError:
+        raise InvalidInput(field_name, spec, "not UTF-8 text") from None
+    # OSError (endpoint down, refused, timed out) propagates: the agent counts it as "unreachable"
+    # and has no measurement this round (NodeAgent._measure)
 
 
 class GpuSource(Protocol):
@@ -63,12 +68,18 @@ class DeclaredGpuSource:
 
 @dataclass
 class NvmlGpuSource:
-    """NVML: mean utilisation of the GPUs running any of the pod's processes.
+    """NVML: mean utilisation of the pod's GPUs.
 
-    When NVML shows processes but none of the pod's (e.g. before the job starts CUDA), the GPUs are
-    other pods': no measurement. When it shows no process anywhere (no visibility into processes,
-    e.g. without the host PID namespace), the mean of every GPU is the best available."""
+    With ``devices_of`` (the kubelet's PodResources API, :class:`~qosmos.sidecar.podresources.PodGpus`)
+    answering, the pod's GPUs are the device IDs the kubelet gave it, opened by UUID (the NVIDIA device
+    plugin's IDs; a plain number is an index, ``<uuid>::<n>`` a time-sliced share of that GPU) and no
+    other GPU is read; a pod the kubelet gave no GPU has no measurement. Where it answers None (not
+    served), the fallback: the GPUs running any of the pod's processes. When NVML shows processes but
+    none of the pod's (e.g. before the job starts CUDA), the GPUs are other pods': no measurement. When it
+    shows no process anywhere (no visibility into processes, e.g. without the host PID namespace), the
+    mean of every GPU is the best available."""
 
+    devices_of: Callable[[str], Sequence[str] | None] | None = None
     _nvml: Any = field(default=None, repr=False)
 
     @staticmethod
@@ -81,19 +92,56 @@ class NvmlGpuSource:
         except Exception:
             return False
 
-    def utilisation(self, pod_key: str, pids: Sequence[int] = ()) -> float | None:
+    def _init(self) -> Any:
         import pynvml
 
         if self._nvml is None:
             pynvml.nvmlInit()
             self._nvml = pynvml
+        return pynvml
+
+    def utilisation(self, pod_key: str, pids: Sequence[int] = ()) -> float | None:
+        ids = self.devices_of(pod_key) if self.devices_of is not None else None
+        if ids is not None:
+            return self._by_device(list(ids))
+        return self._by_process(pids)
+
+    def _by_device(self, ids: list[str]) -> float | None:
+        """Mean utilisation of exactly these GPUs (the kubelet's device IDs); none: no measurement."""
+        if not ids:
+            return None
+        pynvml = self._init()
+        utils: list[float] = []
+        failed: Exception | None = None
+        for dev in dict.fromkeys(i.split("::", 1)[0] for i in ids):  # time-sliced shares of one GPU: once
+            try:
+                h = (
+                    pynvml.nvmlDeviceGetHandleByIndex(int(dev))
+                    if dev.isdigit()
+                    else pynvml.nvmlDeviceGetHandleByUUID(dev)
+                )
+                utils.append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+            except pynvml.NVMLError as e:  # not visible to this container, MIG (NotSupported), lost
+                failed = failed or e
+        if not utils and failed is not None:
+            raise failed  # counted as source gpu, reason nvml
+        return sum(utils) / len(utils) if utils else None
+
+    def _by_process(self, pids: Sequence[int]) -> float | None:
+        pynvml = self._init()
         n = pynvml.nvmlDeviceGetCount()
         utils, mine = [], []
         want = set(pids)
         seen_any = False
+        failed: Exception | None = None
         for i in range(n):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            u = float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            try:
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                # a MIG-enabled GPU answers NotSupported, a lost one GpuIsLost: that GPU gives no number
+                u = float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            except pynvml.NVMLError as e:
+                failed = failed or e
+                continue
             utils.append(u)
             try:
                 procs = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)}
@@ -105,6 +153,8 @@ class NvmlGpuSource:
         if not mine and seen_any:
             return None  # only other pods' GPUs are busy: not this pod's utilisation
         vals = mine or utils
+        if not vals and failed is not None:
+            raise failed  # no GPU answered: the agent counts it (source nvml) and measures nothing
         return sum(vals) / len(vals) if vals else None
 
 
@@ -126,7 +176,8 @@ def describe_gpu_source(src: GpuSource | None, spec: str) -> str:
     if isinstance(src, DeclaredGpuSource):
         return f"from {src.spec}"
     if spec == "auto":
-        return "none (no GPU answers NVML; give --gpu-util FILE|URL): training pods keep their start cores"
+        return ("none (no GPU answers NVML: none visible here, e.g. NVIDIA_VISIBLE_DEVICES unset; or give "
+                "--gpu-util FILE|URL): training pods keep their start cores")  # fmt: skip
     return "none: training pods keep their start cores"
 
 
@@ -153,7 +204,16 @@ class DeclaredBandwidthSource:
                 "memory bandwidth source", self.spec, "expected {bytes_per_second, peak_bytes_per_second}"
             )
         peak = doc.get("peak_bytes_per_second", self.peak)
-        return float(doc["bytes_per_second"]), (float(peak) if peak else None)
+        out: list[float | None] = []
+        for name, v in (("bytes_per_second", doc["bytes_per_second"]), ("peak_bytes_per_second", peak)):
+            try:
+                x = None if v is None else float(v)
+            except (TypeError, ValueError):
+                raise InvalidInput(f"memory bandwidth source {self.spec} field {name}", v, "not a number") from None
+            if x is not None and (not math.isfinite(x) or x < 0):
+                raise InvalidInput(f"memory bandwidth source {self.spec} field {name}", v, "must be finite and >= 0")
+            out.append(x)
+        return out[0], (out[1] or None)
 
 
 @dataclass
@@ -192,3 +252,35 @@ class ResctrlMbmSource:
         if last is None or now <= last[0] or total < last[1]:
             return None, self.peak
         return (total - last[1]) / (now - last[0]), self.peak
+
+
+# --------------------------------------------------------------------------- the kubelet's CPU manager
+
+
+def read_cpu_manager_state(path: Path | None) -> CpuManagerState:
+    """The kubelet's ``cpu_manager_state`` checkpoint: ``{"policyName", "defaultCpuSet", "entries":
+    {podUID: {container: cpuset}}}``. No file (or no path): the ``none`` policy, nothing exclusive."""
+    if path is None or not path.is_file():
+        return CpuManagerState()
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise InvalidInput(f"cpu_manager_state {path} line {e.lineno}", "", e.msg) from None
+    if not isinstance(doc, dict):
+        raise InvalidInput(f"cpu_manager_state {path}", type(doc).__name__, "expected an object")
+    policy = str(doc.get("policyName", "none"))
+    entries = doc.get("entries") or {}
+    if not isinstance(entries, dict):
+        raise InvalidInput(f"cpu_manager_state {path} field entries", type(entries).__name__, "expected an object")
+    exclusive: dict[str, frozenset[int]] = {}
+    if policy == "static":
+        for uid, containers in entries.items():
+            if not isinstance(containers, dict):
+                raise InvalidInput(f"cpu_manager_state {path} field entries.{uid}", containers, "expected an object")
+            cpus: set[int] = set()
+            for cpuset in containers.values():
+                cpus.update(parse_cpuset(str(cpuset)))
+            if cpus:
+                exclusive[str(uid)] = frozenset(cpus)
+    default = parse_cpuset(str(doc.get("defaultCpuSet", "")))
+    return CpuManagerState(policy, default, exclusive)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 # Pod metadata the agent reads. Only pods carrying MANAGED_LABEL=MANAGED_VALUE are touched.
@@ -30,6 +31,8 @@ class PodInfo:
     multi_node: bool = False
     ip: str = ""
     limit_cores: float | None = None  # sum of container CPU limits, None when unlimited
+    request_cores: float = 0.0  # sum of container CPU requests: never fewer cores than this
+    ips: tuple[str, ...] = ()  # every pod IP (IPv4 and IPv6; status.podIPs), ``ip`` first
     full_cores: int | None = None  # CORES_ANNOTATION
     best_cores: int | None = None  # BEST_CORES_ANNOTATION
     hints: frozenset[str] = frozenset()
@@ -37,6 +40,15 @@ class PodInfo:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def all_ips(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(ip for ip in (self.ip, *self.ips) if ip))
+
+    @property
+    def min_cores(self) -> int:
+        """The CPU request rounded up: the floor of every core count the agent gives the pod."""
+        return max(1, math.ceil(self.request_cores - 1e-9))
 
 
 @dataclass(frozen=True)
@@ -52,16 +64,19 @@ class CpuTarget:
 
 @dataclass(frozen=True)
 class MbaTarget:
-    """One shared resctrl group for CPU jobs at ``percent`` of memory bandwidth (§V-E)."""
+    """One shared resctrl group for CPU jobs at ``percent`` of memory bandwidth (§V-E); the node's
+    peak bandwidth converts it for MBA units that are absolute (AMD, mba_MBps)."""
 
     group: str
     percent: int
     pids: tuple[int, ...]
+    peak_bytes_per_second: float | None = None
 
 
 @dataclass(frozen=True)
 class HtbTarget:
-    """tc HTB on ``dev``: GPU jobs get ``gpu_share`` of ``link_mbit``, CPU jobs the rest; both may borrow."""
+    """tc HTB on ``dev``: GPU jobs get ``gpu_share`` of ``link_mbit``, CPU jobs the rest; both may borrow.
+    Pod IPs may be IPv4 or IPv6; every other packet (the host, unmanaged pods) is not shaped."""
 
     dev: str
     link_mbit: int

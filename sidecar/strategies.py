@@ -40,9 +40,10 @@ class AdaptiveCores:
     searches: dict[str, CoreSearch] = field(default_factory=dict)
 
     def cores(self, pod: PodInfo) -> int:
-        """The core count the pod should have now."""
+        """The core count the pod should have now: never below its CPU request (rounded up)."""
+        floor = min(pod.min_cores, self.node_cpus)
         if pod.best_cores:
-            return min(max(1, pod.best_cores), self.node_cpus)
+            return min(max(floor, pod.best_cores), self.node_cpus)
         s = self.searches.get(pod.uid)
         if s is None:
             n0 = start_cores(
@@ -53,7 +54,9 @@ class AdaptiveCores:
                 complex_iterations="complex-iterations" in pod.hints,
                 max_cores=self.node_cpus,
             )
-            s = self.searches[pod.uid] = CoreSearch(n0, 1, self.node_cpus, self.tolerance, self.max_steps)
+            # the search explores [request, node] only: fewer cores than requested are never tried
+            n0 = max(n0, floor)
+            s = self.searches[pod.uid] = CoreSearch(n0, floor, self.node_cpus, self.tolerance, self.max_steps)
         return s.best if s.done else s.current
 
     def observe(self, pod: PodInfo, utilisation: float) -> int | None:
@@ -74,10 +77,12 @@ class AdaptiveCores:
             del self.searches[uid]
 
 
-def assign_cpus(counts: Mapping[str, int], node_cpus: Sequence[int]) -> dict[str, tuple[int, ...]]:
-    """Give each pod (sorted by key) ``counts[key]`` CPUs from the low end, wrapping when the node is
-    oversubscribed; never empty."""
-    cpus = sorted(node_cpus)
+def assign_cpus(
+    counts: Mapping[str, int], node_cpus: Sequence[int], from_top: bool = False
+) -> dict[str, tuple[int, ...]]:
+    """Give each pod (sorted by key) ``counts[key]`` consecutive CPUs, disjoint while they fit, from
+    the low end (``from_top``: the high end), wrapping only when the node is oversubscribed; never empty."""
+    cpus = sorted(node_cpus, reverse=from_top)
     if not cpus:
         raise InvalidInput("node cpus", "", "no online CPUs")
     out: dict[str, tuple[int, ...]] = {}
@@ -87,6 +92,24 @@ def assign_cpus(counts: Mapping[str, int], node_cpus: Sequence[int]) -> dict[str
         out[key] = tuple(sorted(cpus[(at + i) % len(cpus)] for i in range(n)))
         at = (at + n) % len(cpus)
     return out
+
+
+@dataclass(frozen=True)
+class CpuManagerState:
+    """The kubelet's CPU manager checkpoint (``cpu_manager_state``): with the static policy, the CPUs
+    listed under ``entries`` are exclusive to those pods' containers and never shared."""
+
+    policy: str = "none"
+    default_cpus: tuple[int, ...] = ()
+    exclusive: Mapping[str, frozenset[int]] = field(default_factory=dict)  # pod UID -> its exclusive CPUs
+
+    def shareable(self, node_cpus: Sequence[int]) -> tuple[int, ...]:
+        """The CPUs the agent may hand out: every node CPU but the exclusive ones (never none)."""
+        taken = frozenset().union(*self.exclusive.values()) if self.exclusive else frozenset()
+        free = tuple(c for c in node_cpus if c not in taken)
+        if not free:
+            raise InvalidInput("cpu_manager_state", "", "every CPU is exclusive to some pod: none to share")
+        return free
 
 
 # --------------------------------------------------------------------------- contention eliminator (§V-E)
@@ -123,51 +146,69 @@ class ContentionEliminator:
             self.engaged = False
         return self.engaged
 
-    def mba_target(self, pids: Iterable[int], group: str = "qosmos-cpu-jobs") -> MbaTarget | None:
+    def mba_target(
+        self, pids: Iterable[int], group: str = "qosmos-cpu-jobs", peak: float | None = None
+    ) -> MbaTarget | None:
         if not (self.has_mba and self.engaged):
             return None
-        return MbaTarget(group, self.mba_percent, tuple(sorted(set(pids))))
+        return MbaTarget(group, self.mba_percent, tuple(sorted(set(pids))), peak)
 
-    def cpu_job_cores(self, full: int) -> int:
-        """A CPU job's core count now: halved (rounded up, at least 1) when engaged without MBA."""
+    def cpu_job_cores(self, full: int, floor: int = 1) -> int:
+        """A CPU job's core count now: halved (rounded up, never below ``floor``, its request) when
+        engaged without MBA."""
         if self.engaged and not self.has_mba:
-            return max(1, math.ceil(full / 2))
+            return min(full, max(1, floor, math.ceil(full / 2)))
         return full
 
 
 def full_cores(pod: PodInfo, node_cpus: int) -> int:
-    """A CPU job's unthrottled core count: its annotation, else its CPU limit (rounded up), else the node."""
+    """A CPU job's unthrottled core count: its annotation, else its CPU limit (rounded up), else the
+    node; never below its request (rounded up)."""
     if pod.full_cores:
-        return min(pod.full_cores, node_cpus)
-    if pod.limit_cores:
-        return min(max(1, math.ceil(pod.limit_cores)), node_cpus)
-    return node_cpus
+        n = pod.full_cores
+    elif pod.limit_cores:
+        n = max(1, math.ceil(pod.limit_cores - 1e-9))
+    else:
+        n = node_cpus
+    return min(max(n, pod.min_cores), node_cpus)
 
 
 def cpu_job_targets(
     pods: Sequence[PodInfo], node_cpus: Sequence[int], eliminator: ContentionEliminator
 ) -> list[CpuTarget]:
-    """CPU jobs' cpusets: the high end of the node (training pods pack from the low end)."""
+    """CPU jobs' cpusets: disjoint runs from the high end of the node (training pods pack from the low
+    end), overlapping only when their counts exceed the node."""
     cpus = sorted(node_cpus)
+    counts: dict[str, int] = {}
+    fulls: dict[str, int] = {}
+    for p in pods:
+        fulls[p.uid] = full_cores(p, len(cpus))
+        counts[p.uid] = eliminator.cpu_job_cores(fulls[p.uid], min(p.min_cores, len(cpus)))
+    by_key = {p.key: p for p in pods}
+    placed = assign_cpus({p.key: counts[p.uid] for p in pods}, cpus, from_top=True)
     out = []
-    for p in sorted(pods, key=lambda p: p.key):
-        full = full_cores(p, len(cpus))
-        n = eliminator.cpu_job_cores(full)
+    for key in sorted(by_key):
+        p = by_key[key]
+        n, full = counts[p.uid], fulls[p.uid]
         halved = n < full
         quota = None if p.limit_cores is None and not halved else float(n if halved else (p.limit_cores or n))
-        out.append(CpuTarget(p.uid, p.key, tuple(cpus[-n:]), quota, "halved (§V-E, no MBA)" if halved else "full"))
+        out.append(CpuTarget(p.uid, p.key, placed[key], quota, "halved (§V-E, no MBA)" if halved else "full"))
     return out
 
 
 # --------------------------------------------------------------------------- network (§V-E)
 
 
-def htb_target(pods: Sequence[PodInfo], dev: str, link_mbit: int, gpu_share: float = GPU_NET_SHARE) -> HtbTarget | None:
-    """tc HTB only while a multi-node GPU job runs on the node (§V-E); CPU jobs share the rest."""
-    if not dev or link_mbit <= 0:
+def htb_target(
+    pods: Sequence[PodInfo], dev: str, link_mbit: int, gpu_share: float = GPU_NET_SHARE, enabled: bool = True
+) -> HtbTarget | None:
+    """tc HTB only where the admin enabled shaping (``enabled``) and while a GPU job that asks for it
+    (``qosmos.io/multi-node``) runs on the node (§V-E); CPU jobs share the rest. Every pod address
+    (IPv4 and IPv6) is classified."""
+    if not enabled or not dev or link_mbit <= 0:
         return None
-    gpu = tuple(sorted(p.ip for p in pods if p.role in ("training", "inference") and p.ip))
     if not any(p.multi_node and p.role != "cpu" for p in pods):
         return None
-    cpu = tuple(sorted(p.ip for p in pods if p.role == "cpu" and p.ip))
+    gpu = tuple(sorted({ip for p in pods if p.role in ("training", "inference") for ip in p.all_ips}))
+    cpu = tuple(sorted({ip for p in pods if p.role == "cpu" for ip in p.all_ips}))
     return HtbTarget(dev, link_mbit, gpu, cpu, gpu_share)

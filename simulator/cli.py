@@ -23,6 +23,7 @@ from qosmos.predictors import DURATION_PREDICTORS
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, SimResult, simulate
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.outputs import Drawers, artefacts, plot_compare, write_all, write_summary
+from qosmos.simulator.partitions import check_names, load_partitions
 from qosmos.simulator.services import read_services
 from qosmos.simulator.traces import BUILTINS, FORMATS, Trace, infer_format, load_trace, scale_nodes
 from rich.console import Console
@@ -213,6 +214,7 @@ def run_simulation(
     plots: bool = True,
     quiet: bool = True,
     console: Console | None = None,
+    partitions: Path | None = None,
 ) -> dict[str, dict[str, object]]:
     """Load once (fully validated) per policy, simulate, write artefacts; returns summaries."""
     if fmt is not None and fmt not in FORMATS:
@@ -228,6 +230,7 @@ def run_simulation(
     if timelines:
         names = ", ".join(t.name for t in timelines)
         notes.append(f"inference services {names} beside the jobs, times from the trace's first submission")
+    specs = load_partitions(partitions, [p for p in POLICIES if p != "recorded"]) if partitions is not None else ()
     cfgs = []
     for pol in policies:
         cfg = SimConfig(
@@ -246,6 +249,7 @@ def run_simulation(
             predictor=predictor,
             predictor_fallback=predictor_fallback,
             services=timelines,
+            partitions=specs,
         )
         cfg.validate()  # every policy checked before anything runs
         cfgs.append(cfg)
@@ -271,6 +275,7 @@ def run_simulation(
                 include_cpu=include_cpu,
             )
             check_partitions(tr, cfg.partition_policy)
+            check_names(specs, {n.vc for n in tr.nodes}, str(partitions))
             if not quiet and not summaries:
                 # the defaults applied (ours, then the trace reader's, e.g. a cluster of 4 x 8 GPUs), said once
                 # and only once the trace is known good: a bad run prints its one error line alone
@@ -491,6 +496,14 @@ def register(app: typer.Typer) -> None:
         db: Annotated[str | None, typer.Option(help=DB_HELP)] = None,
         plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors: no progress bars, notes or table")] = False,
+        partitions: Annotated[
+            Path | None,
+            typer.Option(
+                help="YAML/JSON list of the trace's VCs as partitions: name, cohort (VCs of one cohort share their "
+                "nodes), nominalGpus, borrowingLimit, lendingLimit, policy, preemption {withinVirtualCluster, "
+                "reclaimWithinCohort}; see simulator/README.md (default: every VC on its own nodes)",
+            ),
+        ] = None,
     ) -> None:
         """Replay a trace through the scheduling core; write summary.json, jobs.csv, trace.json and plots.
 
@@ -529,6 +542,7 @@ def register(app: typer.Typer) -> None:
             db=db,
             plots=plots,
             quiet=quiet,
+            partitions=partitions,
         )
         if not quiet:
             typer.echo(f"wrote {out} ({', '.join(summaries)})")
@@ -651,17 +665,46 @@ def register_inference(simulate: typer.Typer) -> None:
             typer.Option(help="the service's name in timeline.csv (default: the model)"),
         ] = None,
         db: Annotated[str | None, typer.Option(help=DB_HELP)] = None,
+        gpu_model: Annotated[
+            str | None,
+            typer.Option(
+                help="GPU model of the serving nodes: its inference profile first, else the nearest measured "
+                "(default: the newest measured)"
+            ),
+        ] = None,
+        inference_profile: Annotated[
+            bool,
+            typer.Option(
+                help="derive C(b) from measured inference profiles (built-in and the database's); "
+                "--no-inference-profile: the model database's training rate and SODA's CPU measurements"
+            ),
+        ] = True,
+        forecast: Annotated[
+            bool,
+            typer.Option(
+                help="switch ahead of the load: plan for the forecast upper band of the rate over the next "
+                "replica start-up (LightGBM on the series' past only); --no-forecast: the observed rate alone"
+            ),
+        ] = True,
+        forecast_quantile: Annotated[
+            float, typer.Option(min=0.5, max=0.999, help="the forecast band's quantile (LightGBM quantile loss)")
+        ] = 0.95,
         plots: Annotated[bool, typer.Option(help="write the PNG plot inference.png")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors")] = False,
     ) -> None:
         """Replay a query-rate series through SODA's CPU/GPU inference placer, next to always-GPU serving;
-        write summary.json (GPU-hours, CPU core-hours, QoS violations, switches, p99 latency), a plot and
-        timeline.csv (the replicas asked for per slot, for `qosmos simulate --services`)."""
+        write summary.json (GPU-hours, CPU core-hours, QoS violations, switches, p99 latency, the
+        thresholds and where each came from), a plot and timeline.csv (the replicas asked for per slot,
+        for `qosmos simulate --services`)."""
         from qosmos.extender.core.inference import resolve_spec
+        from qosmos.extender.core.inference_profiles import InferenceProfiles
+        from qosmos.predictors.inference_profiles import load_inference_profiles
+        from qosmos.predictors.qps_forecast import QpsForecaster
         from qosmos.simulator.inference import read_qps, run
 
         _check_scaling(qps_scale, peak_gpus)
         profiles = load_profiles(db)
+        measured = load_inference_profiles(db) if inference_profile else InferenceProfiles()
         spec = resolve_spec(
             model,
             qos_target_ms,
@@ -679,6 +722,8 @@ def register_inference(simulate: typer.Typer) -> None:
             switch_cooldown_s=switch_cooldown_s,
             scale_out_after_s=scale_out_after_s,
             scale_in_after_s=scale_in_after_s,
+            inference_profiles=measured,
+            gpu_model=gpu_model,
         )
         load = read_qps(qps, series, step_s=step_s)
         peak = float(load.qps.max(initial=0.0))
@@ -688,11 +733,23 @@ def register_inference(simulate: typer.Typer) -> None:
             factor = peak_gpus * spec.gpu.capacity_qps / peak
         else:
             factor = qps_scale if qps_scale is not None else 1.0
-        extra = {"qps_file": str(qps), "qps_scale": factor, "model_db": profiles.file}
-        summary = run(spec, load.scaled(factor), out, ready_s=ready_s, plots=plots, extra=extra, service=service_name)
+        extra = {"qps_file": str(qps), "qps_scale": factor, "model_db": profiles.file, "gpu_model": gpu_model}
+        summary = run(
+            spec,
+            load.scaled(factor),
+            out,
+            ready_s=ready_s,
+            plots=plots,
+            extra=extra,
+            service=service_name,
+            forecaster=QpsForecaster(quantile=forecast_quantile),
+            forecast=forecast,
+        )
         if not quiet:
             for note in summary["notes"]:
                 typer.echo(f"note: {note}", err=True)
+            for name, th in summary["serving"]["thresholds"].items():
+                typer.echo(f"{name:<26} {_fmt(th['value']) if th['value'] is not None else '-':<10} {th['source']}")
             keys = ("gpu_hours", "gpu_hours_always_gpu", "gpu_hours_saved_fraction", "cpu_core_hours")
             keys += ("qos_violation_fraction", "p99_latency_ms", "switches_per_day")
             for k in keys:

@@ -25,6 +25,11 @@ Semantics (seed sections in brackets):
   replicas asked for are placed by the core's ``place_services`` (the operator's function) before
   the queues' passes, retried at every later instant while unplaced; a job it preempts stops as
   any preempted job does and goes back to the head of its queue (``admit(first=...)``).
+- partitions with cohorts (``SimConfig.partitions``, ``--partitions``, issue 21 §3): the members of a
+  cohort place on the union of their nodes, each within its share plus what it may borrow; a
+  lender's blocked head reclaims from borrowers and a LowerPriority partition preempts for a higher
+  priority, all decided by ``admit`` (``core.cohorts``); the stopped jobs go through the same
+  preemption path (progress kept, overhead on resume) and their queues get a pass at once.
 Static orders (the policy declares ``static``: fifo, sjf, qssf) keep a sorted structure per
 queue: no re-sorting per event, and a blocked head ends the pass when backfill is off.
 """
@@ -40,16 +45,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from qosmos.extender.core import genie
-from qosmos.extender.core.admission import Carry, Partition, PartitionRuntime, RunningJob, admit
+from qosmos.extender.core.admission import (
+    LOWER_PRIORITY,
+    RECLAIM,
+    Carry,
+    Partition,
+    PartitionRuntime,
+    RunningJob,
+    admit,
+)
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.cluster import FULL, ClusterState
+from qosmos.extender.core.cohorts import CohortMember, PreemptionPolicy, max_cap, nominal_of
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy
+from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy, static_key
 from qosmos.extender.core.placement import get_placer
 from qosmos.extender.core.services import ServiceReplica, place_services
 from qosmos.extender.core.types import Allocation, DurationPredictor, Job, PlacementRequest, Platform, Shape
 from qosmos.predictors.readers import paused_gc
+from qosmos.simulator.partitions import PartitionSpec, check_names
 from qosmos.simulator.services import CPU, GPU, ServiceTimeline
 from qosmos.simulator.traces import Trace
 from sortedcontainers import SortedList
@@ -103,6 +118,8 @@ class SimConfig:
     predictor_fallback: bool = False  # on predictor failure use the log-normal stand-in (said in notes)
     # inference services replayed beside the jobs (times from the trace's first submission)
     services: tuple[ServiceTimeline, ...] = ()
+    # the VCs as partitions with cohorts, shares, limits and preemption (``--partitions``)
+    partitions: tuple[PartitionSpec, ...] = ()
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -131,9 +148,21 @@ class SimConfig:
             raise InvalidInput("services", ",".join(names), "service names must be unique")
         if self.services and self.policy == "recorded":
             raise InvalidInput("services", ",".join(names), "the recorded replay starts jobs as recorded: no services")
+        for k, p in enumerate(self.partitions):
+            if p.policy is not None and (p.policy not in POLICIES or p.policy == "recorded"):
+                raise InvalidInput(f"partitions[{k}].policy", p.policy, f"expected one of {', '.join(POLICIES[:-1])}")
+        if self.partitions and self.policy == "recorded":
+            raise InvalidInput("partitions", len(self.partitions), "the recorded replay starts jobs as recorded")
+
+    def uses_qssf(self) -> bool:
+        return (
+            self.policy == "qssf"
+            or "qssf" in self.partition_policy.values()
+            or any(p.policy == "qssf" for p in self.partitions)
+        )
 
     def uses_predictions(self) -> bool:
-        qssf = self.policy == "qssf" or "qssf" in self.partition_policy.values()
+        qssf = self.uses_qssf()
         return qssf or (self.backfill != "none" and self.backfill_estimates == "predicted")
 
 
@@ -166,6 +195,7 @@ class _Queue:
         "carry",
         "ctx",
         "first",
+        "gpu_hist",
         "items",
         "max_len",
         "name",
@@ -190,6 +220,7 @@ class _Queue:
         self.carry = Carry()
         self.max_len = 0
         self.first: set[str] = set()  # waiting jobs preempted for a service: the head of the queue
+        self.gpu_hist: dict[int, int] = {}  # GPUs asked -> waiting jobs asking that many (cohorts only)
 
     def __len__(self) -> int:
         return len(self.items) if self.static else len(self.waiting)
@@ -279,6 +310,9 @@ class SimResult:
     services: dict[str, dict[str, float]] = field(default_factory=dict)
     service_segments: list[tuple[int, int, float, float, int]] = field(default_factory=list)  # (service, node, ...)
     service_preemptions: int = 0  # jobs preempted for replicas (also in ``preemptions``)
+    # ``--partitions``: per partition its cohort, nominal share, most GPUs borrowed at once, GPU-hours
+    # borrowed, reclaims it made, its jobs reclaimed and its jobs preempted for a higher priority
+    partitions: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
 class _Sampler:
@@ -377,9 +411,14 @@ class Simulator:
         self.node_vcidx = [int(x) for x in node_vc]
         self.queues: list[_Queue] = []
         total_cpu = int(cl.cpu_cap.sum())
+        check_names(config.partitions, self.vc_names)
+        specs = {p.name: (k, p) for k, p in enumerate(config.partitions)}
         for i, vc in enumerate(self.vc_names):
             mask = node_vc == i
             pname = config.partition_policy.get(vc, "fifo" if self.recorded else config.policy)
+            k, spec = specs.get(vc, (-1, None))
+            if spec is not None and spec.policy is not None:
+                pname = spec.policy
             gpn = int(cl.gpu_cap[mask].max()) if mask.any() else 1
             ctx = OrderContext(
                 platform=Platform(int(mask.sum()), max(gpn, 1)),
@@ -399,9 +438,14 @@ class Simulator:
                 theta=config.theta,
                 array_split=self._array_split(vc) if get_policy(pname).arrays else 0.5,
             )
+            if spec is not None:
+                part = self._with_spec(part, spec, k)
             self.queues.append(_Queue(PartitionRuntime(part, ctx)))
         self.drf = any(q.policy.name == "soda" for q in self.queues)
-        self.track_progress = any(q.preemptive or q.policy.arrays for q in self.queues) or config.migration
+        self._cohorts(specs)
+        self.track_progress = (
+            any(q.preemptive or q.policy.arrays for q in self.queues) or config.migration or self.may_preempt
+        )
         # by submit time, ties in trace order (a stable sort)
         submit = np.fromiter((j.submit_time for j in self.jobs), float, n)
         self.order: list[int] = np.argsort(submit, kind="stable").tolist()
@@ -444,6 +488,80 @@ class Simulator:
             )
             return pred
         return _Fallback(cfg, self.notes)
+
+    @staticmethod
+    def _with_spec(part: Partition, spec: PartitionSpec, k: int) -> Partition:
+        """The trace's partition with its ``--partitions`` entry: share, cohort, limits, preemption."""
+        try:
+            return Partition(
+                part.name,
+                part.policy,
+                part.placement,
+                part.backfill,
+                part.relax_factor,
+                spec.nominal_gpus,
+                part.theta,
+                part.array_split,
+                cohort=spec.cohort,
+                borrowing_limit=spec.borrowing_limit,
+                lending_limit=spec.lending_limit,
+                preemption=PreemptionPolicy(spec.within_partition, spec.reclaim_within_cohort),
+            )
+        except InvalidInput as exc:
+            raise InvalidInput(f"partitions[{k}] ({spec.name}).{exc.field}", exc.value, exc.reason) from None
+
+    def _cohorts(self, specs: dict[str, tuple[int, PartitionSpec]]) -> None:
+        """Share the nodes of each cohort's members on the books (before admissibility: a job may fit
+        only the cohort's nodes), and set up the per-partition usage figures of the summary."""
+        cl = self.cluster
+        groups: dict[str, list[int]] = {}
+        for i, q in enumerate(self.queues):
+            c = q.rt.partition.cohort
+            if c is not None:
+                groups.setdefault(c, []).append(i)
+        self.mates: list[list[int]] = [[] for _ in self.queues]  # the other members of its cohort
+        for members in groups.values():
+            cl.share_nodes([self.vc_names[i] for i in members])
+            for i in members:
+                self.mates[i] = [j for j in members if j != i]
+        self.may_preempt = any(
+            q.rt.partition.cohort is not None or q.rt.partition.preemption.within_partition != "Never"
+            for q in self.queues
+        )
+        self.redo: set[int] = set()  # queues whose jobs a pass of another queue preempted
+        self.part_held = [0] * len(self.queues)  # whole GPUs held by each partition's running jobs
+        # per partition of the file: its share, what it borrowed (most at once, GPU-seconds), reclaims
+        self.tracked: list[tuple[int, int]] = []  # (queue, nominal share)
+        self.part_stats: dict[str, dict[str, float]] = {}
+        self.part_cohort: dict[str, str | None] = {}
+        for i, q in enumerate(self.queues):
+            if q.name not in specs:
+                continue
+            nominal = nominal_of(q.rt.partition, cl)
+            self.tracked.append((i, nominal))
+            self.part_cohort[q.name] = q.rt.partition.cohort
+            self.part_stats[q.name] = {
+                "nominal_gpus": nominal,
+                "max_borrowed_gpus": 0,
+                "borrowed_gpu_hours": 0.0,
+                "reclaims": 0,  # jobs of others it preempted to take its share back
+                "reclaimed_jobs": 0,  # its jobs preempted by a lender
+                "priority_preemptions": 0,  # its jobs preempted for a higher priority
+            }
+        # the most GPUs a partition with a share may ever hold: a job asking more never starts
+        self.max_gpus: dict[str, int] = {}
+        for i, q in enumerate(self.queues):
+            p = q.rt.partition
+            if p.cohort is not None:
+                mates = [
+                    (self.queues[j].rt.partition, nominal_of(self.queues[j].rt.partition, cl)) for j in self.mates[i]
+                ]
+                self.max_gpus[q.name] = max_cap(p, nominal_of(p, cl), mates)
+            elif p.gpu_quota is not None:
+                self.max_gpus[q.name] = p.gpu_quota
+        if groups:
+            names = "; ".join(f"{c}: {', '.join(self.vc_names[i] for i in m)}" for c, m in sorted(groups.items()))
+            self.notes.append(f"cohorts sharing their nodes ({names})")
 
     def _array_split(self, vc: str) -> float:
         """SODA's 4-GPU resource array share from the trace's statistics (seed 002 §V-C: "derived
@@ -495,6 +613,8 @@ class Simulator:
                     if reason is None and j.gpus > 0 and j.gpu_milli == 1000:
                         reason = self._fits_empty(i, cache)
                     verdicts[key] = reason
+            if reason is None and j.gpus > self.max_gpus.get(j.vc, j.gpus):
+                reason = f"needs {j.gpus} GPUs; its share plus what it may borrow is {self.max_gpus[j.vc]} at most"
             if reason is None and j.duration is None and not j.has_genie_task:
                 reason = "no duration and no GENIE task"
             if reason is not None and self.recorded and self.trace.recorded_start[i] is not None:
@@ -592,7 +712,16 @@ class Simulator:
                 nj.discard(i)
                 if not nj:
                     self.used_nodes -= 1
-        ctx = self.queues[node_vcidx[alloc.grants[0].node]].ctx
+        qi = self.vc_index.get(job.vc)
+        if qi is None:  # fidelity replays place jobs of VCs without nodes anywhere: their node's queue
+            qi = node_vcidx[alloc.grants[0].node]
+        if whole:
+            held = self.part_held[qi] = self.part_held[qi] + sign * alloc.gpus
+            if sign > 0 and self.tracked:
+                st = self.part_stats.get(self.vc_names[qi])
+                if st is not None and held - st["nominal_gpus"] > st["max_borrowed_gpus"]:
+                    st["max_borrowed_gpus"] = held - st["nominal_gpus"]
+        ctx = self.queues[qi].ctx
         if job.model:
             m = ctx.usage_by_model
             m[job.model] = m.get(job.model, 0) + sign * job.gpus  # type: ignore[index]
@@ -696,11 +825,14 @@ class Simulator:
     # ---- queues ------------------------------------------------------------------------------
     def _enqueue(self, i: int, q: _Queue) -> None:
         if q.static:
-            entry = (q.policy.key(self.jobs[i], q.ctx), i)  # type: ignore[attr-defined]
+            entry = (*static_key(q.policy, self.jobs[i], q.ctx), i)  # the policy's key, then priority
             self.qentry[i] = entry
             q.items.add(entry)
         else:
             q.waiting[i] = None
+        if self.mates[self.vc_index[q.name]]:  # a cohort member's demand, for the others' caps
+            g = self.jobs[i].gpus
+            q.gpu_hist[g] = q.gpu_hist.get(g, 0) + 1
         ln = len(q)
         if ln > q.max_len:
             q.max_len = ln
@@ -715,6 +847,9 @@ class Simulator:
             self.qentry[i] = None
         else:
             del q.waiting[i]
+        if q.gpu_hist:
+            g = self.jobs[i].gpus
+            q.gpu_hist[g] -= 1
         self.n_waiting -= 1
 
     def _check_violation(self, i: int) -> None:
@@ -744,6 +879,15 @@ class Simulator:
         if q.preemptive:
             self._sync_progress(q)
         waiting = (jobs[e[-1]] for e in q.items) if q.static else (jobs[i] for i in q.waiting)
+        cohort = [
+            CohortMember(
+                self.queues[j].rt.partition,
+                lambda m=self.queues[j]: self._running(m),  # type: ignore[misc]
+                held=self.part_held[j],
+                waiting_gpus=self.queues[j].gpu_hist,
+            )
+            for j in self.mates[qi]
+        ]
         res = admit(
             q.rt,
             waiting,
@@ -757,11 +901,15 @@ class Simulator:
             explain=False,
             book=True,
             first=q.first,
+            cohort=cohort,
         )
         q.carry = res.carry
         idx = self._idx_of
         for pr in res.preemptions:
-            self._stop(idx[pr.job.id], finished=False)
+            # a booking pass released them on the books already (a cohort's reclaim)
+            self._stop(idx[pr.job.id], finished=False, released=res.booked)
+            if pr.cause:
+                self._count_preemption(qi, pr.job, pr.cause)
         for st in res.starts:
             i = idx[st.job.id]
             self._dequeue(i, q)
@@ -776,6 +924,21 @@ class Simulator:
             self.res_latest[h] = r.latest
             if r.backfilled:
                 self.res_backfilled[h] = r.backfilled
+
+    def _count_preemption(self, qi: int, job: Job, cause: str) -> None:
+        """A cohort pass of queue ``qi`` stopped ``job``: its queue gets a pass at this instant too, and
+        the summary's partition figures count it."""
+        vq = self.vc_index[job.vc]
+        if vq != qi:
+            self.redo.add(vq)
+        stats = self.part_stats
+        if cause == RECLAIM:
+            if self.vc_names[qi] in stats:
+                stats[self.vc_names[qi]]["reclaims"] += 1
+            if job.vc in stats:
+                stats[job.vc]["reclaimed_jobs"] += 1
+        elif cause == LOWER_PRIORITY and job.vc in stats:
+            stats[job.vc]["priority_preemptions"] += 1
 
     def _place_now(self, i: int) -> Allocation | None:
         """Room for waiting job ``i`` now, by its partition's placer (external deciders, fidelity)."""
@@ -818,8 +981,8 @@ class Simulator:
             cl.allocate(old[i])  # type: ignore[arg-type]
         if not ok:
             return
-        q = self.queues[qi]
-        for i in movers:  # stop and restart on the new nodes, paying the overhead
+        for i in movers:  # stop and restart on the new nodes, paying the overhead (a cohort's: any member's)
+            q = self.queues[self.vc_index[self.jobs[i].vc]]
             self._stop(i, finished=False)
             self._dequeue(i, q)
             self.migrations += 1
@@ -1010,6 +1173,8 @@ class Simulator:
                 self.frag_integral += dt * self.used_gpus / self.used_nodes
                 self.frag_time += dt
             self.job_time += (t - last_t) * (self.n_waiting + self.n_running)
+            if self.tracked:
+                self._borrowed_until(t - last_t)
             last_t = t
             self.now = t
             finished_q: set[int] | None = set() if migrate else None
@@ -1075,8 +1240,18 @@ class Simulator:
                 if self.n_waiting:
                     yield t
             elif not recorded:
+                if self.may_preempt:  # a cohort shares nodes and shares: what frees one member's may start another's
+                    dirty.update([j for qi in dirty for j in self.mates[qi]])
                 for qi in sorted(dirty) if len(dirty) > 1 else dirty:
                     self._schedule(qi)
+                rounds = len(self.queues)  # bounded: each round follows a preemption by another queue
+                while self.redo and rounds:
+                    todo = sorted(self.redo)
+                    self.redo.clear()
+                    rounds -= 1
+                    for qi in todo:
+                        self._schedule(qi)
+                self.redo.clear()
             dirty.clear()
             self.sampler.add(t, self.used_gpus, self.used_nodes, self.n_waiting, self.n_running)
             if self.progress is not None and done_count >= next_report:
@@ -1121,13 +1296,24 @@ class Simulator:
             services={tl.name: st for tl, st in zip(self.services, self.svc_stats, strict=True)},
             service_segments=self.svc_segments,
             service_preemptions=self.svc_preemptions,
+            partitions={name: {"cohort": self.part_cohort[name], **st} for name, st in self.part_stats.items()},
         )
+
+    def _borrowed_until(self, dt: float) -> None:
+        """GPU-time borrowed by each partition of the file over the last ``dt`` seconds."""
+        if dt <= 0:
+            return
+        held, stats, names = self.part_held, self.part_stats, self.vc_names
+        for qi, nominal in self.tracked:
+            over = held[qi] - nominal
+            if over > 0:
+                stats[names[qi]]["borrowed_gpu_hours"] += over * dt / 3600.0
 
     def waiting_jobs(self) -> list[int]:
         """Indices of waiting jobs, arrival order per partition (for external deciders)."""
         out: list[int] = []
         for q in self.queues:
-            out += [i for _, i in q.items] if q.static else list(q.waiting)
+            out += [e[-1] for e in q.items] if q.static else list(q.waiting)
         return out
 
     def try_start(self, i: int) -> bool:

@@ -17,7 +17,13 @@ The replay's physics, where the controller and the seed leave it open:
   steps of at most one second) and its wait adds to the latency. A query violates QoS when its
   latency is above the target.
 - GPU-hours count every GPU replica that exists (starting ones too); CPU core-hours likewise.
-The baseline ("always GPU") is the same service with no CPU serving: SODA's original service mode.
+- Switching ahead of the load (issue 23 §3, on by default; ``--no-forecast`` for the reactive placer):
+  before each slot a :class:`~qosmos.predictors.qps_forecast.QpsForecaster` trained on the series
+  up to the last complete slot only gives the upper band of the rate over the next
+  ``forecast_horizon_s(ready_s, step)`` (the slot and the next replicas' start-up), and ``decide``
+  plans for it (``forecast_qps``).
+The baseline ("always GPU") is the same service with no CPU serving: SODA's original service mode,
+under the same controller (with the same forecast when it is on).
 """
 
 from __future__ import annotations
@@ -28,13 +34,24 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.inference import Decision, InferenceSpec, InferenceState, Mode, Serving, decide
+from qosmos.extender.core.inference import (
+    Decision,
+    InferenceSpec,
+    InferenceState,
+    Mode,
+    Serving,
+    decide,
+    forecast_horizon_s,
+)
 from qosmos.predictors.readers import CsvRows, TraceFormatError
 from qosmos.simulator.services import write_timeline
+
+if TYPE_CHECKING:
+    from qosmos.predictors.qps_forecast import QpsForecaster
 
 TIME_COLUMNS = ("timestamp_anon", "timestamp", "time")
 VALUE_COLUMNS = ("value", "qps")
@@ -269,11 +286,33 @@ def _serve(serving: Serving, n: int, lam: float, dur: float, backlog: float, lat
     return backlog, worst
 
 
-def replay(spec: InferenceSpec, series: QpsSeries, *, ready_s: float = 30.0, prefer_gpu: bool = False) -> ReplayResult:
-    """Drive ``decide`` with the series, slot by slot; book replicas, latency and cost."""
+def forecast_for(series: QpsSeries, ready_s: float, forecaster: QpsForecaster | None = None) -> np.ndarray:
+    """The band ``decide`` gets before each slot: made from the complete slots before it only, over
+    the slots that ``forecast_horizon_s(ready_s, step)`` spans from the slot's start."""
+    from qosmos.predictors.qps_forecast import QpsForecaster, forecast_series
+
+    horizon = max(1, math.ceil(forecast_horizon_s(ready_s, series.step_s) / series.step_s - _EPS))
+    fc = forecaster if forecaster is not None else QpsForecaster()
+    fc.horizon = horizon
+    return forecast_series(series.qps, fc)
+
+
+def replay(
+    spec: InferenceSpec,
+    series: QpsSeries,
+    *,
+    ready_s: float = 30.0,
+    prefer_gpu: bool = False,
+    forecast: np.ndarray | None = None,
+) -> ReplayResult:
+    """Drive ``decide`` with the series, slot by slot; book replicas, latency and cost.
+
+    ``forecast``: per slot, the band to plan for (:func:`forecast_for`); None: the observed rate alone."""
     if not (math.isfinite(ready_s) and ready_s >= 0):
         raise InvalidInput("ready_s", ready_s, "must be a finite number of seconds >= 0")
     q = np.asarray(series.qps, float)
+    if forecast is not None and np.shape(forecast) != q.shape:
+        raise InvalidInput("forecast", np.shape(forecast), f"need one value per slot ({q.size})")
     n_slots, step = q.size, series.step_s
     mode = np.zeros(n_slots, np.int8)
     replicas = np.zeros(n_slots, np.int64)
@@ -289,7 +328,8 @@ def replay(spec: InferenceSpec, series: QpsSeries, *, ready_s: float = 30.0, pre
     for i in range(n_slots):
         t0 = float(series.start + i * step)
         seen = float(q[i - 1] if i > 0 else q[0]) + backlog / step
-        d = decide(spec, state, seen, t0, prefer_gpu=prefer_gpu)
+        band = None if forecast is None or i == 0 else float(forecast[i])
+        d = decide(spec, state, seen, t0, prefer_gpu=prefer_gpu, forecast_qps=band)
         decisions.append(d)
         reasons[d.reason.value] += 1
         state = d.state
@@ -419,7 +459,12 @@ def _serving(spec: InferenceSpec) -> dict[str, Any]:
             "cores_per_replica": s.cores,
         }
 
-    return {"gpu_switch_batch": spec.gpu_switch_batch, "gpu": one(spec.gpu), "cpu": one(spec.cpu)}
+    return {
+        "gpu_switch_batch": spec.gpu_switch_batch,
+        "gpu": one(spec.gpu),
+        "cpu": one(spec.cpu),
+        "thresholds": spec.thresholds(),
+    }
 
 
 def plot(path: Path, soda: ReplayResult, always_gpu: ReplayResult) -> None:
@@ -493,16 +538,39 @@ def run(
     plots: bool = True,
     extra: dict[str, Any] | None = None,
     service: str | None = None,
+    forecaster: QpsForecaster | None = None,
+    forecast: bool = True,
 ) -> dict[str, Any]:
     """Replay with SODA's placer and always on GPU; write OUT/summary.json, OUT/timeline.csv (SODA's
     replicas per slot, for ``qosmos simulate --services``; ``service`` names it, default the model)
-    and OUT/inference.png."""
+    and OUT/inference.png. ``forecast``: switch ahead of the load with ``forecaster`` (default
+    :class:`QpsForecaster`'s settings); both runs plan for the same band."""
     from qosmos.simulator.outputs import write_summary
 
     began = time.perf_counter()
-    soda = replay(spec, series, ready_s=ready_s)
-    base = replay(spec.gpu_only(), series, ready_s=ready_s)
+    band: np.ndarray | None = None
+    info: dict[str, Any] = {"enabled": forecast}
+    if forecast:
+        from qosmos.predictors.qps_forecast import QpsForecaster
+
+        fc = forecaster if forecaster is not None else QpsForecaster()
+        t_fc = time.perf_counter()
+        band = forecast_for(series, ready_s, fc)
+        q = np.asarray(series.qps, float)
+        peak = np.array([q[i : i + fc.horizon].max() for i in range(1, q.size)])
+        info |= {
+            "horizon_slots": fc.horizon,
+            "horizon_s": forecast_horizon_s(ready_s, series.step_s),
+            "quantile": fc.quantile,
+            "retrain_every_slots": fc.retrain_every,
+            "min_history_slots": fc.min_history,
+            "coverage": _r(float(np.mean(band[1:] >= peak - _EPS)) if peak.size else 0.0),
+            "seconds": _r(time.perf_counter() - t_fc, 3),
+        }
+    soda = replay(spec, series, ready_s=ready_s, forecast=band)
+    base = replay(spec.gpu_only(), series, ready_s=ready_s, forecast=band)
     summary = summarize(soda, base, wall_s=time.perf_counter() - began, **(extra or {}))
+    summary["forecast"] = info
     out.mkdir(parents=True, exist_ok=True)
     write_summary(out / "summary.json", summary)
     write_replicas(out / "timeline.csv", soda, service or spec.model)

@@ -137,6 +137,8 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
     out["gpu_utilization"] = used / (res.total_gpus * makespan) if makespan > 0 and res.total_gpus else None
     out["fragmentation"] = res.frag_integral / res.frag_time if res.frag_time > 0 else None
     out.update(service_metrics(res, used, first, makespan))
+    if getattr(res, "partitions", None):  # --partitions: cohort usage per partition (issue 21 §3)
+        out["partitions"] = res.partitions
     bsld = np.maximum(1.0, t["jct"] / np.maximum(t["run"], BSLD_TAU)) if t["idx"].size else np.array([])
     out["avg_bounded_slowdown"] = float(bsld.mean()) if bsld.size else None
     out["backfill_violations"] = res.violations

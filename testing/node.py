@@ -32,6 +32,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -583,6 +584,21 @@ class Node:
         if d is None:
             raise NodeError(f"no {controller} cgroup for pod {pod['metadata']['name']}")
         return d
+
+    def host_veth(self, pod: dict[str, Any]) -> str:
+        """The host side of the pod's eth0 (``eth0@ifN`` inside -> the host interface with index N)."""
+        from qosmos.sidecar.cgroups import container_children
+
+        cgroups = container_children(self.pod_cgroup(pod, "cpuset"))
+        task = next(t for c in cgroups for t in (c / "tasks").read_text().split())
+        out = _run("nsenter", "-t", task, "-n", "ip", "-o", "link", "show", "eth0").stdout
+        idx = re.search(r"eth0@if(\d+)", out)
+        if not idx:
+            raise NodeError(f"no veth peer in {out!r}")
+        for dev in Path("/sys/class/net").iterdir():
+            if (dev / "ifindex").read_text().strip() == idx.group(1):
+                return dev.name
+        raise NodeError(f"no host interface with index {idx.group(1)}")
 
     # -- start --------------------------------------------------------------------------------
 

@@ -14,6 +14,12 @@ of the cluster and placing the head there. A later job may start now only if the
 by its *latest start* = reservation + relax factor × the head's expected wait, fixed when the head
 first blocks and carried between passes in :class:`Carry` (the operator persists it on the
 VirtualCluster). EASY is a relax factor of 0; adaptive scales the factor with the queue length.
+
+Cohorts (``Partition.cohort``, ``core.cohorts``): the members of a cohort place on the union of their
+nodes, a member's running jobs hold at most its nominal share plus what it may borrow (cohorts'
+cap_P), a lender's blocked head reclaims GPUs from borrowers and, with ``LowerPriority``, a blocked
+head preempts lower-priority jobs of its own partition; the pass returns those stops as
+:class:`Preemption` with their reason, for the caller to execute.
 """
 
 from __future__ import annotations
@@ -28,6 +34,16 @@ from qosmos.extender.core import genie
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.backfill import relax_factor
 from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.cohorts import (
+    CohortMember,
+    PreemptionPolicy,
+    check_members,
+    cohort_cap,
+    held_gpus,
+    nominal_of,
+    quota_state,
+    victim_order,
+)
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.ordering import Decision, OrderContext, OrderingPolicy, get_policy, soda_array
 from qosmos.extender.core.placement import Placer, default_shape, get_placer
@@ -47,7 +63,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Partition:
-    """A VirtualCluster as the core sees it."""
+    """A VirtualCluster as the core sees it.
+
+    ``cohort``: the cohort whose members share their nodes (``core.cohorts``); ``gpu_quota`` is then
+    its nominal share (``nominal_gpus``; None: the GPUs of its own nodes), ``borrowing_limit`` what it
+    may hold beyond it (None: no limit) and ``lending_limit`` what of its unused share it lends at
+    most (None: all). ``preemption``: who may preempt whom for its jobs. Without a cohort the limits
+    stay None and ``gpu_quota`` caps what its running jobs hold, as before.
+    """
 
     name: str
     policy: str = "fifo"
@@ -59,6 +82,15 @@ class Partition:
     # SODA (policies with job arrays): the share of the partition's GPUs in the >=4-GPU resource
     # array, "derived from historical statistical information" (seed 002 §V-C)
     array_split: float = 0.5
+    cohort: str | None = None
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
+
+    @property
+    def nominal_gpus(self) -> int | None:
+        """Its nominal GPU share in a cohort (the quota field; None: its own nodes' GPUs)."""
+        return self.gpu_quota
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
@@ -71,6 +103,22 @@ class Partition:
             raise InvalidInput("gpu_quota", self.gpu_quota, "must be >= 0")
         if not 0 <= self.array_split <= 1:
             raise InvalidInput("array_split", self.array_split, "must be a fraction in [0, 1]")
+        if self.cohort is not None and not (isinstance(self.cohort, str) and self.cohort):
+            raise InvalidInput("cohort", self.cohort, "must be a non-empty name")
+        for name in ("borrowing_limit", "lending_limit"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise InvalidInput(name, v, "must be an integer >= 0")
+            if self.cohort is None:
+                raise InvalidInput(name, v, "borrowing and lending need a cohort")
+        if not isinstance(self.preemption, PreemptionPolicy):
+            raise InvalidInput("preemption", self.preemption, "must be a PreemptionPolicy")
+        if self.cohort is not None and get_policy(self.policy).arrays:
+            raise InvalidInput(
+                "cohort", self.cohort, f"{self.policy} splits the partition's own nodes into arrays; it takes no cohort"
+            )
 
 
 @dataclass(slots=True)
@@ -111,10 +159,16 @@ class Start:
     backfilled: bool = False
 
 
+# Preemption.cause of the stops a cohort pass decides (``core.cohorts``); "" for a policy's own
+RECLAIM = "reclaim"  # a lender takes its share back from a borrower
+LOWER_PRIORITY = "lower-priority"  # a higher-priority head of the same partition
+
+
 @dataclass(frozen=True, slots=True)
 class Preemption:
     job: Job
     reason: str
+    cause: str = ""  # RECLAIM, LOWER_PRIORITY, or "" (a preemptive policy, SODA's arrays)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,17 +221,19 @@ class FitMemo:
             and not job.nodes
         )
 
-    def _sync(self, cluster: ClusterState, vc: int) -> None:
-        rel = (cluster.lineage, int(cluster.vc_releases[vc]))
+    def _sync(self, cluster: ClusterState, vc: int | tuple[int, ...]) -> None:
+        # a cohort places on its members' nodes: a release on any of them counts (the counters only grow)
+        n = int(cluster.vc_releases[vc]) if isinstance(vc, int) else int(sum(cluster.vc_releases[v] for v in vc))
+        rel = (cluster.lineage, n)
         if rel != self.release:
             self.release, self.smallest, self.exact = rel, 1 << 62, set()
 
-    def refused(self, job: Job, cluster: ClusterState, vc: int, biggest: int) -> bool:
+    def refused(self, job: Job, cluster: ClusterState, vc: int | tuple[int, ...], biggest: int) -> bool:
         self._sync(cluster, vc)
         g = job.gpus
         return (self.smallest <= g <= biggest) or g in self.exact
 
-    def note(self, job: Job, cluster: ClusterState, vc: int, biggest: int) -> None:
+    def note(self, job: Job, cluster: ClusterState, vc: int | tuple[int, ...], biggest: int) -> None:
         self._sync(cluster, vc)
         if job.gpus <= biggest:
             self.smallest = min(self.smallest, job.gpus)
@@ -265,8 +321,7 @@ def _needs(job: Job, shape: Shape | None) -> str:
 
 def _free_text(cluster: ClusterState, job: Job, shape: Shape | None) -> str:
     """What is free where, for a waiting job's message."""
-    vc = cluster.vc_index(job.vc)
-    free = int(cluster.vc_free[vc]) if vc >= 0 else 0
+    free = int(sum(cluster.vc_free[v] for v in cluster.vc_group(job.vc)))
     if job.gpus == 0 or job.gpu_milli < 1000:
         return f"{free} whole GPUs free in {job.vc}"
     per = shape.d_gpn if shape is not None else min(job.gpus, max(cluster.biggest_node(job.vc, job.gpu_models), 1))
@@ -289,6 +344,7 @@ class _Pass:
         queue_len: int,
         explain: bool,
         book: bool = False,
+        members: Sequence[CohortMember] = (),
     ) -> None:
         self.rt = rt
         self.part = rt.partition
@@ -302,8 +358,26 @@ class _Pass:
         self.queue_len = queue_len
         self.backfill = self.part.backfill != "none"
         self.vc = cluster.vc_index(self.part.name)
-        self.biggest = cluster.biggest_node(self.part.name) if self.vc >= 0 else 0
+        # the VCs whose nodes its jobs may use (the fit memo's key): its own, or its cohort's
+        self.group: int | tuple[int, ...] = self.vc
+        self.has_nodes = self.vc >= 0
+        self.members = members
+        self.nominal = self.part.gpu_quota
+        if self.part.cohort is not None:
+            g = cluster.vc_group(self.part.name)
+            self.group = g[0] if len(g) == 1 else g
+            self.has_nodes = bool(g)
+            self.nominal = nominal_of(self.part, cluster)
+        self.biggest = cluster.biggest_node(self.part.name) if self.has_nodes else 0
         self.held = -1  # GPUs held by the partition's running jobs (computed on demand, for quotas)
+        self._cap: int | None = None
+        self._cap_known = False
+        pre = self.part.preemption
+        # whether a blocked head may preempt (cohort reclaim, lower-priority jobs of its own)
+        self.may_preempt = (self.part.cohort is not None and pre.reclaim_within_cohort == "Any") or (
+            pre.within_partition == "LowerPriority"
+        )
+        self.tracks_held = self.part.gpu_quota is not None or self.part.cohort is not None or self.may_preempt
         self.started: list[tuple[Job, Allocation | None, float]] = []  # (job, allocation, expected end)
         # the cluster with this pass's starts booked: a copy made at the first start, or with ``book``
         # the caller's own (so a caller that books the starts anyway copies and books nothing twice)
@@ -329,26 +403,165 @@ class _Pass:
             self.scratch = self.cluster.copy()
         self.scratch.allocate(alloc)
 
+    def held_now(self) -> int:
+        """GPUs the partition's running jobs hold, this pass's starts and preemptions included."""
+        if self.held < 0:
+            self.held = held_gpus(self.running())
+        return self.held
+
+    def cap(self) -> int | None:
+        """GPUs its running jobs may hold in all: the quota, or in a cohort its nominal share plus what
+        it may borrow now (``core.cohorts``' cap_P, fixed at the start of the pass); None: no cap."""
+        if not self._cap_known:
+            self._cap_known = True
+            if self.part.cohort is None:
+                self._cap = self.part.gpu_quota
+            else:
+                assert self.nominal is not None
+                c = self.cluster
+                others = [m.state(nominal_of(m.partition, c)) for m in self.members]
+                self._cap = cohort_cap(quota_state(self.part, self.nominal, self.held_now(), ()), others)
+        return self._cap
+
     def quota_left(self) -> int | None:
-        q = self.part.gpu_quota
+        q = self.cap()
         if q is None:
             return None
-        if self.held < 0:
-            self.held = sum(r.allocation.gpus for r in self.running() if r.allocation is not None)
-        return q - self.held
+        return q - self.held_now()
+
+    def free_gpus(self, st: ClusterState) -> int:
+        """Wholly free GPUs on the nodes its jobs may use."""
+        g = self.group
+        return int(st.vc_free[g]) if isinstance(g, int) else int(sum(st.vc_free[v] for v in g))
 
     def place(self, job: Job, shape: Shape | None) -> Allocation | None:
         """The partition placer's allocation now, or None (fit memo first for plain requests)."""
         if self.rt.policy.arrays:
             return self.place_arrays(job, shape)
         st = self.state()
-        memo = self.rt.memo if shape is None and self.vc >= 0 and FitMemo.plain(job) else None
-        if memo is not None and (job.gpus > int(st.vc_free[self.vc]) or memo.refused(job, st, self.vc, self.biggest)):
+        memo = self.rt.memo if shape is None and self.has_nodes and FitMemo.plain(job) else None
+        if memo is not None and (job.gpus > self.free_gpus(st) or memo.refused(job, st, self.group, self.biggest)):
             return None
         alloc = self.rt.placer.place(_request(job, shape), st)
         if alloc is None and memo is not None:
-            memo.note(job, st, self.vc, self.biggest)
+            memo.note(job, st, self.group, self.biggest)
         return alloc
+
+    # -- preemption for a blocked head (core.cohorts) ------------------------------------------
+    def make_room(self, d: Decision, short: int) -> Allocation | None:
+        """Room for the blocked head ``d`` by preemption, None when none is allowed or none helps:
+        first reclaim from the cohort's borrowers (only within its nominal share: ``short``, the GPUs
+        its cap lacks for it, is 0), then, with LowerPriority, its own lower-priority jobs. The victims
+        are preempted (released on this pass's books, reported with their reason) and the head's
+        allocation on the freed GPUs is returned, for the caller to start it."""
+        job, pre, now = d.job, self.part.preemption, self.now
+        if (
+            self.part.cohort is not None
+            and pre.reclaim_within_cohort == "Any"
+            and short <= 0
+            and job.gpus > 0
+            and self.nominal is not None
+            and self.held_now() + job.gpus <= self.nominal
+        ):
+            owner: dict[str, str] = {}
+            borrowed: dict[str, int] = {}
+            cands: list[RunningJob] = []
+            for m in self.members:
+                name = m.partition.name
+                over = m.held_gpus() - nominal_of(m.partition, self.cluster)
+                if over <= 0:
+                    continue
+                borrowed[name] = over
+                for r in m.running_jobs():
+                    if r.allocation is not None and r.allocation.gpus and r.job.id not in self.reclaimed:
+                        owner[r.job.id] = name
+                        cands.append(r)
+
+            def still_borrows(r: RunningJob) -> bool:  # a member stops being a candidate once at its share
+                name = owner[r.job.id]
+                if borrowed[name] <= 0:
+                    return False
+                borrowed[name] -= r.allocation.gpus if r.allocation is not None else 0
+                return True
+
+            found = self._room(d, victim_order(cands, now), still_borrows, 0)
+            if found is not None:
+                alloc, victims = found
+                for r in victims:
+                    why = (
+                        f"reclaimed by VC {self.part.name} for job {job.id}: {owner[r.job.id]} holds GPUs beyond "
+                        f"its nominal share of cohort {self.part.cohort} and {self.part.name} needs its own share"
+                    )
+                    self._preempt(r, why, RECLAIM)
+                return alloc
+        if pre.within_partition == "LowerPriority":
+            lower = [
+                r
+                for r in self.running()
+                if r.job.priority < job.priority and r.allocation is not None and r.job.id not in self.reclaimed
+            ]
+            found = self._room(d, victim_order(lower, now), lambda r: True, short)
+            if found is not None:
+                alloc, victims = found
+                for r in victims:
+                    why = (
+                        f"preempted in {self.part.name} for job {job.id} of higher priority "
+                        f"({job.priority} > {r.job.priority}): its preemption is LowerPriority"
+                    )
+                    self._preempt(r, why, LOWER_PRIORITY)
+                    assert r.allocation is not None
+                    self.held_now()
+                    self.held -= r.allocation.gpus
+                return alloc
+        return None
+
+    def _room(
+        self, d: Decision, order: Sequence[RunningJob], take: Callable[[RunningJob], bool], short: int
+    ) -> tuple[Allocation, list[RunningJob]] | None:
+        """Release candidates in ``order`` (those ``take`` accepts) on a scratch copy until the head
+        has a placement and ``short`` GPUs are freed; then keep as victims those on the nodes it gets,
+        plus, while the cap still needs them, the first others. None when no prefix makes room."""
+        if not order:
+            return None
+        trial = self.state().copy()
+        req = _request(d.job, d.shape)
+        tried: list[RunningJob] = []
+        freed = 0
+        alloc: Allocation | None = None
+        for r in order:
+            if not take(r):
+                continue
+            assert r.allocation is not None
+            trial.release(r.allocation)
+            tried.append(r)
+            freed += r.allocation.gpus
+            if freed >= short:
+                alloc = self.rt.placer.place(req, trial)
+                if alloc is not None:
+                    break
+        if alloc is None:
+            return None
+        nodes = {g.node for g in alloc.grants}
+        held = [(r, r.allocation) for r in tried if r.allocation is not None]
+        victims = [r for r, a in held if any(g.node in nodes for g in a.grants)]
+        chosen = {id(r) for r in victims}
+        need = short - sum(a.gpus for r, a in held if id(r) in chosen)
+        for r, a in held:  # the cap's shortfall, from the cheapest of the others
+            if need <= 0:
+                break
+            if id(r) not in chosen:
+                victims.append(r)
+                need -= a.gpus
+        # the head's nodes are in the same state with the victims gone as in the trial: ``alloc`` holds
+        return alloc, victims
+
+    def _preempt(self, r: RunningJob, why: str, cause: str) -> None:
+        assert r.allocation is not None
+        if self.scratch is None:
+            self.scratch = self.cluster.copy()
+        self.scratch.release(r.allocation)
+        self.reclaimed.add(r.job.id)
+        self.result.preemptions.append(Preemption(r.job, why, cause))
 
     def place_arrays(self, job: Job, shape: Shape | None) -> Allocation | None:
         """SODA: the job's own resource array, then the arrays that lend to it; a GPU job that fits
@@ -411,8 +624,8 @@ class _Pass:
 
     def start(self, job: Job, alloc: Allocation | None, shape: Shape | None, backfilled: bool) -> None:
         self._book(alloc)
-        if self.part.gpu_quota is not None and alloc is not None:
-            self.quota_left()
+        if self.tracks_held and alloc is not None:
+            self.held_now()
             self.held += alloc.gpus
         # expected ends of this pass's starts matter only to backfilling's projections
         end = self.now + self.estimate(job, alloc) if self.estimate is not None and self.backfill else math.inf
@@ -449,6 +662,12 @@ class _Pass:
         releases = [
             (max(r.expected_end, self.now), r.allocation) for r in self.running() if r.job.id not in self.reclaimed
         ]
+        for m in self.members:  # a cohort's nodes are shared: its other members' jobs release them too
+            releases += [
+                (max(r.expected_end, self.now), r.allocation)
+                for r in m.running_jobs()
+                if r.job.id not in self.reclaimed
+            ]
         releases += [(max(e, self.now), a) for _, a, e in self.started]
         releases += [(max(e, self.now), a) for a, e in extra]
         # allocations started in this pass are booked in ``st`` already (state() includes them);
@@ -533,6 +752,7 @@ def admit(
     explain: bool = True,
     book: bool = False,
     first: Collection[str] = (),
+    cohort: Sequence[CohortMember] = (),
 ) -> AdmissionResult:
     """One admission pass over a partition's queue.
 
@@ -549,6 +769,11 @@ def admit(
     ``first``: ids of waiting jobs that go back to the head of their queue, ahead of the policy's
     order (jobs preempted for an inference service, ``core.services``); preemptive policies, which
     order waiting and running jobs together anyway, ignore it.
+    ``cohort``: every other member of the partition's cohort (``core.cohorts``), with its running and
+    waiting jobs; the members' nodes are then shared on ``cluster`` (``ClusterState.share_nodes``, a
+    static setting like a node pool). The result's preemptions may then stop jobs of other members
+    (reclaim); with ``booked`` they are released on ``cluster`` already, else only on the pass's copy.
+    Presorted static queues are sorted by ``ordering.static_key`` (the policy's key, then priority).
     """
     rt = runtime
     part = rt.partition
@@ -556,10 +781,13 @@ def admit(
     carry = carry or Carry()
     if part.backfill != "none" and estimate is None:
         raise InvalidInput("estimate", None, "backfilling needs expected run times")
+    check_members(part, cohort)
+    if part.cohort is not None:
+        cluster.share_nodes([part.name, *(m.partition.name for m in cohort)])
     ctx = rt.ctx
     ctx.now = now
     if policy.preemptive:
-        return _preemptive(rt, list(waiting), running, cluster, now, carry, estimate, explain)
+        return _preemptive(rt, list(waiting), running, cluster, now, carry, estimate, explain, cohort)
     if presorted:
         if not policy.static:
             raise InvalidInput("presorted", policy.name, "only a static policy's queue can be kept sorted")
@@ -573,9 +801,9 @@ def admit(
         if first:
             decisions = _heads_first(list(decisions), first, lambda d: d.job.id)
         n = len(jobs)
-    p = _Pass(rt, cluster, now, running, estimate, carry, max(n, 0), explain, book and not policy.arrays)
+    p = _Pass(rt, cluster, now, running, estimate, carry, max(n, 0), explain, book and not policy.arrays, cohort)
     backfill = part.backfill != "none"
-    if presorted and not (backfill or explain or policy.arrays) and part.gpu_quota is None:
+    if presorted and not (backfill or explain or policy.arrays or p.may_preempt or p.tracks_held):
         # A kept-sorted static order that does not backfill (the simulator's FIFO, SJF, QSSF): the loop
         # below then starts jobs in order up to the first that does not fit, and stops. The same, spelt
         # out: O(starts) work, no Decision per job.
@@ -590,6 +818,7 @@ def admit(
     res: HeadReservation | None = None
     head: Decision | None = None
     head_pos = head_at = 0
+    heads_tried: set[str] = set()  # sub-queues whose blocked head has tried preemption (make_room)
     for pos, d in enumerate(decisions):
         job = d.job
         if explain:
@@ -606,11 +835,29 @@ def admit(
             continue
         left = p.quota_left()
         if left is not None and job.gpus > left:
-            p.wait(d, pos, QUOTA, f"the partition's GPU quota of {part.gpu_quota} has {max(left, 0)} left", part.name)
+            room = None
+            if p.may_preempt and res is None and d.queue not in heads_tried:
+                heads_tried.add(d.queue)
+                room = p.make_room(d, job.gpus - left)
+            if room is not None:
+                p.start(job, room, d.shape, False)
+                continue
+            what = (
+                f"the partition's GPU quota of {part.gpu_quota}"
+                if part.cohort is None
+                else f"its nominal share of {p.nominal} GPUs plus what it may borrow in cohort {part.cohort}, {p.cap()},"
+            )
+            p.wait(d, pos, QUOTA, f"{what} has {max(left, 0)} left", part.name)
             if not backfill:
                 blocked_sub[d.queue] = job.id
             continue
         alloc = p.place(job, d.shape)
+        if alloc is None and p.may_preempt and res is None and d.queue not in heads_tried:
+            heads_tried.add(d.queue)  # the head of its queue: reclaim / preempt for it, once
+            alloc = p.make_room(d, 0)
+            if alloc is not None:
+                p.start(job, alloc, d.shape, False)
+                continue
         if res is not None and head is not None:  # behind a reserved head: backfill or wait
             if alloc is not None and not p.may_backfill(res, head, job, alloc):
                 alloc = p.avoid(res, job, d.shape)
@@ -670,12 +917,13 @@ def _preemptive(
     carry: Carry,
     estimate: Estimate | None,
     explain: bool,
+    cohort: Sequence[CohortMember] = (),
 ) -> AdmissionResult:
     """Preemptive policies (SRTF, LAS, RR, MLFQ): order waiting and running jobs together; keep the
     prefix that fits the partition's GPUs; preempt running jobs outside it; start the waiting ones in
     it; then fill what still fits in policy order (work-conserving: fragmentation may keep a desired
     job out, and its GPUs should not idle until the next event)."""
-    p = _Pass(rt, cluster, now, running, estimate, carry, len(waiting), explain)
+    p = _Pass(rt, cluster, now, running, estimate, carry, len(waiting), explain, members=cohort)
     run = list(p.running())
     if not waiting:
         return p.result
@@ -685,10 +933,11 @@ def _preemptive(
     ds = rt.policy.order([r.job for r in run] + waiting, rt.ctx)
     if explain:  # the order of waiting and running jobs together: what the positions refer to
         p.result.order = [d.job.id for d in ds]
-    vc = p.vc
-    budget = int(cluster.gpu_cap[cluster.vc_id == vc].sum()) if vc >= 0 else 0
-    if rt.partition.gpu_quota is not None:
-        budget = min(budget, rt.partition.gpu_quota)
+    g = p.group
+    budget = int(cluster.gpu_cap[np.isin(cluster.vc_id, g)].sum()) if p.has_nodes else 0
+    cap = p.cap()  # the quota, or in a cohort its share plus what it may borrow (no reclaim here)
+    if cap is not None:
+        budget = min(budget, cap)
     keep: set[str] = set()
     for d in ds:
         if d.job.gpus <= budget:
@@ -737,16 +986,20 @@ __all__ = [
     "BEHIND",
     "BLOCKED",
     "HEAD",
+    "LOWER_PRIORITY",
     "NO_FIT",
     "QUOTA",
+    "RECLAIM",
     "RESERVED",
     "AdmissionResult",
     "Carry",
+    "CohortMember",
     "FitMemo",
     "HeadReservation",
     "Partition",
     "PartitionRuntime",
     "Preemption",
+    "PreemptionPolicy",
     "RunningJob",
     "Start",
     "WaitReason",

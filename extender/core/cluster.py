@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.types import Allocation, Node, NodeGrant, PlacementRequest
+from qosmos.extender.core.types import POOL_AND, Allocation, Node, NodeGrant, PlacementRequest
 
 _LINEAGES = itertools.count()
 
@@ -65,6 +65,9 @@ class ClusterState:
         self._biggest: dict[tuple[str | None, tuple[str, ...], str | None], int] = {}
         # Named node subsets (SODA's resource arrays); static, shared by copies like the masks.
         self.pools: dict[str, np.ndarray] = {}
+        # Cohorts (``share_nodes``): VC name -> the VCs whose nodes its requests may use; static, shared.
+        self.cohorts: dict[str, tuple[str, ...]] = {}
+        self._own: dict[str, int] = {}  # GPUs on each VC's own nodes (static)
         # Per partition (VC): wholly free GPUs, and a counter bumped on every release, so callers
         # can remember a refusal until something is released (allocations only shrink free space).
         self.vc_free = np.bincount(self.vc_id, weights=self.gpu_cap, minlength=len(self.vcs)).astype(np.int64)
@@ -132,6 +135,8 @@ class ClusterState:
         """Name a static subset of nodes that requests may be confined to (``PlacementRequest.pool``)."""
         if mask.shape != (len(self.nodes),) or mask.dtype != bool:
             raise InvalidInput("pool", name, f"needs a boolean mask over the {len(self.nodes)} nodes")
+        if not name or POOL_AND in name:
+            raise InvalidInput("pool", name, f"a pool name is non-empty and has no {POOL_AND!r} (it joins pools)")
         prev = self.pools.get(name)
         if prev is not None and np.array_equal(prev, mask):
             return
@@ -139,24 +144,58 @@ class ClusterState:
         frozen.setflags(write=False)
         self.pools[name] = frozen
         for cache in (self._masks, self._biggest):
-            for key in [k for k in cache if k[2] == name]:
+            for key in [k for k in cache if k[2] is not None and name in k[2].split(POOL_AND)]:
                 del cache[key]
 
+    def share_nodes(self, members: Sequence[str]) -> None:
+        """Make ``members`` (the VCs of one cohort) place on the union of their nodes: from now on a
+        request of any of them is eligible on every member's nodes. Static like the pools (copies share
+        it); repeating the same call changes nothing."""
+        group = tuple(sorted(set(members)))
+        if not group or any(not m for m in group):
+            raise InvalidInput("cohort", list(members), "names no VirtualCluster")
+        if all(self.cohorts.get(m) == group for m in group):
+            return
+        for m in group:
+            old = self.cohorts.get(m)
+            if old is not None and old != group:
+                raise InvalidInput("cohort", m, f"already shares nodes with {', '.join(old)}")
+            self.cohorts[m] = group
+        self._masks.clear()  # in place: every copy's cached masks go too
+        self._biggest.clear()
+
+    def vc_group(self, vc: str | None) -> tuple[int, ...]:
+        """Indices (into ``vcs``) of the VCs whose nodes a request of ``vc`` may use: its cohort's, else
+        its own (empty when none of them has a node)."""
+        names = self.cohorts.get(vc, (vc,)) if vc is not None else ()
+        return tuple(self.vcs.index(v) for v in names if v in self.vcs)
+
+    def own_gpus(self, vc: str) -> int:
+        """GPUs on ``vc``'s own nodes, whatever it shares (a cohort member's default nominal share)."""
+        n = self._own.get(vc)
+        if n is None:
+            i = self.vc_index(vc)
+            n = self._own[vc] = int(self.gpu_cap[self.vc_id == i].sum()) if i >= 0 else 0
+        return n
+
     def eligible(self, vc: str | None, gpu_models: tuple[str, ...] = (), pool: str | None = None) -> np.ndarray:
-        """Nodes a request may use: its VC (logical partition), allowed GPU models and node pool."""
+        """Nodes a request may use: its VC (logical partition; a cohort's union, ``share_nodes``),
+        allowed GPU models and node pool."""
         key = (vc, gpu_models, pool)
         mask = self._masks.get(key)
         if mask is None:
             mask = np.ones(len(self.nodes), dtype=bool)
-            if vc is not None:
+            if vc is not None and vc in self.cohorts:
+                mask &= np.isin(self.vc_id, self.vc_group(vc))
+            elif vc is not None:
                 mask &= self.vc_id == (self.vcs.index(vc) if vc in self.vcs else -1)
             if gpu_models:
                 ids = [self.gpu_models.index(m) for m in gpu_models if m in self.gpu_models]
                 mask &= np.isin(self.model_id, ids)
-            if pool is not None:
-                if pool not in self.pools:
-                    raise InvalidInput("pool", pool, f"no such node pool (known: {', '.join(self.pools) or 'none'})")
-                mask &= self.pools[pool]
+            for part in pool.split(POOL_AND) if pool is not None else ():
+                if part not in self.pools:
+                    raise InvalidInput("pool", part, f"no such node pool (known: {', '.join(self.pools) or 'none'})")
+                mask &= self.pools[part]
             mask.setflags(write=False)
             self._masks[key] = mask
         return mask
@@ -178,7 +217,8 @@ class ClusterState:
         """None when an empty cluster could host ``req``; else the reason it never can."""
         mask = self.eligible(req.vc, req.gpu_models, req.pool)
         if not mask.any():
-            return f"no node in vc={req.vc!r} with GPU model in {list(req.gpu_models) or 'any'}"
+            within = f" in node pool {req.pool}" if req.pool is not None else ""
+            return f"no node in vc={req.vc!r} with GPU model in {list(req.gpu_models) or 'any'}{within}"
         caps = self.gpu_cap[mask]
         gang = req.gang  # a chosen or user-fixed shape
         if gang is not None:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from qosmos.extender.core import throughput
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Job, JobKind, Platform, QoSClass, Shape
 
@@ -22,13 +23,24 @@ DEFAULT_NU = 10.0  # seconds of start-up (framework init, data loader warm-up)
 
 @dataclass(frozen=True, slots=True)
 class ThroughputProfile:
-    """Per model type coefficients: sPR(b') = k0 + k1 b' + k2 b'^2 (Eq. 7), Comm's γ, λ (Eq. 8), ν (Eq. 4).
+    """One model type's single-GPU rate sPR(b') in a chosen ``form``, Comm's γ, λ (Eq. 8), ν (Eq. 4).
 
-    ``b_min``/``b_max`` bound the batch sizes a database profile was measured on. Inside the
-    range Eq. 7 is used as GENIE does. Outside it the quadratic is not trusted
-    (:meth:`extrapolated`): below b_min the rate scales linearly down to 0 (a GPU fed with
-    fewer samples), above b_max it is held at sPR(b_max) (a saturated GPU).
-    A profile without a measured range (``b_max`` infinite, e.g. explicit ``--coeffs``)
+    ``form`` (see :mod:`qosmos.extender.core.throughput`):
+
+    - ``quadratic`` (default, the seed's reference): sPR(b') = k0 + k1 b' + k2 b'^2 (Eq. 7);
+    - ``affine-time``: iteration time t(b') = time_a + time_c b' seconds, sPR = b' / t;
+    - ``interpolated``: piecewise-linear iteration time through ``knots`` ((b', t) pairs).
+
+    k0..k2 always hold the Eq. 7 fit (the reference every form is compared with); only the
+    quadratic form evaluates them. ``heldout_error`` is the form's leave-one-out error in %
+    (None when not measured); ``measured_on`` the environment the samples came from.
+
+    ``b_min``/``b_max`` bound the batch sizes a database profile was measured on. For the
+    quadratic, Eq. 7 is used inside the range as GENIE does; outside it the quadratic is not
+    trusted (:meth:`extrapolated`): below b_min the rate scales linearly down to 0 (a GPU fed
+    with fewer samples), above b_max it is held at sPR(b_max) (a saturated GPU). The
+    iteration-time forms follow their end slopes outside it (:func:`throughput.time_at`).
+    A quadratic without a measured range (``b_max`` infinite, e.g. explicit ``--coeffs``)
     is Eq. 7 literally wherever it is positive, and 0 (no progress) where it is not.
     """
 
@@ -42,9 +54,15 @@ class ThroughputProfile:
     b_min: float = 1.0
     b_max: float = math.inf
     source: str = ""
+    form: str = throughput.QUADRATIC
+    time_a: float = 0.0
+    time_c: float = 0.0
+    knots: throughput.Knots = ()
+    heldout_error: float | None = None
+    measured_on: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("k0", "k1", "k2", "gamma", "lam", "nu", "b_min"):
+        for name in ("k0", "k1", "k2", "gamma", "lam", "nu", "b_min", "time_a", "time_c"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value):
                 raise InvalidInput(name, value, "must be a finite number")
@@ -52,6 +70,13 @@ class ThroughputProfile:
             raise InvalidInput("gamma/lam/nu", (self.gamma, self.lam, self.nu), "must be >= 0")
         if not 0 < self.b_min <= self.b_max:
             raise InvalidInput("b_min", self.b_min, "must satisfy 0 < b_min <= b_max")
+        if self.heldout_error is not None and not (math.isfinite(self.heldout_error) and self.heldout_error >= 0):
+            raise InvalidInput("heldout_error", self.heldout_error, "must be a finite number >= 0 (%) or None")
+        if self.form not in throughput.FORMS:
+            raise InvalidInput("form", self.form, f"must be one of {', '.join(throughput.FORMS)}")
+        if self.form != throughput.QUADRATIC:
+            self._check_time_form()
+            return
         coeffs = (self.k0, self.k1, self.k2)
         if not self.measured:
             if not self._positive_somewhere():
@@ -62,6 +87,19 @@ class ThroughputProfile:
             probes.append(vertex)
         if min(self._quadratic(b) for b in probes) <= 0:
             raise InvalidInput("k0,k1,k2", coeffs, "sPR must be > 0 on [b_min, b_max]")
+
+    def _check_time_form(self) -> None:
+        if not self.measured or self.b_min == self.b_max:
+            raise InvalidInput("b_min/b_max", (self.b_min, self.b_max), f"form {self.form} needs a measured range")
+        if self.form == throughput.AFFINE_TIME:
+            if self.time_c < 0:
+                raise InvalidInput("time_c", self.time_c, "iteration time must not fall as the batch grows")
+            if self.time_a + self.time_c * self.b_min <= 0:
+                raise InvalidInput("time_a,time_c", (self.time_a, self.time_c), "t(b_min) must be > 0")
+            return
+        throughput.check_knots(self.knots)
+        if (self.knots[0][0], self.knots[-1][0]) != (self.b_min, self.b_max):
+            raise InvalidInput("knots", self.knots, f"must span the measured range [{self.b_min:g}, {self.b_max:g}]")
 
     @property
     def measured(self) -> bool:
@@ -77,10 +115,26 @@ class ThroughputProfile:
     def _quadratic(self, b: float) -> float:
         return self.k0 + self.k1 * b + self.k2 * b * b
 
+    def iteration_time(self, local_batch: float) -> float:
+        """t(b') in seconds of the iteration-time forms (not defined for the quadratic)."""
+        if self.form == throughput.AFFINE_TIME:
+            return throughput.time_at(
+                throughput.affine_knots(self.time_a, self.time_c, self.b_min, self.b_max), local_batch
+            )
+        if self.form == throughput.INTERPOLATED:
+            return throughput.time_at(self.knots, local_batch)
+        raise InvalidInput("form", self.form, "has no iteration time; it models the rate (Eq. 7)")
+
     def spr(self, local_batch: float) -> float:
-        """sPR(t') for a local batch b' (Eq. 7), samples per second on one GPU."""
+        """sPR(b') for a local batch b', samples per second on one GPU, in the profile's form.
+
+        Every rate in the core (PR of Eq. 5, CER, inference's C(b), the simulator) comes from here,
+        so Eq. 8's communication penalty composes with any form.
+        """
         if local_batch <= 0:
             raise InvalidInput("local_batch", local_batch, "must be > 0")
+        if self.form != throughput.QUADRATIC:
+            return local_batch / self.iteration_time(local_batch)
         if not self.measured:
             # Eq. 7 literally; where it is not positive the GPU makes no progress.
             return max(self._quadratic(local_batch), 0.0)
@@ -90,7 +144,7 @@ class ThroughputProfile:
         return self._quadratic(min(local_batch, self.b_max))
 
     def extrapolated(self, local_batch: float) -> bool:
-        """True when sPR(b') is not Eq. 7 on a measured batch: b' outside [b_min, b_max]."""
+        """True when sPR(b') is not read off the measured batches: b' outside [b_min, b_max]."""
         return self.measured and not self.b_min <= local_batch <= self.b_max
 
 
@@ -371,11 +425,32 @@ def fit_spr(batches: Sequence[float], rates: Sequence[float]) -> tuple[float, fl
 
 
 def fit_single_gpu_profile(
-    model: str, batches: Sequence[float], rates: Sequence[float], *, nu: float = DEFAULT_NU, source: str = ""
+    model: str,
+    batches: Sequence[float],
+    rates: Sequence[float],
+    *,
+    nu: float = DEFAULT_NU,
+    source: str = "",
+    form: str = throughput.QUADRATIC,
+    heldout_error: float | None = None,
+    measured_on: tuple[tuple[str, str], ...] = (),
 ) -> ThroughputProfile:
-    """A profile from B single-GPU runs (§5.1.5): k_i by :func:`fit_spr`, trusted on the measured
-    batch range; γ, λ keep the documented defaults until multi-GPU runs fit them."""
+    """A profile in ``form`` from B single-GPU runs (§5.1.5), trusted on the measured batch range;
+    γ, λ keep the documented defaults until multi-GPU runs fit them.
+
+    k_i are always :func:`fit_spr`'s (Eq. 7, the reference); the affine-time form adds
+    :func:`throughput.fit_affine_time`'s a, c, the interpolated form
+    :func:`throughput.fit_monotone_knots`'s knots.
+    """
     k0, k1, k2 = fit_spr(batches, rates)
+    if form not in throughput.FORMS:
+        raise InvalidInput("form", form, f"must be one of {', '.join(throughput.FORMS)}")
+    time_a = time_c = 0.0
+    knots: throughput.Knots = ()
+    if form == throughput.AFFINE_TIME:
+        time_a, time_c = throughput.fit_affine_time(batches, rates)
+    elif form == throughput.INTERPOLATED:
+        knots = throughput.fit_monotone_knots(batches, rates)
     return ThroughputProfile(
         model,
         k0,
@@ -387,7 +462,70 @@ def fit_single_gpu_profile(
         b_min=float(min(batches)),
         b_max=float(max(batches)),
         source=source,
+        form=form,
+        time_a=time_a,
+        time_c=time_c,
+        knots=knots,
+        heldout_error=heldout_error,
+        measured_on=measured_on,
     )
+
+
+def heldout_errors(batches: Sequence[float], rates: Sequence[float]) -> dict[str, float | None]:
+    """Every form's leave-one-out error (mean abs % error of sPR), None where a fold cannot fit it.
+
+    Each fold is fitted exactly as a stored profile is (:func:`fit_single_gpu_profile`), so a
+    held-out end batch is predicted through the same out-of-range guard the scheduler uses.
+    """
+
+    def fitter(form: str) -> Callable[[Sequence[float], Sequence[float]], throughput.Predictor]:
+        return lambda b, r: fit_single_gpu_profile("fold", b, r, form=form).spr
+
+    return {
+        form: throughput.leave_one_out(batches, rates, fitter(form), throughput.MIN_BATCHES[form])
+        for form in throughput.FORMS
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class FormChoice:
+    """The profile in the form with the lowest held-out error, and every form's error (None: not fitted)."""
+
+    profile: ThroughputProfile
+    candidates: dict[str, float | None]
+
+
+def select_single_gpu_profile(
+    model: str,
+    batches: Sequence[float],
+    rates: Sequence[float],
+    *,
+    nu: float = DEFAULT_NU,
+    source: str = "",
+    measured_on: tuple[tuple[str, str], ...] = (),
+) -> FormChoice:
+    """Fit every form and keep the one with the lowest leave-one-out error (ties: the simpler form).
+
+    A form that cannot be fitted on all samples is not a candidate either. With too few batch
+    sizes for any held-out error the quadratic of :func:`fit_spr` is kept (degraded to linear
+    or constant as there), with ``heldout_error`` None.
+    """
+    candidates = heldout_errors(batches, rates)
+    fitted: dict[str, ThroughputProfile] = {}
+    for form, err in candidates.items():
+        if err is None:
+            continue
+        try:
+            fitted[form] = fit_single_gpu_profile(
+                model, batches, rates, nu=nu, source=source, form=form, heldout_error=err, measured_on=measured_on
+            )
+        except InvalidInput:
+            candidates[form] = None
+    chosen = throughput.choose_form(candidates)
+    if chosen is None:
+        profile = fit_single_gpu_profile(model, batches, rates, nu=nu, source=source, measured_on=measured_on)
+        return FormChoice(profile, candidates)
+    return FormChoice(fitted[chosen], candidates)
 
 
 def fit_comm(

@@ -19,13 +19,25 @@ One replica's maximum load is therefore B / C(B) queries per second, and a query
 batch of q × C(bs_gpu) queries per GPU window: "query load below bs_gpu" (§V-D2) means
 q × C(bs_gpu) < bs_gpu, i.e. q below one GPU replica's maximum load.
 
-Compute time C(b): on a GPU b / sPR(b) from the model database (GENIE Eq. 7 on one GPU, no
-Comm for inference, Eq. 8); on CPU b / (cores × per-core rate), linear in the batch and in the
-cores (seed 002 Fig. 9 shows the largest batch growing with the cores; linear is our assumption).
+Compute time C(b), in this order (every threshold says which it came from, ``InferenceSpec.sources``):
+1. an override (the InferenceService's gpuSwitchBatch / cpu.maxBatch, the CLI's options);
+2. an inference profile (``core.inference_profiles``): C(b) measured under ``torch.inference_mode``
+   on the node's GPU model (else the nearest) and on CPU cores (issue 23 §3);
+3. on a GPU b / sPR(b) from the model database (GENIE Eq. 7 on one GPU, no Comm for inference,
+   Eq. 8); on CPU b / (cores × per-core rate), linear in the batch and in the cores (seed 002
+   Fig. 9 shows the largest batch growing with the cores; linear is our assumption).
 Per-core rates come from seed 002 Table III (largest batch within 200 ms on 16 cores, compute
 only, so rate >= batch / 3.2 s; we take that bound) and Fig. 16 for ResNet50 (2 / (16 × 95.96 ms)).
 The database's profiles are training throughput (Lucid), i.e. forward and backward passes: as an
-inference rate they are conservative (a forward pass is roughly a third of a training step).
+inference rate they are conservative (a forward pass is roughly a third of a training step), and
+issue 23 measured them 16-35x off; a measured inference profile replaces them.
+
+Switching ahead of the load (issue 23 §3): a replica asked for now serves only after its start-up
+time, so a placer that follows the measured rate switches and scales after the load has arrived.
+``decide`` takes ``forecast_qps``, the upper band of the rate forecast over the next
+:func:`forecast_horizon_s` (the start-up time plus one decision period: what the replicas asked
+for now must carry until the next decision's are Ready), and plans for the larger of the two.
+The forecaster lives in ``predictors.qps_forecast``; the core takes the number.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from enum import StrEnum
 
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.genie import ThroughputProfile
+from qosmos.extender.core.inference_profiles import InferenceProfiles, MeasuredCompute, check_batch, check_scale
 from qosmos.extender.core.modeldb import ModelDB
 
 SODA_CPU_CORES = 16  # seed 002 §IV-E: the cores a GPU node leaves after 12 for its GPU jobs
@@ -113,12 +126,10 @@ class GpuCompute:
     scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.scale) and self.scale > 0):
-            raise InvalidInput("scale", self.scale, "must be a finite number > 0")
+        check_scale(self.scale)
 
     def seconds(self, batch: float) -> float:
-        if not batch > 0:
-            raise InvalidInput("batch", batch, "must be > 0")
+        check_batch(batch)
         rate = self.profile.spr(batch)
         return math.inf if rate <= 0 else self.scale * batch / rate
 
@@ -137,12 +148,11 @@ class CpuCompute:
             raise InvalidInput("per_core_qps", self.per_core_qps, "must be a finite number > 0")
 
     def seconds(self, batch: float) -> float:
-        if not batch > 0:
-            raise InvalidInput("batch", batch, "must be > 0")
+        check_batch(batch)
         return batch / (self.cores * self.per_core_qps)
 
 
-Compute = GpuCompute | CpuCompute
+Compute = GpuCompute | CpuCompute | MeasuredCompute
 
 
 def window_s(compute: Compute, batch: int) -> float:
@@ -238,6 +248,9 @@ class InferenceSpec:
     scale_out_after_s: float = DEFAULT_SCALE_OUT_AFTER_S
     scale_in_after_s: float = DEFAULT_SCALE_IN_AFTER_S
     notes: tuple[str, ...] = field(default=(), compare=False)
+    # where each threshold came from: (name, source) for gpu_compute, gpu_switch_batch, cpu_compute,
+    # cpu_max_batch (:meth:`thresholds`)
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.qos_target_ms) and self.qos_target_ms > 0):
@@ -297,6 +310,30 @@ class InferenceSpec:
         """The load as a batch: queries arriving in one GPU batch interval C(bs_gpu) (module notes)."""
         return qps * self.gpu.compute_s
 
+    def source(self, name: str) -> str:
+        """Where threshold ``name`` came from ('' when not recorded)."""
+        return dict(self.sources).get(name, "")
+
+    def thresholds(self) -> dict[str, dict[str, object]]:
+        """The derived thresholds (seed 002 §V-D1) with their sources, for explain and summaries."""
+        out: dict[str, dict[str, object]] = {
+            "gpu_switch_batch": {"value": self.gpu.batch, "source": self.source("gpu_switch_batch")},
+            "gpu_compute_ms": {"value": round(self.gpu.compute_s * 1000, 3), "source": self.source("gpu_compute")},
+            "gpu_replica_max_qps": {"value": round(self.gpu.capacity_qps, 3), "source": self.source("gpu_compute")},
+        }
+        cpu = self.cpu
+        out["cpu_max_batch"] = {"value": cpu.batch if cpu else 0, "source": self.source("cpu_max_batch")}
+        out["cpu_compute_ms"] = {
+            "value": round(cpu.compute_s * 1000, 3) if cpu else None,
+            "source": self.source("cpu_compute"),
+        }
+        out["cpu_replica_max_qps"] = {
+            "value": round(cpu.capacity_qps, 3) if cpu else 0.0,
+            "source": self.source("cpu_compute"),
+        }
+        out["cpu_cores_per_replica"] = {"value": cpu.cores if cpu else 0, "source": self.source("cpu_cores")}
+        return out
+
     def gpu_only(self) -> InferenceSpec:
         """The same service never leaving the GPU (SODA's baseline, the original service mode §V-D1)."""
         return replace(self, cpu=None)
@@ -349,6 +386,7 @@ class Decision:
     capacity_qps: float
     retry_at: float | None = None
     switched: bool = False  # the mode differs from the state's it was given
+    planned_qps: float = 0.0  # the load planned for: the larger of the observed rate and the forecast
 
 
 # ---- building a spec from what a user gives ----------------------------------------------------------
@@ -356,10 +394,21 @@ class Decision:
 
 def cpu_rate(model: str) -> float | None:
     """Per-core queries per second of ``model`` from seed 002 (Table III, Fig. 16), if it is there."""
+    name = _seed_name(model)
+    return None if name is None else CPU_PER_CORE_QPS[name]
+
+
+def _seed_name(model: str) -> str | None:
     key = _norm(model)
     by_key = {_norm(k): k for k in CPU_PER_CORE_QPS}
-    name = by_key.get(key) or CPU_ALIASES.get(key)
-    return None if name is None else CPU_PER_CORE_QPS[name]
+    return by_key.get(key) or CPU_ALIASES.get(key)
+
+
+def _seed_source(model: str) -> str:
+    name = _seed_name(model)
+    if name == "ResNet50":
+        return "seed 002 Fig. 16 (ResNet50: batch 2 in 95.96 ms on 16 cores), linear in the cores"
+    return f"seed 002 Table III ({name}: batch {SODA_TABLE_III.get(name or '', 0)} within 200 ms on 16 cores)"
 
 
 def resolve_spec(
@@ -380,15 +429,22 @@ def resolve_spec(
     switch_cooldown_s: float = DEFAULT_SWITCH_COOLDOWN_S,
     scale_out_after_s: float = DEFAULT_SCALE_OUT_AFTER_S,
     scale_in_after_s: float = DEFAULT_SCALE_IN_AFTER_S,
+    inference_profiles: InferenceProfiles | None = None,
+    gpu_model: str | None = None,
 ) -> InferenceSpec:
-    """An :class:`InferenceSpec` from an InferenceService's fields, the rest from the model database.
+    """An :class:`InferenceSpec` from an InferenceService's fields, the rest from an inference profile
+    or the model database (module notes: overrides, then a profile, then the database and the seed).
 
-    GPU: bs_gpu = the largest batch one GPU serves within the target under the database's
-    profile, unless given (profiled); a given bs_gpu rescales the profile's compute time so that
-    the window plus C(bs_gpu) is exactly the target (the profile keeps the shape).
-    CPU: per-core rate given, else implied by a given max batch (its window + compute taken as
-    the target), else seed 002's rate for the model; max batch given, else the largest within the
-    target at that rate. No rate at all, or a max batch below 1: never on CPU.
+    ``inference_profiles``: the measured C(b) curves (None: the built-in ones; an empty
+    :class:`InferenceProfiles` uses only the database and the seed); ``gpu_model``: the GPU model of
+    the nodes that serve (its own profile first, else the nearest).
+    GPU: C(b) from the model's GPU inference profile, else b / sPR(b) of the database's training
+    profile; bs_gpu = the largest batch one GPU serves within the target, unless given — a given
+    bs_gpu rescales C so that the window plus C(bs_gpu) is exactly the target (the curve keeps its
+    shape). CPU: a given per-core rate, else one implied by a given max batch (its window + compute
+    taken as the target), else the model's CPU inference profile for the replica's cores, else
+    seed 002's rate; max batch given, else the largest within the target. No CPU data at all, or a
+    max batch below 1: never on CPU.
     """
     if not (isinstance(qos_target_ms, int | float) and math.isfinite(qos_target_ms) and qos_target_ms > 0):
         raise InvalidInput("qos_target_ms", qos_target_ms, "must be a finite number > 0")
@@ -398,49 +454,87 @@ def resolve_spec(
         raise InvalidInput("cpu_cores_per_replica", cpu_cores_per_replica, "must be an integer >= 1")
     if cpu_per_core_qps is not None and not (math.isfinite(cpu_per_core_qps) and cpu_per_core_qps >= 0):
         raise InvalidInput("cpu_per_core_qps", cpu_per_core_qps, "must be a finite number >= 0 (0: never on CPU)")
+    profiles = InferenceProfiles.builtin() if inference_profiles is None else inference_profiles
     target = qos_target_ms / 1000.0
     notes: list[str] = []
-    found = db.lookup(model)
-    if found.how != "exact":
-        notes.append(f"GPU profile of {model}: {found.matched}'s ({found.how} name)")
-    gpu_compute = GpuCompute(found.profile)
+    sources: dict[str, str] = {}
+
+    gpu_compute: GpuCompute | MeasuredCompute
+    measured = profiles.gpu(model, gpu_model)
+    if measured is not None:
+        gpu_compute = measured.compute
+        sources["gpu_compute"] = measured.source
+    else:
+        found = db.lookup(model)
+        if found.how != "exact":
+            notes.append(f"GPU profile of {model}: {found.matched}'s ({found.how} name)")
+        gpu_compute = GpuCompute(found.profile)
+        sources["gpu_compute"] = (
+            f"model DB training rate ({found.matched}: {found.profile.source or 'given'}); no inference profile"
+        )
     if gpu_switch_batch is None:
         bs_gpu = serving_batch(gpu_compute, target)
         if bs_gpu < 1:
             raise InvalidInput(
                 "qos_target_ms", qos_target_ms, f"one GPU cannot serve {model} within it even at batch 1"
             )
-        notes.append(f"bs_gpu {bs_gpu} from the {found.matched} profile ({found.profile.source or 'given'})")
+        sources["gpu_switch_batch"] = sources["gpu_compute"]
+        notes.append(f"bs_gpu {bs_gpu} from the {sources['gpu_compute']}")
     else:
         if isinstance(gpu_switch_batch, bool) or not isinstance(gpu_switch_batch, int) or gpu_switch_batch < 1:
             raise InvalidInput("gpu_switch_batch", gpu_switch_batch, "must be an integer >= 1")
         bs_gpu = gpu_switch_batch
         spent = window_s(gpu_compute, bs_gpu) + gpu_compute.seconds(bs_gpu)
-        gpu_compute = GpuCompute(found.profile, scale=target / spent)
+        gpu_compute = replace(gpu_compute, scale=gpu_compute.scale * target / spent)
+        sources["gpu_switch_batch"] = "override"
+        sources["gpu_compute"] = (
+            f"override (bs_gpu {bs_gpu} within the target; the curve's shape from the {sources['gpu_compute']})"
+        )
     gpu = Serving(Mode.GPU, bs_gpu, gpu_compute, gpus=1)
 
     cpu: Serving | None = None
-    rate = cpu_per_core_qps
-    if rate is None and cpu_max_batch is not None and cpu_max_batch >= 1:
-        # a profiled max batch: its window + compute is the target (2 C(B) = T, or C(1) = T)
-        rate = cpu_max_batch / (cpu_cores_per_replica * (target / 2 if cpu_max_batch > 1 else target))
-    if rate is None:
-        rate = cpu_rate(model)
-        if rate:
-            notes.append(f"CPU rate {rate:.4g} queries/s per core from SODA's measurements")
+    cpu_compute: Compute | None = None
+    cores = cpu_cores_per_replica
+    sources["cpu_cores"] = "given" if cores != SODA_CPU_CORES else "seed 002 §IV-E (16 spare cores of a GPU node)"
     if cpu_max_batch is not None and cpu_max_batch < 1:
         notes.append("CPU max batch below 1: never on CPU")
-    elif rate is None:
-        notes.append(f"no CPU profile for {model}: never on CPU (give a CPU max batch or per-core rate)")
-    elif rate > 0:
-        cpu_compute = CpuCompute(cpu_cores_per_replica, rate)
-        b = cpu_max_batch if cpu_max_batch is not None else serving_batch(cpu_compute, target)
-        if b >= 1:
-            cpu = Serving(Mode.CPU, b, cpu_compute, cores=cpu_cores_per_replica)
+        sources["cpu_max_batch"] = sources["cpu_compute"] = "override (never on CPU)"
+    elif cpu_per_core_qps is not None:
+        if cpu_per_core_qps > 0:
+            cpu_compute = CpuCompute(cores, cpu_per_core_qps)
+            sources["cpu_compute"] = f"override (per-core rate {cpu_per_core_qps:.4g} queries/s)"
         else:
-            notes.append(f"{cpu_cores_per_replica} CPU cores cannot serve {model} within the target: never on CPU")
+            notes.append("CPU rate 0 given: never on CPU")
+            sources["cpu_max_batch"] = sources["cpu_compute"] = "override (never on CPU)"
+    elif cpu_max_batch is not None:
+        # a profiled max batch: its window + compute is the target (2 C(B) = T, or C(1) = T)
+        rate = cpu_max_batch / (cores * (target / 2 if cpu_max_batch > 1 else target))
+        cpu_compute = CpuCompute(cores, rate)
+        sources["cpu_compute"] = f"override (max batch {cpu_max_batch} within the target)"
+    elif (found_cpu := profiles.cpu(model, cores, gpu_model)) is not None:
+        cpu_compute = found_cpu.compute
+        sources["cpu_compute"] = found_cpu.source
     else:
-        notes.append(f"CPU rate 0 for {model} (given, or SODA Table III): never on CPU")
+        seed_rate = cpu_rate(model)
+        if seed_rate is None:
+            notes.append(f"no CPU profile for {model}: never on CPU (give a CPU max batch or per-core rate)")
+            sources["cpu_max_batch"] = sources["cpu_compute"] = "no CPU profile or seed measurement"
+        elif seed_rate > 0:
+            cpu_compute = CpuCompute(cores, seed_rate)
+            sources["cpu_compute"] = _seed_source(model)
+            notes.append(f"CPU rate {seed_rate:.4g} queries/s per core from SODA's measurements")
+        else:
+            notes.append(f"CPU rate 0 for {model} (SODA Table III): never on CPU")
+            sources["cpu_max_batch"] = sources["cpu_compute"] = _seed_source(model)
+    if cpu_compute is not None:
+        if cpu_max_batch is not None:
+            b, sources["cpu_max_batch"] = cpu_max_batch, "override"
+        else:
+            b, sources["cpu_max_batch"] = serving_batch(cpu_compute, target), sources["cpu_compute"]
+        if b >= 1:
+            cpu = Serving(Mode.CPU, b, cpu_compute, cores=cores)
+        else:
+            notes.append(f"{cores} CPU cores cannot serve {model} within the target: never on CPU")
     return InferenceSpec(
         model=model,
         qos_target_ms=float(qos_target_ms),
@@ -456,6 +550,7 @@ def resolve_spec(
         scale_out_after_s=scale_out_after_s,
         scale_in_after_s=scale_in_after_s,
         notes=tuple(notes),
+        sources=tuple(sources.items()),
     )
 
 
@@ -485,8 +580,24 @@ def _fmt(qps: float) -> str:
     return f"{qps:.4g} queries/s"
 
 
+def forecast_horizon_s(ready_s: float, period_s: float) -> float:
+    """How far ahead a forecast must see for :func:`decide`: replicas asked for now serve after
+    ``ready_s``, and they must carry the load until those asked for at the next decision, one
+    ``period_s`` later, are Ready too."""
+    for name, v in (("ready_s", ready_s), ("period_s", period_s)):
+        if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+            raise InvalidInput(name, v, "must be a finite number of seconds >= 0")
+    return float(ready_s + period_s)
+
+
 def decide(
-    spec: InferenceSpec, state: InferenceState | None, qps: float, now: float, *, prefer_gpu: bool = False
+    spec: InferenceSpec,
+    state: InferenceState | None,
+    qps: float,
+    now: float,
+    *,
+    prefer_gpu: bool = False,
+    forecast_qps: float | None = None,
 ) -> Decision:
     """Mode and replicas for an observed query rate ``qps`` at time ``now`` (seconds, any epoch).
 
@@ -498,6 +609,13 @@ def decide(
     SODA serves on GPU (§V-D2); how many queued jobs count as many is the caller's call.
     ``qps`` is the load to serve: a caller that sees queued queries adds what draining them
     within its period takes (the replay does).
+
+    ``forecast_qps`` (issue 23 §3, switching ahead of the load): the upper band of the query rate
+    forecast over the next :func:`forecast_horizon_s`. The placer plans for the larger of it and
+    ``qps``: the next mode's replicas are asked for before the predicted crossing (so they are Ready
+    when the load arrives), each mode is sized for the band, and a step down needs the band below
+    the point too. A forecast above what the current replicas serve counts as an overload (no
+    wait, no cooldown): QoS first, as for a measured overload. None: the observed rate alone.
 
     Where the seed is silent, we chose (the seed gives no scale-in rule, hysteresis or cooldown):
     - Hysteresis: a step down (GPU → CPU, fewer replicas) needs the load at (1 − h) of the point it
@@ -518,6 +636,13 @@ def decide(
         raise InvalidInput("qps", qps, "must be a finite number >= 0")
     if not (isinstance(now, int | float) and math.isfinite(now)):
         raise InvalidInput("now", now, "must be a finite time in seconds")
+    if forecast_qps is not None and not (
+        isinstance(forecast_qps, int | float) and math.isfinite(forecast_qps) and forecast_qps >= 0
+    ):
+        raise InvalidInput("forecast_qps", forecast_qps, "must be a finite number >= 0 or None")
+    observed = qps
+    if forecast_qps is not None and forecast_qps > qps:
+        qps = float(forecast_qps)  # plan for the band: every rule below reads the planned load
     thr, band = spec.scale_out_threshold, 1.0 - spec.hysteresis
     load_batch = spec.load_batch(qps)
 
@@ -534,7 +659,9 @@ def decide(
             retry = st.last_switch_s + spec.switch_cooldown_s
         cap = n * spec.serving(mode).capacity_qps
         switched = state is not None and mode is not state.mode
-        return Decision(mode, n, reason, message, st, tm, tn, load_batch, cap, retry, switched)
+        if qps > observed:
+            message = f"{message} (forecast; {_fmt(observed)} observed)"
+        return Decision(mode, n, reason, message, st, tm, tn, load_batch, cap, retry, switched, qps)
 
     if state is None:
         cpu = not prefer_gpu and _cpu_serves(spec, qps, 1.0)
@@ -626,6 +753,7 @@ __all__ = [
     "Serving",
     "cpu_rate",
     "decide",
+    "forecast_horizon_s",
     "needed_replicas",
     "resolve_spec",
     "serving_batch",

@@ -5,6 +5,11 @@ scheduler should try them, each optionally carrying a GENIE shape to place it wi
 ``queue`` on a Decision names an independent sub-queue (SODA's job arrays): a blocked
 head blocks only its own sub-queue. Policies are pure: the caller passes the clock and
 the usage figures they need in an OrderContext.
+
+Every policy is a stable sort (or a stable pass) over the queue after :func:`by_priority`: jobs of
+equal standing under the policy go by ``Job.priority`` (higher first, Kueue's workload priority),
+then in the caller's (arrival) order. With equal priorities that pre-sort is the identity, so no
+order changes; a caller that keeps a static policy's queue sorted uses :func:`static_key`.
 """
 
 from __future__ import annotations
@@ -72,9 +77,24 @@ class OrderingPolicy(Protocol):
     def requeue_after(self, job: Job) -> float | None: ...
 
 
+def by_priority(queue: Sequence[Job]) -> Sequence[Job]:
+    """The queue with higher priorities first, a stable sort (the queue itself when all are equal):
+    a stable sort by the policy's key after it leaves priority as the tie-breaker."""
+    first = queue[0].priority if queue else 0
+    if all(j.priority == first for j in queue):
+        return queue
+    return sorted(queue, key=lambda j: -j.priority)
+
+
+def static_key(policy: OrderingPolicy, job: Job, ctx: OrderContext) -> tuple[float, int]:
+    """The sort key of a ``static`` policy with priority as its tie-breaker, for callers that keep
+    the queue sorted (``admit(presorted=True)``); ties after it: the caller's arrival order."""
+    return (policy.key(job, ctx), -job.priority)
+
+
 def _sorted(queue: Sequence[Job], key: Callable[[Job], float]) -> list[Decision]:
-    # Python's sort is stable; ties keep the caller's (arrival) order.
-    return [Decision(j) for j in sorted(queue, key=key)]
+    # Python's sort is stable; ties go by priority, then keep the caller's (arrival) order.
+    return [Decision(j) for j in sorted(by_priority(queue), key=key)]
 
 
 class _Base:
@@ -291,7 +311,7 @@ class SWAF(_GeniePolicy):
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         out: list[Decision] = []
-        for job in queue:
+        for job in by_priority(queue):
             if not job.has_genie_task:
                 out.append(Decision(job, waiting_allowance=INF))
                 continue
@@ -334,7 +354,7 @@ class _Tetris(_GeniePolicy):
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         out = []
-        for job in sorted(queue, key=lambda j: j.submit_time):
+        for job in sorted(by_priority(queue), key=lambda j: j.submit_time):
             shape = None
             if job.has_genie_task:
                 _, _, ranked = self.ranked(job, ctx)
@@ -375,7 +395,7 @@ class Capacity(_Base):
         shares = ctx.capacity_shares or {t: 1.0 / len(types) for t in types}
         used = dict(ctx.usage_by_model)
         out = []
-        for job in sorted(queue, key=lambda j: j.submit_time):
+        for job in sorted(by_priority(queue), key=lambda j: j.submit_time):
             model = job.model or ""
             cap = math.floor(shares.get(model, 0.0) * ctx.total_gpus)
             cap = max(cap, 1)  # a share smaller than one GPU still lets single-GPU jobs run
@@ -442,7 +462,9 @@ class MultiArray(_Base):
         def requeued(j: Job) -> bool:  # aborted when its borrowed resources were reclaimed
             return j.enqueued > j.submit_time  # NaN (never requeued) compares False
 
-        decided = sorted(queue, key=lambda j: (soda_array(j), not requeued(j), dominant(j.user), j.submit_time))
+        decided = sorted(
+            by_priority(queue), key=lambda j: (soda_array(j), not requeued(j), dominant(j.user), j.submit_time)
+        )
         return [Decision(j, queue=soda_array(j)) for j in decided]
 
 

@@ -1,15 +1,26 @@
 """GPU quotas with borrowing between partitions (VirtualClusters), and reclaim.
 
-Every partition with a quota has a nominal GPU quota ``q`` and a borrowing limit ``b``: its running
-jobs may hold up to ``q`` GPUs, and up to ``b`` more that it borrows from the unused quota of
-*idle* partitions. A partition's unused quota is lendable only as far as its own waiting jobs do
-not need it (``spare = q − held − min(waiting demand, q − held)``). When lenders want their quota
-back (the GPUs borrowed exceed the spare quota left), the borrowed job submitted last is preempted
-(and requeued), then the next, until what is borrowed fits again.
+Every partition with a quota has a nominal GPU quota ``q``, a borrowing limit ``b`` (None: no limit)
+and a lending limit ``l`` (None: it lends all it does not use): its running jobs may hold up to ``q``
+GPUs, and up to ``b`` more that it borrows from the unused quota of the others. A partition's unused
+quota is lendable only as far as its own waiting jobs do not need it and its lending limit allows
+(``spare = min(l, q − held − min(demand, q − held))``). What partition P may hold (Kueue's
+ClusterQueue semantics: borrow the cohort's unused nominal quota up to ``borrowingLimit``; a lender's
+``lendingLimit`` caps what it lends):
+
+    pool_P = Σ_{m ≠ P} spare_m − Σ_{m ≠ P} borrowed_m          (what the others lend, less what they borrow)
+    cap_P  = q_P + max(0, min(b_P, pool_P))                      (``effective_quota``)
+
+so everything borrowed in the cohort, P's included, stays within what the others lend
+(Σ_m borrowed_m ≤ Σ_{m ≠ P} spare_m for the borrower P). When lenders want their quota back (the
+GPUs borrowed exceed the spare quota left), :func:`reclaim` preempts the borrowed job submitted last
+(and requeues it), then the next, until what is borrowed fits again.
 
 Pure accounting (no placement): a pass of a partition runs under :func:`effective_quota`, the
 operator (or the simulator) books the starts, and :func:`reclaim` says which running jobs to stop.
-Partitions without a quota neither lend nor borrow.
+Partitions without a quota neither lend nor borrow. Cohorts whose members share nodes
+(``core.cohorts``) use the same ``effective_quota`` and reclaim through the admission pass instead,
+where the placer checks that the freed GPUs let the lender's job start.
 """
 
 from __future__ import annotations
@@ -26,14 +37,17 @@ class QuotaState:
 
     name: str
     nominal: int  # GPUs its own running jobs may hold
-    borrowing_limit: int = 0  # GPUs it may hold beyond ``nominal``, borrowed from idle partitions
+    borrowing_limit: int | None = 0  # GPUs it may hold beyond ``nominal``, borrowed; None: no limit
     held: int = 0  # GPUs its running jobs hold
     demand: int = 0  # GPUs its waiting jobs ask for in all
+    lending_limit: int | None = None  # GPUs of its unused quota it lends at most; None: all of it
 
     def __post_init__(self) -> None:
-        for f in ("nominal", "borrowing_limit", "held", "demand"):
+        for f in ("nominal", "borrowing_limit", "held", "demand", "lending_limit"):
             v = getattr(self, f)
-            if not isinstance(v, int) or v < 0:
+            if v is None and f in ("borrowing_limit", "lending_limit"):
+                continue
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise InvalidInput(f, v, "must be an integer >= 0")
 
     @property
@@ -45,7 +59,8 @@ class QuotaState:
     def spare(self) -> int:
         """Unused quota that its own waiting jobs do not need: what it can lend."""
         free = max(self.nominal - self.held, 0)
-        return free - min(self.demand, free)
+        spare = free - min(self.demand, free)
+        return spare if self.lending_limit is None else min(spare, self.lending_limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +90,15 @@ def lendable(states: Sequence[QuotaState], besides: str = "") -> int:
 
 def effective_quota(states: Sequence[QuotaState], name: str) -> int:
     """GPUs partition ``name``'s running jobs may hold after this pass: its nominal quota plus what it
-    may still borrow (its limit less what it already borrows, at most what the others can lend)."""
+    may borrow in all, ``min(borrowing limit, pool)`` where the pool is what the others lend less what
+    they borrow themselves (the module's cap_P). What it borrows already counts against both."""
     by_name = _check(states)
     if name not in by_name:
         raise InvalidInput("partition", name, "has no quota state")
     me = by_name[name]
-    room = min(max(me.borrowing_limit - me.borrowed, 0), lendable(states, besides=name))
-    return me.nominal + me.borrowed + room
+    pool = lendable(states, besides=name)
+    room = pool if me.borrowing_limit is None else min(me.borrowing_limit, pool)
+    return me.nominal + room
 
 
 def reclaim(states: Sequence[QuotaState], running: Sequence[HeldJob]) -> list[HeldJob]:

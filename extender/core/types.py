@@ -83,6 +83,10 @@ class Job:
     ``executed`` and ``attained`` are runtime state (seconds run, GPU-seconds of service)
     kept by whoever runs the job, for SRTF and LAS; ``enqueued`` is when it last entered
     its queue (arrival, preemption, an MLFQ demotion or a round-robin turn), NaN = submit.
+    ``pool`` confines the job to a named node subset of the cluster (``ClusterState.define_pool``,
+    e.g. the nodes a DLJob's pod template may run on); None: any node of its VC.
+    ``priority`` (higher first, Kueue's workload priority) breaks ties of the partition's policy and
+    says whom a partition with ``within_partition: LowerPriority`` preemption may stop for it.
     """
 
     id: str
@@ -109,6 +113,8 @@ class Job:
     executed: float = 0.0
     attained: float = 0.0
     enqueued: float = math.nan
+    pool: str | None = None
+    priority: int = 0
 
     @property
     def queued_since(self) -> float:
@@ -126,6 +132,12 @@ class Job:
         _require(self.memory_mib >= 0, "memory_mib", self.memory_mib, "must be >= 0")
         _require(0 < self.gpu_milli <= 1000, "gpu_milli", self.gpu_milli, "must be in (0, 1000]")
         _require(isinstance(self.nodes, int) and self.nodes >= 0, "nodes", self.nodes, "must be an integer >= 0")
+        _require(
+            isinstance(self.priority, int) and not isinstance(self.priority, bool),
+            "priority",
+            self.priority,
+            "must be an integer",
+        )
         fixed_shape(self.gpus, self.nodes)  # a fixed gang must split its GPUs evenly
         if self.gpu_milli < 1000:
             _require(self.gpus == 1, "gpu_milli", self.gpu_milli, "GPU sharing (gpu_milli < 1000) needs gpus == 1")
@@ -270,6 +282,9 @@ class Allocation:
         return Shape(len(self.grants), counts.pop())
 
 
+POOL_AND = "&"  # a request's pool "a&b": the nodes of both named pools (a node subset within another)
+
+
 @dataclass(slots=True)
 class PlacementRequest:
     """What a placer must find room for."""
@@ -282,7 +297,7 @@ class PlacementRequest:
     cpu_milli: int = 0
     memory_mib: int = 0
     nodes: int = 0
-    pool: str | None = None  # a named node subset of the cluster (SODA's resource arrays); None: all
+    pool: str | None = None  # a named node subset of the cluster (SODA's arrays; "a&b": both); None: all
 
     def __post_init__(self) -> None:
         _require(isinstance(self.gpus, int) and self.gpus >= 0, "gpus", self.gpus, "must be an integer >= 0")
@@ -299,6 +314,8 @@ class PlacementRequest:
         cls, job: Job, shape: Shape | None = None, *, use_vc: bool = True, pool: str | None = None
     ) -> PlacementRequest:
         gpus = shape.gpus if shape is not None else job.gpus
+        if job.pool is not None:  # the job's own subset within the caller's (a SODA array's) one
+            pool = job.pool if pool is None else f"{pool}{POOL_AND}{job.pool}"
         return cls(
             gpus=gpus,
             shape=shape,

@@ -5,8 +5,8 @@
 #
 #   base.oci.tar            debootstrap bookworm minbase + Debian's python3, python3-venv
 #                           (the Dockerfile's ARG BASE; qosmos.local/python:3.11-bookworm)
-#   wheels-<key>/           the wheels of pyproject's dependencies, the gpu extra and the build
-#                           requirements (pip download here: pods and the build stay offline)
+#   wheels-<key>/           the wheels of requirements.lock (hack/image/lock.sh: dependencies, gpu extra, build
+#                           requirements; hash-checked), pip download here: pods and the build stay offline
 #   qosmos.oci.tar          the repository's Dockerfile built by buildah (vfs storage, chroot
 #                           isolation) from that base, PIP_ARGS="--no-index --find-links /src/wheels"
 #   kube-scheduler.oci.tar  the locally built kube-scheduler (hack/k8s) in a scratch image
@@ -76,16 +76,16 @@ fi
 # ------------------------------------------------------------------ wheels (offline pip install)
 STEP="wheels"
 PYVER=3.11   # bookworm's python3
-WKEY="$( (python3 "$HERE/context.py" requirements; echo "python=$PYVER") | sha | cut -c1-16)"
+# exactly the files of requirements.lock (hack/image/lock.sh), each checked against its sha256
+WKEY="$( (cat "$ROOT/requirements.lock"; echo "python=$PYVER") | sha | cut -c1-16)"
 WHEELS="$CACHE/wheels-$WKEY"
 if [[ "$FORCE" != 1 && -f "$WHEELS/.complete" ]]; then
   log "wheels up to date ($WHEELS)"
 else
   rm -rf "$WHEELS" && mkdir -p "$WHEELS"
-  python3 "$HERE/context.py" requirements > "$WHEELS/requirements.txt"
-  log "pip download (python $PYVER wheels) into $WHEELS"
+  log "pip download (python $PYVER wheels of requirements.lock) into $WHEELS"
   python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version "$PYVER" \
-    --dest "$WHEELS" -r "$WHEELS/requirements.txt"
+    --require-hashes --no-deps --dest "$WHEELS" -r "$ROOT/requirements.lock"
   touch "$WHEELS/.complete"
 fi
 for old in "$CACHE"/wheels-*; do [[ "$old" == "$WHEELS" ]] || rm -rf "$old"; done
@@ -93,7 +93,7 @@ for old in "$CACHE"/wheels-*; do [[ "$old" == "$WHEELS" ]] || rm -rf "$old"; don
 # ------------------------------------------------------------------ qosmos: the Dockerfile, by buildah
 STEP="qosmos image"
 TREE="$(python3 "$HERE/context.py" hash)"
-KEY="$( { sha "$ROOT/Dockerfile" "$ROOT/.dockerignore" "$ROOT/pyproject.toml"; echo "$TREE $BASE_TEXT $WKEY"; } | sha)"
+KEY="$( { sha "$ROOT/Dockerfile" "$ROOT/.dockerignore" "$ROOT/pyproject.toml" "$ROOT/requirements.lock"; echo "$TREE $BASE_TEXT $WKEY"; } | sha)"
 TAG="0.1.0-${KEY:0:12}"
 REF="qosmos.local/qosmos:$TAG"
 if fresh "$CACHE/.qosmos-stamp" "$KEY" && [[ -s "$CACHE/qosmos.oci.tar" ]]; then

@@ -10,6 +10,7 @@ The tests run in file order on one installation (module fixture ``e2e``, tests/e
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 import time
@@ -62,10 +63,26 @@ def new_namespace(env: E2E, name: str) -> str:
     return name
 
 
+def agent_values(env: E2E) -> dict[str, Any]:
+    """The node agent on this node: cgroup v1 with the kubelet's cgroupfs driver (testing/node.py), the
+    node's kubelet root dir (its cpu_manager_state and its PodResources socket; not the host's
+    /var/lib/kubelet, which this machine does not have) and the journal in the test's folder."""
+    kubelet = env.node.workdir / "kubelet"
+    return {
+        "cgroupVersion": 1,
+        "cgroupDriver": "cgroupfs",
+        "kubeletRootDir": str(kubelet),
+        "podResources": {"socketDir": str(kubelet / "pod-resources")},
+        "stateDir": str(env.workdir / "node-agent-state"),
+    }
+
+
 @pytest.fixture(scope="module")
 def values_file(e2e: E2E) -> Path:
     f = e2e.workdir / "values.yaml"
-    f.write_text(yaml.safe_dump(e2e.values()))
+    values = e2e.values()
+    values["nodeAgent"] = {**values["nodeAgent"], **agent_values(e2e)}
+    f.write_text(yaml.safe_dump(values))
     return f
 
 
@@ -89,6 +106,17 @@ def test_install_runs_every_component_as_a_pod_on_the_node(installed: E2E) -> No
         "node-agent": env.images["qosmos"]["ref"],
         "scheduler": env.images["kube-scheduler"]["ref"],
     }
+
+    def unready() -> list[str]:
+        return [p["metadata"]["name"] for comp in COMPONENTS for p in pods(env, comp) if not ready(p)]
+
+    # helm --wait does not wait for a one-pod DaemonSet (maxUnavailable 1): the node agent's readiness
+    # probe (its first pod list) may still be pending here
+    try:
+        wait_for(lambda: not unready(), 120, "every chart pod Ready")
+    except AssertionError:
+        logs = {n: env.kubectl("logs", "-n", NAMESPACE, n, "--tail", "30", check=False).stdout for n in unready()}
+        raise AssertionError(f"not Ready after 120 s; their logs: {logs}") from None
     for comp, n in COMPONENTS.items():
         ps = pods(env, comp)
         assert len(ps) == n, (comp, [p["metadata"]["name"] for p in ps])
@@ -99,11 +127,16 @@ def test_install_runs_every_component_as_a_pod_on_the_node(installed: E2E) -> No
     # the containers really run in the node's containerd, from the imported images
     running = env.node.ctr("containers", "ls").stdout
     assert running.count(want["operator"]) == 4 and running.count(want["scheduler"]) == 2, running
-    # the node agent read the host's cgroups through its hostPath (cgroupfs, the kubelet's driver here)
+    # the node agent read the host's cgroups through its hostPaths (cgroupfs, the kubelet's driver here)
     agent = pods(env, "node-agent")[0]["metadata"]["name"]
-    start_line = rf"node {NODE}: cgroup v[12]/cgroupfs, cpus [0-9,]+"  # its first line, once it has read them
+    start_line = rf"node {NODE}: cgroup v1/cgroupfs, cpus [0-9,]+.* PodResources served at \S+"  # once read
     wait_for(lambda: re.search(start_line, env.kubectl("logs", "-n", NAMESPACE, agent).stdout), 60,
-             "the node agent's start line")  # fmt: skip
+             "the node agent's start line (the kubelet's PodResources socket answering through the mount)")  # fmt: skip
+    # ... and sees only the kubepods subtrees of cpuset, cpu and cpuacct, nothing else of /sys/fs/cgroup
+    seen = exec_py(env, agent, "import os\nfor d in sorted(os.listdir('/host/sys/fs/cgroup')):\n"
+                               "    print(d, sorted(os.listdir('/host/sys/fs/cgroup/' + d)))")  # fmt: skip
+    assert seen.split("\n")[:3] == ["cpu ['kubepods']", "cpuacct ['kubepods']", "cpuset ['kubepods']"], seen
+    assert len(seen.strip().splitlines()) == 3, seen
     # kopf peering: one operator replica runs the passes, the other stands by
     ips = [p["status"]["podIP"] for p in pods(env, "operator")]
 
@@ -160,19 +193,27 @@ def test_pods_reach_the_apiserver_and_services_and_nothing_else(installed: E2E) 
     assert "errno 101" in out, out  # ENETUNREACH: no route off the machine
     out = exec_py(env, pod, "import socket\ntry: socket.gethostbyname('registry.qosmos.invalid')\n"
                             "except OSError as e: print('dns', e)", check=False)  # fmt: skip
-    assert out.startswith("dns "), out  # no upstream resolver (a reserved name: RFC 6761 .invalid never resolves anywhere)
+    assert out.startswith("dns "), (
+        out
+    )  # no upstream resolver (a reserved name: RFC 6761 .invalid never resolves anywhere)
     print(f"\npod routes {sorted(cidr(r[1], r[7]) for r in rows)} (gateway {GATEWAY_IP}, DNS {DNS_IP}); "
           f"{FULLNAME}-extender.{NAMESPACE}.svc -> {svc}; 198.51.100.1:443 -> ENETUNREACH")  # fmt: skip
 
 
-def _extender_metrics(env: E2E) -> str:
-    """The extender's /metrics over HTTPS with its own certificate (client auth), inside its pod."""
+def _extender_metrics(env: E2E, client: str = "metrics") -> str:
+    """The extender's /metrics over HTTPS, inside its pod, with the client certificate of the chart's
+    Secret ``<fullname>-<client>-tls`` (the metrics client's is the one allowed; another one the same CA
+    signed gets the HTTP status printed instead)."""
     pod = pods(env, "extender")[0]["metadata"]["name"]
+    data = env.get("secret", "-n", NAMESPACE, f"{FULLNAME}-{client}-tls")["data"]
     return exec_py(env, pod, (
-        "import ssl, urllib.request\n"
+        "import base64, ssl, urllib.error, urllib.request\n"
+        f"open('/tmp/c.crt', 'wb').write(base64.b64decode({data['tls.crt']!r}))\n"
+        f"open('/tmp/c.key', 'wb').write(base64.b64decode({data['tls.key']!r}))\n"
         "c = ssl.create_default_context(cafile='/etc/qosmos/tls/ca.crt'); c.check_hostname = False\n"
-        "c.load_cert_chain('/etc/qosmos/tls/tls.crt', '/etc/qosmos/tls/tls.key')\n"
-        "print(urllib.request.urlopen('https://127.0.0.1:8888/metrics', context=c, timeout=10).read().decode())"
+        "c.load_cert_chain('/tmp/c.crt', '/tmp/c.key')\n"
+        "try: print(urllib.request.urlopen('https://127.0.0.1:8888/metrics', context=c, timeout=10).read().decode())\n"
+        "except urllib.error.HTTPError as e: print('HTTP', e.code, e.read().decode())"
     ))  # fmt: skip
 
 
@@ -191,8 +232,11 @@ def test_examples_run_to_succeeded_through_the_installed_components(installed: E
     f = env.workdir / "examples.yaml"
     f.write_text(yaml.safe_dump_all(docs))
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "DLJob"}
-    assert len(names) == 4
+    assert len(names) == 6
     before = _decisions(_extender_metrics(env), "filter")
+    # a certificate the chart's CA signed for another identity (the extender's own) reads no metrics
+    refused = _extender_metrics(env, "extender")
+    assert refused.startswith("HTTP 403") and "may not call /metrics" in refused, refused
     env.kubectl("apply", "-n", ns, "-f", str(f))
     last: dict[str, str | None] = {}
 
@@ -271,6 +315,75 @@ def test_upgrade_rolls_without_losing_a_queued_dljob(installed: E2E, values_file
           f"scheduler pod replaced; 'waiting' stayed Queued through it and then Succeeded")  # fmt: skip
 
 
+# The node as it was before the agent acted on a pod kept alive across the uninstall (issue 22 §1):
+# filled by test_node_agent_throttles_a_pod_and_shapes_its_veth, compared by the uninstall test.
+RESTORE: dict[str, Any] = {}
+RESTORE_NS = "e2e-restore"
+
+
+def node_state(env: E2E, pod: dict[str, Any], dev: str) -> dict[str, bytes]:
+    """What the agent may change for the pod, as bytes: cpuset.cpus of its pod and container cgroups and the
+    kubepods levels above it, their CFS quota and period, and ``tc qdisc/class show`` of ``dev``."""
+    out: dict[str, bytes] = {}
+    for ctrl, names in (("cpuset", ("cpuset.cpus",)), ("cpu", ("cpu.cfs_quota_us", "cpu.cfs_period_us"))):
+        d = env.node.pod_cgroup(pod, ctrl)
+        dirs = [d, *sorted(c for c in d.iterdir() if c.is_dir())]
+        dirs += [a for a in d.parents if "kubepods" in a.parts]  # burstable/, kubepods/
+        for name in names:
+            for x in dirs:
+                out[str(x / name)] = (x / name).read_bytes()
+    for what in ("qdisc", "class"):
+        out[f"tc {what} show dev {dev}"] = subprocess.run(["tc", what, "show", "dev", dev], capture_output=True).stdout
+    return out
+
+
+def _differ(a: dict[str, bytes], b: dict[str, bytes]) -> dict[str, tuple[bytes | None, bytes | None]]:
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def test_node_agent_throttles_a_pod_and_shapes_its_veth(installed: E2E) -> None:
+    """A training pod (one core: §V-B-1 with two hints) asking for the §V-E network split, with the chart's
+    tc switch on its host-side veth (``helm upgrade``: hostNetwork, NET_ADMIN): the agent narrows its
+    cpusets, sets its containers' CFS quota and puts its HTB on the veth. The pod stays for the uninstall,
+    which must put every byte back (test_uninstall_leaves_nothing_behind)."""
+    env = installed
+    ns = new_namespace(env, RESTORE_NS)
+    ann = {"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV", "qosmos.io/multi-node": "true",
+           "qosmos.io/soda-hints": "pipeline,large-weights"}  # fmt: skip  # N_start 3 - 2 = 1 core
+    pod = env.node.run_pod(env.node.pod_manifest("keep", "sleep 3600", namespace=ns, annotations=ann,
+                                                 cpu_request="100m"))  # fmt: skip  # not managed yet
+    dev = env.node.host_veth(pod)
+    before = node_state(env, pod, dev)
+    assert b"htb" not in before[f"tc qdisc show dev {dev}"]
+    t = time.monotonic()
+    env.helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values", "--set", f"nodeAgent.tc.device={dev}",
+             "--set", "nodeAgent.tc.linkMbit=100", "--wait", "--timeout", "5m")  # fmt: skip
+    env.timings["helm_upgrade_tc_s"] = time.monotonic() - t
+    agent = wait_for(lambda: [p for p in pods(env, "node-agent") if p["spec"].get("hostNetwork") and ready(p)], 120,
+                     "the node agent with hostNetwork (tc)")[0]["metadata"]["name"]  # fmt: skip
+    wait_for(lambda: f"tc {dev} at 100 Mbit/s" in env.kubectl("logs", "-n", NAMESPACE, agent).stdout, 60,
+             "the agent's start line with tc on")  # fmt: skip
+    env.kubectl("label", "pod", "-n", ns, "keep", "qosmos.io/node-agent=managed")
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[-1]
+
+    def acted() -> dict[str, bytes] | None:
+        now = node_state(env, pod, dev)
+        cpus = next(v for k, v in now.items() if k.endswith(f"{cid}/cpuset.cpus"))
+        quota = next(v for k, v in now.items() if k.endswith(f"{cid}/cpu.cfs_quota_us"))
+        shaped = b"htb 50:" in now[f"tc qdisc show dev {dev}"]
+        return now if cpus.strip() == b"0" and quota.strip() == b"100000" and shaped else None
+
+    try:
+        changed = wait_for(acted, 60, "one core, its quota and the HTB on the pod's veth", every=1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; agent log:\n{env.kubectl('logs', '-n', NAMESPACE, agent).stdout[-3000:]}") from None
+    journal = json.loads((Path(agent_values(env)["stateDir"]) / "state.json").read_text())
+    assert journal["files"] and dev in journal["qdiscs"], journal  # recorded before the first write
+    RESTORE.update(pod=pod, dev=dev, before=before, changed=changed, journal=journal)
+    print(f"\nagent on {NODE} (hostNetwork, tc on {dev}): changed {len(_differ(before, changed))} of "
+          f"{len(before)} recorded files and tc outputs; journal {len(journal['files'])} files")  # fmt: skip
+
+
 # What may remain after `helm uninstall` by design (helm/README.md): the namespace's own
 # ServiceAccount and root CA ConfigMap, the QSSF history, the scheduler's leader Lease, Events.
 BY_DESIGN = {
@@ -301,6 +414,60 @@ def _bridge_addresses(env: E2E) -> set[str]:
     return {ln.split()[3] for ln in out.splitlines()}
 
 
+def _debug_node_cleanup(env: E2E, state_dir: str) -> str:
+    """helm/README.md's recipe for an agent that could not restore (SIGKILL, OOM): ``qosmos sidecar
+    cleanup`` in a ``kubectl debug node`` pod (the host at /host, root); returns its output."""
+    custom = env.workdir / "debug-root.json"
+    custom.write_text(json.dumps({"securityContext": {"runAsUser": 0, "runAsGroup": 0}}))
+    p = env.kubectl("debug", f"node/{NODE}", "-n", "default", "--profile=sysadmin", f"--custom={custom}",
+                    f"--image={env.images['qosmos']['ref']}", "--", "qosmos", "sidecar", "cleanup",
+                    "--state-dir", f"/host{state_dir}")  # fmt: skip
+    name = re.search(r"node-debugger-\S+", p.stdout + p.stderr)
+    assert name, p.stdout + p.stderr
+    pod = name.group(0)
+
+    def finished() -> dict[str, Any] | None:
+        j = env.get("pod", "-n", "default", pod)
+        return j if j["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    done = wait_for(finished, 120, f"the debug pod {pod}", every=1)
+    out = env.kubectl("logs", "-n", "default", pod).stdout
+    env.kubectl("delete", "pod", "-n", "default", pod, "--wait=true", timeout=60)
+    assert done["status"]["phase"] == "Succeeded", out
+    return out
+
+
+def _node_restored_byte_for_byte(env: E2E) -> None:
+    """The uninstall's SIGTERM made the agent put back every byte it changed for the kept pod (cpusets,
+    CFS quotas, the veth's qdiscs and classes) and empty its journal. Then the recipe for an agent that
+    could not: its changes and its journal put back on the node as a SIGKILLed agent leaves them, undone
+    by ``kubectl debug node ... qosmos sidecar cleanup``."""
+    from qosmos.sidecar.journal import Journal
+
+    assert RESTORE, "test_node_agent_throttles_a_pod_and_shapes_its_veth did not run"
+    pod, dev, before, changed = RESTORE["pod"], RESTORE["dev"], RESTORE["before"], RESTORE["changed"]
+    after = node_state(env, pod, dev)
+    assert after == before, _differ(before, after)
+    state_dir = agent_values(env)["stateDir"]
+    state = Path(state_dir) / "state.json"
+    assert Journal.load(state).empty(), state.read_text()
+    # as a SIGKILLed agent leaves the node: narrower cpusets (children first, as the kernel wants), quotas, HTB
+    diff = _differ(before, changed)
+    for k in sorted((k for k in diff if k.endswith("cpuset.cpus")), key=lambda k: -len(Path(k).parts)):
+        Path(k).write_bytes(changed[k])
+    for k in (k for k in diff if k.endswith("cpu.cfs_quota_us")):
+        Path(k).write_bytes(changed[k])
+    subprocess.run(["tc", "qdisc", "replace", "dev", dev, "root", "handle", "50:", "htb"], check=True)
+    state.write_text(json.dumps(RESTORE["journal"]))
+    assert node_state(env, pod, dev) != before
+    out = _debug_node_cleanup(env, state_dir)
+    assert re.search(r"restored [1-9]\d*, not restored 0", out), out
+    after = node_state(env, pod, dev)
+    assert after == before, _differ(before, after)
+    print(f"\nuninstall: {len(before)} cgroup files and tc outputs of {dev} byte-identical; kubectl debug node "
+          f"cleanup after a simulated SIGKILL: {out.strip().splitlines()[-1]!r}")  # fmt: skip
+
+
 def test_uninstall_leaves_nothing_behind(installed: E2E) -> None:
     env = installed
     # as helm/README.md says: DLJobs and VirtualClusters first (the operator takes its node labels back)
@@ -313,6 +480,9 @@ def test_uninstall_leaves_nothing_behind(installed: E2E) -> None:
     env.timings["helm_uninstall_s"] = time.monotonic() - t
     assert env.helm("list", "-A", "-q").stdout.strip() == ""
     wait_for(lambda: not env.get("pods", "-n", NAMESPACE)["items"], 120, "the chart's pods gone")
+    _node_restored_byte_for_byte(env)  # the agent's SIGTERM; then the SIGKILL recipe (helm/README.md)
+    env.kubectl("delete", "pod", "-n", RESTORE_NS, "keep", "--grace-period=0", "--force")
+    env.kubectl("delete", "namespace", RESTORE_NS, "--wait=true", timeout=120)
     resources = env.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
     assert not [r for r in resources if r.endswith((".qosmos.io", ".kopf.dev"))]  # the CRDs are gone
     namespaced = [r for r in env.kubectl("api-resources", "--verbs=list", "--namespaced=true", "-o", "name").stdout.split()

@@ -41,17 +41,23 @@ def test_bench_fidelity_compares_the_live_slice_with_qosmos_simulate(tmp_path: P
     need_dev_binaries()
     out = tmp_path / "fid"
     res = subprocess.run(
-        [sys.executable, "-m", "qosmos", "bench", "fidelity", "--trace", "builtin:helios-synth", "--jobs", "6",
-         "--span", "10", "--min-run", "8", "--max-run", "20", "--out", str(out), "--timeout", "600", "--json"],
+        [sys.executable, "-m", "qosmos", "bench", "fidelity", "--trace", "builtin:helios-synth", "--jobs", "8",
+         "--nodes", "1", "--gpus-per-node", "8", "--span", "10", "--min-run", "10", "--max-run", "20",
+         "--out", str(out), "--timeout", "600", "--json"],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     r = json.loads(res.stdout)
-    assert r["succeeded"] == r["jobs"] == r["simulated"] == 6
-    assert r["pairs_judged"] >= 0 and r["mean_relative_jct_difference"] is not None
+    assert r["succeeded"] == r["jobs"] == r["simulated"] == 8
+    # One 8-GPU node: the slice's 8-GPU job queues the later ones behind it, so start order is judged on
+    # real waits. Measured on 2026-11-26 (2 busy cores): 17 pairs, agreement 1.0, JCT difference 0.022.
+    # A simulator that orders or times the queue differently from the operator fails these bounds.
+    assert r["pairs_judged"] >= 10, r
+    assert r["pair_order_agreement"] >= 0.85, r
+    assert r["mean_relative_jct_difference"] <= 0.25, r
     with open(out / "fidelity.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 6
+    assert len(rows) == 8
     for row in rows:
         run = float(row["run_s"])
         # KWOK runs the pods exactly run_s after they start; the simulator runs the job exactly run_s

@@ -131,6 +131,44 @@ def _create(cp: ControlPlane, ns: str, obj: dict) -> subprocess.CompletedProcess
     )
 
 
+def test_restart_policy_refused_unless_never_or_on_failure(
+    control_plane: ControlPlane, crds_applied: str, k8s_namespace: str
+) -> None:
+    """Issue 20 §2: a template restarting Always is refused naming spec.template.spec.restartPolicy; Never and
+    OnFailure pass, and the rest of the template (undeclared fields) is stored whole; the rendezvous
+    defaults are filled in."""
+    cp, ns = control_plane, k8s_namespace
+
+    def job(name: str, policy: str) -> dict:
+        tmpl = {
+            "metadata": {"labels": {"team": "x"}},
+            "spec": {
+                "restartPolicy": policy,
+                "hostNetwork": False,
+                "containers": [
+                    {"name": "c", "image": "registry.k8s.io/pause:3.10", "env": [{"name": "A", "value": "1"}]}
+                ],
+            },
+        }
+        return {
+            "apiVersion": "qosmos.io/v1alpha1",
+            "kind": "DLJob",
+            "metadata": {"name": name},
+            "spec": {"virtualCluster": "vc-a", "gpus": 2, "template": tmpl},
+        }
+
+    res = _create(cp, ns, job("restarts-always", "Always"))
+    assert res.returncode != 0 and names_field(res.stderr, "spec.template.spec.restartPolicy"), res.stderr
+    assert "must be Never or OnFailure" in res.stderr
+    for name, policy in (("restarts-never", "Never"), ("restarts-on-failure", "OnFailure")):
+        sent = job(name, policy)
+        res = _create(cp, ns, sent)
+        assert res.returncode == 0, res.stderr
+        got = json.loads(cp.kubectl("get", "dljob", name, "-n", ns, "-o", "json").stdout)
+        assert got["spec"]["template"] == sent["spec"]["template"]
+        assert got["spec"]["rendezvous"] == {"port": 29500}
+
+
 def _patch(cp: ControlPlane, ns: str, body: dict, *extra: str) -> tuple[int, str]:
     res = cp.kubectl("patch", "dljob", "job-a", "-n", ns, "--type=merge", "-p", json.dumps(body), *extra, check=False)
     return res.returncode, res.stderr

@@ -66,7 +66,7 @@ def namespaces(control_plane: ControlPlane) -> Any:
                 "peering": {"enabled": False, "installCRD": False},
                 "historyNamespace": "ml-history",
             },
-            "extender": {"replicas": 2, "grpc": {"enabled": True}},
+            "extender": {"replicas": 2, "grpc": {"enabled": True}, "clients": {"api": ["ml-portal"]}},
             "scheduler": {"replicas": 1, "percentageOfNodesToScore": 0},
             "crds": {"keep": False},
             "modelDB": '{"models": {}}',

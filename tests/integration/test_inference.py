@@ -1,6 +1,9 @@
 """The InferenceService controller live (issue 12 §2-3): ``qosmos dev up --no-operator`` (4 fake 8-GPU nodes,
 96 cores each, KWOK making bound pods Running and Ready) and ``qosmos operator run`` as a subprocess.
 
+The service switches ahead of the load (issue 23 §3): the operator plans for its forecast band, which it
+writes to the status (``forecastQPS``) beside the rate, so the replay below passes the same band.
+
 The load is a slice of the real Alibaba GenAI query-rate series (80 samples of 57 s, the generative
 requests scaled as ``qosmos simulate inference --peak-gpus 3`` scales them), written to the annotation
 ``qosmos.io/qps`` at 60× speed (a sample every 0.95 s; the service's waits are divided by 60 too). The
@@ -55,6 +58,8 @@ SPEC: dict[str, Any] = {
     "switchCooldownSeconds": 300 / SPEED,
     "scaleInAfterSeconds": 300 / SPEED,
     "scaleOutAfterSeconds": 0,
+    # switching ahead of the load (issue 23 §3): one history slot per sample, 30 s of start-up, at 60x speed
+    "forecast": {"periodSeconds": 57 / SPEED, "readySeconds": 30 / SPEED},
     "template": {
         "metadata": {"labels": {"app": "resnet"}},
         "spec": {
@@ -213,7 +218,7 @@ def test_inference_service_follows_the_replay_on_real_load(cluster: tuple[str, P
     state = None
     seen_modes: dict[str, int] = {}
     for st in decided:
-        d = decide(spec, state, st["observedQPS"], t_of(st["observedAt"]))
+        d = decide(spec, state, st["observedQPS"], t_of(st["observedAt"]), forecast_qps=st.get("forecastQPS"))
         got = (st["mode"], st["replicas"], st["reason"], st["switches"])
         assert got == (d.mode.value, d.replicas, d.reason.value, d.state.switches), (st, d)
         times = (t_of(st.get("lastSwitchTime")), t_of(st.get("loadUpSince")), t_of(st.get("loadDownSince")))
@@ -224,15 +229,24 @@ def test_inference_service_follows_the_replay_on_real_load(cluster: tuple[str, P
     sampled = {st["observedQPS"] for st in decided}
     assert sampled <= {*loads, round(loads[-1] + 0.001, 3)}, "a decision on a load the test never wrote"
 
-    # the slot-by-slot replay: the same decide() at each sample's time, every sample seen
+    # the slot-by-slot replay: the same decide() at each sample's time, every sample seen, with the band the
+    # operator's forecaster gives on the samples so far (the live one began a new history at the restart)
+    from qosmos.operator.crds import InferenceForecast
+    from qosmos.operator.inference import forecaster_for
+
+    forecaster = forecaster_for(InferenceForecast.model_validate(SPEC["forecast"]))
+    assert all(st.get("forecastQPS") is not None for st in decided), "a decision without its forecast band"
     replay, st_r = [], None
     for i, q in enumerate(loads):
-        d = decide(spec, st_r, q, slot_starts[i])
+        d = decide(spec, st_r, q, slot_starts[i], forecast_qps=round(forecaster.upper(loads[: i + 1]), 6))
         st_r = d.state
         replay.append((d.mode.value, d.replicas))
-    assert st_r is not None and st_r.switches >= 2 and {m for m, _ in replay} == {"GPU", "CPU"}
+    # both modes served, on the replay and live: the forecast band (issue 23 §3) keeps GPU replicas through
+    # a dip the reactive placer switched back to CPU for, so the number of switches is not pinned here;
+    # every live decision equals decide() on its own inputs (above)
+    assert st_r is not None and st_r.switches >= 1 and {m for m, _ in replay} == {"GPU", "CPU"}
     live_switches = decided[-1]["switches"]
-    assert live_switches >= 2 and set(seen_modes) == {"GPU", "CPU"}
+    assert live_switches >= 1 and set(seen_modes) == {"GPU", "CPU"}
     live_at_slot = []
     for i in range(SLOTS):
         end = slot_starts[i + 1] if i + 1 < SLOTS else done

@@ -7,6 +7,7 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -21,6 +22,7 @@ from qosmos.sidecar.agent import AgentOptions, NodeAgent
 from qosmos.sidecar.cgroups import container_children, detect_layout, parse_cpuset
 from qosmos.sidecar.fakes import make_resctrl_tree
 from qosmos.sidecar.fs import FakeKernelFS
+from qosmos.sidecar.podresources import PodGpus, list_pod_resources
 from qosmos.sidecar.sources import DeclaredBandwidthSource
 from qosmos.testing.controlplane import free_port
 from qosmos.testing.node import CGROUP_ROOT, Node, wait_for
@@ -30,6 +32,16 @@ pytestmark = pytest.mark.node
 MANAGED = {"qosmos.io/node-agent": "managed"}
 # Two busy threads, and a line with the CPUs the pod may use every 0.3 s (read inside the pod).
 BUSY = "for i in 1 2; do (while :; do :; done) & done; while :; do grep Cpus_allowed_list /proc/self/status; sleep 0.3; done"
+
+
+@pytest.fixture
+def agent(agent: Callable[..., Any], tmp_path: Path) -> Callable[..., Any]:
+    """conftest's agent with its journal (--state-dir) in the test's folder, never on the host's /var/lib."""
+
+    def start(*args: str) -> Any:
+        return agent("--state-dir", str(tmp_path / "agent-state"), *args)
+
+    return start
 
 
 def _cpus(d: Path) -> set[int]:
@@ -128,7 +140,9 @@ def test_adaptive_cores_on_a_real_pod(node: Node, agent: Any, driver: Any, tmp_p
             BUSY,
             labels=MANAGED,
             annotations={"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"},
-            cpu_request="1500m",  # Burstable: a fair CPU share on this busy machine, no CFS limit from the kubelet
+            # Burstable (a fair CPU share on this busy machine, no CFS limit from the kubelet); the request
+            # is the search's floor, so one core lets it go down to where the curve plateaus
+            cpu_request="1",
         )
     )
     key = "default/train"
@@ -318,21 +332,6 @@ def test_agent_killed_mid_adjustment_leaves_valid_cpusets(node: Node, agent: Any
 # --------------------------------------------------------------------------- network (§V-E)
 
 
-def host_veth(node: Node, pod: dict[str, Any]) -> str:
-    """The host side of the pod's eth0 (``eth0@ifN`` inside -> the host interface with index N)."""
-    task = next(
-        t for c in container_children(node.pod_cgroup(pod, "cpuset")) for t in (c / "tasks").read_text().split()
-    )
-    out = subprocess.run(["nsenter", "-t", task, "-n", "ip", "-o", "link", "show", "eth0"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
-    idx = re.search(r"eth0@if(\d+)", out)
-    assert idx, out
-    for dev in Path("/sys/class/net").iterdir():
-        if (dev / "ifindex").read_text().strip() == idx.group(1):
-            return dev.name
-    raise AssertionError(f"no host interface with index {idx.group(1)}")
-
-
 def iperf(node: Node, pod: str, server: str, port: int, seconds: int) -> subprocess.Popen[str]:
     """iperf3 (Debian's, in the pod's image) from inside ``pod`` to ``server``: JSON on stdout."""
     argv = node.exec_argv(pod, "iperf3", "-c", server, "-p", str(port), "-t", str(seconds), "-J")
@@ -356,14 +355,13 @@ def test_htb_split_between_gpu_and_cpu_jobs(node: Node, agent: Any) -> None:
         node.pod_manifest("iperf-server", "iperf3 -s -p 5201 & iperf3 -s -p 5202 & iperf3 -s -p 5203 & wait")
     )
     sip = server["status"]["podIP"]
-    dev = host_veth(node, server)  # egress towards the server: where the two flows meet
+    dev = node.host_veth(server)  # egress towards the server: where the two flows meet
     gpu_ann = {"qosmos.io/job-kind": "training", "qosmos.io/multi-node": "true", "qosmos.io/soda-cores": "2"}
     node.run_pod(node.pod_manifest("gpu-job", "sleep 3600", labels=MANAGED, annotations=gpu_ann))
     node.run_pod(node.pod_manifest("cpu-job", "sleep 3600", labels=MANAGED, annotations={"qosmos.io/job-kind": "cpu"}))
     node.run_pod(node.pod_manifest("unmanaged", "sleep 3600"))  # not the agent's: must not be starved by its HTB
-    a = agent(
-        "--gpu-util", "none", "--membw", "none", "--interval", "0.3", "--tc-dev", dev, "--link-mbit", str(LINK_MBIT)
-    )
+    a = agent("--gpu-util", "none", "--membw", "none", "--interval", "0.3", "--tc-dev", dev,
+              "--link-mbit", str(LINK_MBIT), "--net-shaping")  # fmt: skip
 
     def filters() -> bool:
         out = subprocess.run(["tc", "filter", "show", "dev", dev], capture_output=True, text=True).stdout
@@ -395,6 +393,81 @@ def test_htb_split_between_gpu_and_cpu_jobs(node: Node, agent: Any) -> None:
     node.delete_pods("gpu-job")
     wait_for(lambda: "htb 50:" not in subprocess.run(["tc", "qdisc", "show", "dev", dev], capture_output=True,
              text=True).stdout, 30, "the HTB to be removed")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- PodResources (issue 22)
+
+
+def test_the_real_kubelet_answers_pod_resources(node: Node, agent: Any) -> None:
+    """The kubelet's own PodResources socket (below its --root-dir) answers the agent's List proto: a pod
+    that holds no device is listed with its container and no devices, so it has no GPU; the agent says
+    it is served."""
+    sock = node.workdir / "kubelet" / "pod-resources" / "kubelet.sock"
+    node.run_pod(node.pod_manifest("nodevices", "sleep 3600"))
+    listed = wait_for(lambda: list_pod_resources(sock).get("default/nodevices"), 30, "the pod in the kubelet's List")
+    assert listed == {"main": {}}
+    gpus = PodGpus(sock)
+    gpus.refresh()
+    assert gpus.served is True and gpus.devices("default/nodevices") == ()
+    a = agent("--gpu-util", "none", "--membw", "none", "--pod-resources-socket", str(sock))
+    wait_for(lambda: "PodResources served at" in a.log(), 30, f"the agent's start line; log:\n{a.log()[-2000:]}")
+    print(f"\nkubelet PodResources List at {sock}: default/nodevices -> {listed}")
+
+
+# --------------------------------------------------------------------------- restore (issue 22 §1)
+
+
+def node_state(dev: str) -> dict[str, str]:
+    """Every cpuset/CFS file under kubepods, and the device's qdiscs and classes, as text."""
+    out: dict[str, str] = {}
+    for ctrl, names in (("cpuset", ("cpuset.cpus",)), ("cpu", ("cpu.cfs_quota_us", "cpu.cfs_period_us"))):
+        for name in names:
+            for f in sorted((CGROUP_ROOT / ctrl / "kubepods").rglob(name)):
+                out[str(f)] = f.read_text()
+    for what in ("qdisc", "class"):
+        out[f"tc {what}"] = subprocess.run(["tc", what, "show", "dev", dev], capture_output=True, text=True).stdout
+    return out
+
+
+def test_sigterm_and_cleanup_put_the_node_back_byte_for_byte(node: Node, agent: Any, tmp_path: Path) -> None:
+    """Throttle (halving), a finished search's cores and an HTB on a pod's veth, then SIGTERM: every cgroup
+    file and `tc qdisc/class show` as before. Again with SIGKILL and `qosmos sidecar cleanup`."""
+    cpus = node_cpus()
+    if len(cpus) < 2:
+        pytest.skip("one CPU cannot be halved")
+    job = node.run_pod(node.pod_manifest("cpujob", BUSY, labels=MANAGED, annotations={"qosmos.io/job-kind": "cpu"}))
+    gpu_ann = {"qosmos.io/job-kind": "training", "qosmos.io/multi-node": "true", "qosmos.io/soda-cores": "1"}
+    train = node.run_pod(node.pod_manifest("gpu-job", "sleep 3600", labels=MANAGED, annotations=gpu_ann))
+    dev = node.host_veth(train)
+    bw = tmp_path / "bw.json"
+    write_json(bw, {"bytes_per_second": 8e9, "peak_bytes_per_second": 1e10})
+    before = node_state(dev)
+    assert "htb" not in before["tc qdisc"]
+    args = ("--gpu-util", "none", "--membw", str(bw), "--interval", "0.3", "--resctrl-root", str(tmp_path / "no"),
+            "--tc-dev", dev, "--link-mbit", "100", "--net-shaping")  # fmt: skip
+    half = set(sorted(cpus)[-((len(cpus) + 1) // 2) :])
+
+    def changed() -> bool:
+        q = subprocess.run(["tc", "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
+        return container_cpus(node, job) == half and container_cpus(node, train) == {min(cpus)} and "htb 50:" in q
+
+    for how in ("SIGTERM", "cleanup"):
+        a = agent(*args)
+        wait_for(changed, 30, f"the agent's changes ({how}); log:\n{a.log()[-2000:]}")
+        assert node_state(dev) != before
+        if how == "SIGTERM":
+            a.kill(signal.SIGTERM)
+            assert "changes restored" in a.log()
+        else:
+            a.kill(signal.SIGKILL)
+            assert node_state(dev) != before  # a killed agent restores nothing itself
+            r = subprocess.run([sys.executable, "-m", "qosmos", "sidecar", "cleanup", "--state-dir",
+                                str(tmp_path / "agent-state")], capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert r.returncode == 0, r.stdout + r.stderr
+        after = node_state(dev)
+        assert after == before, {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
+                                 if before.get(k) != after.get(k)}  # fmt: skip
+        print(f"\n{how}: {len(before)} cgroup files and the tc state of {dev} as before the agent")
 
 
 # --------------------------------------------------------------------------- the node's network rule

@@ -57,6 +57,14 @@ def test_explain_json_contract_matches_the_core() -> None:
         "max_placement_gpus",
         "notes",
         "profile",
+        "throughput",
+    }
+    assert out["throughput"] == {
+        "form": "quadratic",  # the built-ins are Eq. 7 (the seed's reference)
+        "heldout_error": None,
+        "measured_range": [32.0, 128.0],
+        "batch_outside_range": True,  # b = 256 on one GPU
+        "measured_on": {},
     }
     assert len(out["placements"]) == 16
     assert set(out["placements"][0]) == {"d_node", "d_gpn", "pr", "lat", "cost", "cer", "feasible", "extrapolated"}
@@ -181,6 +189,38 @@ def test_provenance_builtin_alias_similar_and_file(tmp_path, monkeypatch: pytest
     assert _json("--model", "ResNet50", *base)["profile"]["origin"] == "builtin"
     missing = runner.invoke(app, ["explain", "--model", "mynet", "--db", str(tmp_path / "nope.json"), *base])
     assert missing.exit_code == 2 and "nope.json" in missing.output
+
+
+def test_explain_names_the_form_its_heldout_error_and_the_measured_range(tmp_path) -> None:
+    """A `qosmos profile fit` profile in the affine-time form: explain says so, and its PR is that form's."""
+    from qosmos.predictors.profiler import write_db
+
+    db = tmp_path / "models.json"
+    env = (("device", "NVIDIA H200"), ("precision", "bf16"))
+    p = genie.ThroughputProfile(
+        "mynet", 0.0, 0.0, 0.0, b_min=8, b_max=64, form="affine-time", time_a=0.01, time_c=0.001, heldout_error=1.25,
+        measured_on=env,
+    )  # fmt: skip
+    write_db(db, [p])
+    inside = _json("--model", "mynet", "--db", str(db), "--batch", "32", "--iters", "10", "--nodes", "1")
+    assert inside["throughput"] == {
+        "form": "affine-time",
+        "heldout_error": 1.25,
+        "measured_range": [8.0, 64.0],
+        "batch_outside_range": False,
+        "measured_on": {"device": "NVIDIA H200", "precision": "bf16"},
+    }
+    single = next(r for r in inside["placements"] if (r["d_node"], r["d_gpn"]) == (1, 1))
+    assert single["pr"] == pytest.approx(32 / (0.01 + 0.001 * 32))  # sPR = b'/t(b'), not Eq. 7's k's (all 0)
+    outside = _json("--model", "mynet", "--db", str(db), "--batch", "256", "--iters", "10", "--nodes", "1")
+    assert outside["throughput"]["batch_outside_range"] is True
+    assert any("slope" in n for n in outside["notes"])  # the note says how this form extrapolates
+    table = runner.invoke(app, ["explain", "--model", "mynet", "--db", str(db), "--batch", "256", "--iters", "10"])
+    assert table.exit_code == 0
+    text = " ".join(table.stdout.split())
+    assert "form affine-time" in text and "held-out error 1.25 %" in text and "outside" in text
+    coeffs = _json("--coeffs", "10,2,0", "--batch", "32", "--iters", "10")["throughput"]
+    assert coeffs["form"] == "quadratic" and coeffs["measured_range"] is None and not coeffs["batch_outside_range"]
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from qosmos.extender.core.inference import (
     resolve_spec,
     serving_batch,
 )
+from qosmos.extender.core.inference_profiles import InferenceProfiles
 from qosmos.extender.core.modeldb import ModelDB
 
 GPU = GpuCompute(ThroughputProfile(model="toy", k0=100.0, k1=0.0, k2=0.0))
@@ -119,7 +120,7 @@ def test_the_switching_point_is_bs_gpu() -> None:
 
 
 def test_resolve_spec_from_the_seed_and_the_database() -> None:
-    spec = resolve_spec("ResNet50", 200, db=ModelDB.builtin())
+    spec = resolve_spec("ResNet50", 200, db=ModelDB.builtin(), inference_profiles=InferenceProfiles())
     # SODA §VI-E: ResNet50 on 16 cores, batch 2 in 95.96 ms, window 95.96 ms
     assert spec.cpu is not None and spec.cpu.batch == 2 and spec.cpu.cores == 16
     assert spec.cpu.compute_s * 1000 == pytest.approx(95.96)

@@ -19,7 +19,7 @@ from qosmos.extender.http_server import ExtenderHTTP, HTTPServer
 from qosmos.extender.proto import qosmos_pb2 as pb
 from qosmos.extender.proto import qosmos_pb2_grpc as pb_grpc
 from qosmos.extender.service import ExtenderService
-from qosmos.extender.tls import TLSFiles
+from qosmos.extender.tls import ClientPolicy, TLSFiles
 
 from .conftest import make_pod
 from .pki import PKIFiles, write_pki
@@ -101,6 +101,80 @@ def test_grpc_with_tls_refuses_unauthenticated_callers(service: ExtenderService,
             assert pb_grpc.ExtenderStub(channel).Explain(req, timeout=5).placements
     finally:
         server.stop(0)
+
+
+def _get(port: int, ctx: ssl.SSLContext, path: str) -> int:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def test_each_route_answers_only_the_identities_configured_for_it(
+    service: ExtenderService, pki: PKIFiles, names: list[str]
+) -> None:
+    # issue 22 §2: mTLS authenticates; a trusted certificate of another identity (the metrics client's)
+    # must not place pods, and the scheduler's must not read metrics
+    clients = ClientPolicy.parse(scheduler="kube-scheduler", metrics="qosmos-metrics", api=None)
+    server = HTTPServer(ExtenderHTTP(service, clients=clients), "127.0.0.1", 0, ssl_context=_tls(pki).server_context())
+    server.start_in_thread()
+    try:
+        sched = _client_ctx(pki, pki.client_cert, pki.client_key)
+        prom = _client_ctx(pki, pki.metrics_cert, pki.metrics_key)
+        body = {"Pod": make_pod("p", gpus=2, uid="u1"), "NodeNames": names}
+        for verb in ("filter", "prioritize", "bind"):
+            status, out = _post(server.port, prom, verb, body)
+            assert status == 403 and "cn:qosmos-metrics may not call" in out["Error"], out
+        assert service.cache.stats()["assumed"] == 0  # nothing was held for the refused caller
+        assert service.metrics.forbidden.labels("/filter")._value.get() == 1
+        assert _post(server.port, sched, "prioritize", body)[0] == 200
+        assert _get(server.port, prom, "/metrics") == 200
+        assert _get(server.port, sched, "/metrics") == 403
+        assert _get(server.port, prom, "/healthz") == 200 and _get(server.port, sched, "/readyz") in (200, 503)
+    finally:
+        server.stop()
+
+
+def test_grpc_answers_only_the_api_identities(service: ExtenderService, pki: PKIFiles) -> None:
+    clients = ClientPolicy.parse(api="kube-scheduler")
+    server = GRPCServer(service, host="127.0.0.1", port=0, tls=_tls(pki), clients=clients).start()
+    target = f"127.0.0.1:{server.port}"
+    req = pb.ExplainRequest(model="ResNet50", batch=64, iters=10)
+    ca = pki.ca.read_bytes()
+    try:
+        wrong = grpc.ssl_channel_credentials(ca, pki.metrics_key.read_bytes(), pki.metrics_cert.read_bytes())
+        with grpc.secure_channel(target, wrong) as channel, pytest.raises(grpc.RpcError) as err:
+            pb_grpc.ExtenderStub(channel).Explain(req, timeout=5)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "qosmos-metrics" in err.value.details()
+        assert service.metrics.forbidden.labels("grpc:explain")._value.get() == 1
+        right = grpc.ssl_channel_credentials(ca, pki.client_key.read_bytes(), pki.client_cert.read_bytes())
+        with grpc.secure_channel(target, right) as channel:
+            assert pb_grpc.ExtenderStub(channel).Explain(req, timeout=5).placements
+    finally:
+        server.stop(0)
+
+
+def test_client_identities_are_checked_with_the_configuration() -> None:
+    from qosmos.extender.config import ExtenderConfig
+
+    tls = {"tls_cert_file": "c", "tls_key_file": "k", "tls_client_ca_file": "ca"}
+    cfg = ExtenderConfig.load(env={}, scheduler_clients=" qosmos-scheduler, other ", **tls)
+    assert cfg.clients.scheduler == frozenset({"qosmos-scheduler", "other"}) and cfg.clients.open_groups() == [
+        "metrics",
+        "api",
+    ]
+    with pytest.raises(InvalidInput) as exc:
+        ExtenderConfig.load(env={}, api_clients=" , ", **tls)
+    assert exc.value.field == "api_clients"
+    with pytest.raises(InvalidInput) as exc:
+        ExtenderConfig.load(env={}, insecure=True, metrics_clients="qosmos-metrics")
+    assert exc.value.field == "metrics_clients"
+    env = {"QOSMOS_EXTENDER_SCHEDULER_CLIENTS": "a,b"}
+    assert ExtenderConfig.load(env=env, **tls).clients.scheduler == frozenset({"a", "b"})
 
 
 def test_plaintext_is_for_loopback_only(service: ExtenderService, pki: PKIFiles, tmp_path: Path) -> None:

@@ -98,6 +98,7 @@ NON_DEFAULT: dict[str, Any] = {
     "extender": {
         "replicas": 2,
         "grpc": {"enabled": True, "port": 9443},
+        "clients": {"scheduler": ["qosmos-scheduler", "sched-b"], "metrics": [], "api": ["ml-portal"]},
         "placer": "best-fit",
         "extraArgs": ["--assume-ttl-s", "10"],
     },
@@ -112,7 +113,11 @@ NON_DEFAULT: dict[str, Any] = {
         "resctrl": {"enabled": True},
         "membwPeak": 1.0e11,
         "tc": {"device": "eth0", "linkMbit": 100000},
-        "cgroupDriver": "systemd",
+        "cgroupVersion": 1,
+        "cgroupDriver": "cgroupfs",
+        "cgroupParent": "/kubelet",
+        "podResources": {"socketDir": ""},
+        "nvidiaVisibleDevices": "all",
     },
     "networkPolicy": {
         "extenderFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
@@ -175,6 +180,10 @@ def test_helm_lint_strict(helm: str, tmp: Path, values: dict[str, Any] | None) -
         ({"scheduler": {"percentageOfNodesToScore": 101}}, ["/scheduler/percentageOfNodesToScore"]),
         ({"extender": {"placer": "random"}}, ["/extender/placer"]),
         ({"nodeAgent": {"cgroupDriver": "cgroupv3"}}, ["/nodeAgent/cgroupDriver"]),
+        ({"nodeAgent": {"cgroupDriver": "auto"}}, ["/nodeAgent/cgroupDriver"]),  # the mounts need to know
+        ({"nodeAgent": {"cgroupVersion": 3}}, ["/nodeAgent/cgroupVersion"]),
+        ({"nodeAgent": {"cgroupParent": "../.."}}, ["/nodeAgent/cgroupParent"]),
+        ({"nodeAgent": {"podResources": {"socketDir": "var/lib"}}}, ["/nodeAgent/podResources/socketDir"]),
         ({"nodeAgent": {"tc": {"device": "eth0; rm -rf /", "linkMbit": 1}}}, ["/nodeAgent/tc/device"]),
         ({"metrics": {"serviceMonitor": {"enabled": True, "interval": "often"}}}, ["/metrics/serviceMonitor/interval"]),
         ({"unknownTopLevel": 1}, ["unknownTopLevel"]),
@@ -208,7 +217,9 @@ def test_schema_enums_are_the_codes_registries() -> None:
     props = json.loads((CHART / "values.schema.json").read_text())["properties"]
     assert set(props["extender"]["properties"]["placer"]["enum"]) == set(PLACERS)
     assert set(props["extender"]["properties"]["logLevel"]["enum"]) == set(LOG_LEVELS)
-    assert set(props["nodeAgent"]["properties"]["cgroupDriver"]["enum"]) == {"auto", "cgroupfs", "systemd"}
+    # the CLI also takes auto (it looks); the chart must name the driver: it mounts kubepods or kubepods.slice
+    assert set(props["nodeAgent"]["properties"]["cgroupDriver"]["enum"]) == {"cgroupfs", "systemd"}
+    assert set(props["nodeAgent"]["properties"]["cgroupVersion"]["enum"]) == {1, 2}
 
 
 # --------------------------------------------------------------------------- the copies the chart ships
@@ -531,9 +542,9 @@ def test_extender_and_node_agent_rbac_are_what_they_call(default: list[dict[str,
     }
     from kubernetes import client
 
-    # the agent's api is the CoreV1Api sidecar/cli.py passes in (NodeAgent's docstring)
-    agent = derive_calls(["qosmos.sidecar.agent"], {"api": client.CoreV1Api})
-    assert agent
+    # the agent's api is the CoreV1Api sidecar/cli.py passes in (NodeAgent's and PodCache's docstrings)
+    agent = derive_calls(["qosmos.sidecar.agent", "qosmos.sidecar.podwatch"], {"api": client.CoreV1Api})
+    assert ("", "pods", "watch") in agent  # issue 22: a watch on its node's pods, not a list every pass
     got = granted(default, f"{RELEASE}-qosmos-node-agent")
     assert list(got) == [("ClusterRole", "")] and got[("ClusterRole", "")] == agent
 
@@ -592,29 +603,109 @@ def test_pods_are_restricted_but_the_node_agent(which: str, request: pytest.Fixt
                 assert not any("hostPath" in v for v in spec.get("volumes", []))
 
 
+def _agent_host_access(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str], dict[str, str], set[str]]:
+    """The node agent's pod spec, args, hostPath -> mountPath, and the read-only mountPaths."""
+    spec = kinds(docs, "DaemonSet")[0]["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    host = {v["hostPath"]["path"]: mounts[v["name"]]["mountPath"] for v in spec["volumes"] if "hostPath" in v}
+    assert all(v["hostPath"]["type"] in ("Directory", "DirectoryOrCreate") for v in spec["volumes"] if "hostPath" in v)
+    return spec, c["args"], host, {m["mountPath"] for m in c["volumeMounts"] if m.get("readOnly")}
+
+
 def test_node_agent_gets_only_the_host_access_its_options_use(
     default: list[dict[str, Any]], custom: list[dict[str, Any]]
 ) -> None:
-    """hostPaths are exactly the folders its --cgroup-root / --resctrl-root name; hostNetwork and
-    NET_ADMIN only with --tc-dev; hostPID (resctrl's tasks and /proc take host PIDs)."""
+    """hostPaths are the kubepods subtrees below its --cgroup-root, its --resctrl-root / --state-dir, the
+    folders of its --cpu-manager-state and --pod-resources-socket (read-only); each at its host path under
+    /host (the journal names those paths, and ``kubectl debug node`` has the host there too); never the
+    whole /sys/fs/cgroup. hostNetwork and NET_ADMIN only with --tc-dev; hostPID (resctrl's tasks and /proc
+    take host PIDs)."""
     for docs, tc, resctrl in ((default, False, False), (custom, True, True)):
-        ds = kinds(docs, "DaemonSet")[0]
-        spec = ds["spec"]["template"]["spec"]
+        spec, args, host, read_only = _agent_host_access(docs)
         c = spec["containers"][0]
-        args = c["args"]
-        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-        host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-        used = {args[i + 1] for i, a in enumerate(args) if a in ("--cgroup-root", "--resctrl-root")}
-        assert {mounts[n] for n in host} == used
-        assert {host[n]: mounts[n] for n in host} == {
-            "/sys/fs/cgroup": "/host/sys/fs/cgroup",
-            **({"/sys/fs/resctrl": "/host/sys/fs/resctrl"} if resctrl else {}),
-        }
+        arg = {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--") and i + 1 < len(args)}
+        assert all(m == f"/host{h}" for h, m in host.items()), host
+        cgroups = {h for h in host if h.startswith("/sys/fs/cgroup")}
+        assert "/sys/fs/cgroup" not in host and all(h.rsplit("/", 1)[-1].startswith("kubepods") for h in cgroups)
+        assert all(m.startswith(arg["--cgroup-root"] + "/") for h, m in host.items() if h in cgroups)
+        others = {m for h, m in host.items() if h not in cgroups}
+        used = {arg[f] for f in ("--resctrl-root", "--state-dir") if f in arg}
+        used |= {str(Path(arg[f]).parent) for f in ("--cpu-manager-state", "--pod-resources-socket") if arg.get(f)}
+        assert others == used
+        assert {str(Path(arg[f]).parent) for f in ("--cpu-manager-state", "--pod-resources-socket") if arg.get(f)} <= (
+            read_only
+        )  # only read
+        assert ("/sys/fs/resctrl" in host) is resctrl
         assert ("--membw" in args) is (not resctrl)  # no resctrl: no bandwidth source
         assert spec["hostPID"] is True
         assert bool(spec.get("hostNetwork")) is tc and ("--tc-dev" in args) is tc
         assert c["securityContext"]["capabilities"].get("add", []) == (["NET_ADMIN"] if tc else [])
         assert c["securityContext"]["runAsUser"] == 0
+
+
+@pytest.mark.parametrize(
+    ("agent", "cgroups", "pod_resources", "nvidia"),
+    [
+        ({}, ["/sys/fs/cgroup/kubepods.slice"], "/var/lib/kubelet/pod-resources", None),  # the defaults: v2, systemd
+        ({"cgroupDriver": "cgroupfs"}, ["/sys/fs/cgroup/kubepods"], "/var/lib/kubelet/pod-resources", None),
+        (
+            {"cgroupVersion": 1, "cgroupDriver": "cgroupfs", "resctrl": {"enabled": True}},
+            ["/sys/fs/cgroup/cpuset/kubepods", "/sys/fs/cgroup/cpu/kubepods", "/sys/fs/cgroup/cpuacct/kubepods"],
+            "/var/lib/kubelet/pod-resources",
+            None,
+        ),
+        (
+            {
+                "cgroupVersion": 1,
+                "cgroupDriver": "systemd",
+                "cgroupParent": "/kubelet.slice/",
+                "podResources": {"socketDir": ""},
+                "nvidiaVisibleDevices": "all",
+            },
+            [f"/sys/fs/cgroup/{c}/kubelet.slice/kubepods.slice" for c in ("cpuset", "cpu", "cpuacct")],
+            None,
+            "all",
+        ),
+        (
+            {"cgroupParent": "k8s/pods", "podResources": {"socketDir": "/data/kubelet/pod-resources"}},
+            ["/sys/fs/cgroup/k8s/pods/kubepods.slice"],
+            "/data/kubelet/pod-resources",
+            None,
+        ),
+    ],
+    ids=["v2-systemd", "v2-cgroupfs", "v1-cgroupfs-resctrl", "v1-systemd-parent-no-podresources", "v2-parent"],
+)
+def test_node_agent_mounts_only_the_kubepods_subtrees(
+    helm: str,
+    tmp: Path,
+    agent: dict[str, Any],
+    cgroups: list[str],
+    pod_resources: str | None,
+    nvidia: str | None,
+) -> None:
+    """Each cgroup controller the agent uses, only below the kubelet's kubepods[.slice] (v1: cpuset, cpu,
+    cpuacct; v2: the unified tree); resctrl only when enabled; the kubelet's pod-resources folder
+    read-only (its socket the agent's --pod-resources-socket), and NVIDIA_VISIBLE_DEVICES only when set."""
+    from qosmos.sidecar.cgroups import CgroupLayout
+
+    docs = render(helm, tmp, {"nodeAgent": agent})
+    spec, args, host, read_only = _agent_host_access(docs)
+    assert sorted(h for h in host if h.startswith("/sys/fs/cgroup")) == sorted(cgroups)
+    # the agent's own layout resolves exactly to those mounts
+    version, driver = agent.get("cgroupVersion", 2), agent.get("cgroupDriver", "systemd")
+    layout = CgroupLayout(Path(args[args.index("--cgroup-root") + 1]), version, driver, agent.get("cgroupParent", ""))
+    ctrls = ("cpuset", "cpu", "cpuacct") if version == 1 else ("cpu",)
+    assert sorted(str(layout.kubepods(c)) for c in ctrls) == sorted(f"/host{c}" for c in cgroups)
+    assert args[args.index("--cgroup-driver") + 1] == driver
+    assert ("/sys/fs/resctrl" in host) is bool(agent.get("resctrl", {}).get("enabled"))
+    sock = args[args.index("--pod-resources-socket") + 1]
+    if pod_resources:
+        assert host[pod_resources] in read_only and sock == f"/host{pod_resources}/kubelet.sock"
+    else:
+        assert sock == "" and not [h for h in host if "pod-resources" in h]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env.get("NVIDIA_VISIBLE_DEVICES") == nvidia
 
 
 def test_network_policy_lets_only_the_scheduler_reach_the_extender(
@@ -809,3 +900,45 @@ def test_schema_has_every_value() -> None:
 
     walk(values, schema, "")
     assert set(schema["properties"]) - {"global"} == set(values)
+
+
+# --------------------------------------------------------------------------- node agent (issue 22 §1)
+
+
+def test_node_agent_health_metrics_priority_and_shutdown(
+    helm: str, tmp: Path, default: list[dict[str, Any]], custom: list[dict[str, Any]]
+) -> None:
+    """Probes on /healthz and /readyz, /metrics on a named port behind a headless Service (a ServiceMonitor
+    when asked), system-node-critical by default, time to restore the node on SIGTERM, and tc shaping
+    only where the admin set a device (``--net-shaping``)."""
+    import typer.main
+    from qosmos.sidecar.cli import sidecar_app
+
+    run = typer.main.get_command(sidecar_app).commands["run"]  # type: ignore[attr-defined]
+    run_flags = {o for p in run.params for o in [*p.opts, *p.secondary_opts]}
+    for docs, tc in ((default, False), (custom, True)):
+        ds = kinds(docs, "DaemonSet")[0]
+        spec = ds["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        args = c["args"]
+        assert {a for a in args if a.startswith("--")} <= run_flags  # every flag exists
+        port = int(args[args.index("--metrics-port") + 1])
+        assert args[args.index("--metrics-address") + 1] == "0.0.0.0"
+        assert c["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        assert spec["priorityClassName"] == "system-node-critical"
+        assert spec["terminationGracePeriodSeconds"] >= 10
+        assert ("--net-shaping" in args) is tc
+        svc = named(docs, "Service", "-node-agent-metrics")
+        assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["targetPort"] == "metrics"
+        assert all(ds["spec"]["template"]["metadata"]["labels"][k] == v for k, v in svc["spec"]["selector"].items())
+    assert not [s for s in kinds(custom, "ServiceMonitor") if s["metadata"]["name"].endswith("node-agent")]
+    docs = render(helm, tmp, {**NON_DEFAULT, "nodeAgent": {**NON_DEFAULT["nodeAgent"],
+                                                           "metrics": {"port": 9200, "address": "0.0.0.0",
+                                                                       "serviceMonitor": {"enabled": True}}}})  # fmt: skip
+    sm = named(docs, "ServiceMonitor", "-node-agent")
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics" and sm["metadata"]["labels"]["release"] == "prom"
+    svc = named(docs, "Service", "-node-agent-metrics")
+    assert all(svc["metadata"]["labels"][k] == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+    assert kinds(docs, "DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] == 9200

@@ -57,6 +57,8 @@ def test_without_a_kube_version_helm_refuses_as_the_readme_says(helm: str) -> No
         [helm, "template", "qosmos", "helm/qosmos"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode != 0
-    said = re.search(r"chart requires kubeVersion (\S+) which is incompatible with Kubernetes (\S+)", proc.stderr)
+    said = re.search(r"chart requires kubeVersion: (\S+) which is incompatible with Kubernetes (\S+)", proc.stderr)
     assert said, proc.stderr
-    assert f"chart requires kubeVersion {said[1]} which is incompatible with Kubernetes {said[2]}" in README.read_text()
+    assert f"chart requires kubeVersion: {said[1]} which is incompatible with Kubernetes {said[2]}" in " ".join(
+        README.read_text().split()
+    )

@@ -152,23 +152,30 @@ def test_enums_come_from_the_core_registries() -> None:
 def test_defaults_are_the_issues() -> None:
     vc = at(schema(crds.VIRTUAL_CLUSTER), "spec")["properties"]
     assert (vc["policy"]["default"], vc["placement"]["default"], vc["backfill"]["default"]) == ("swaf", "cer", "none")
-    assert vc["quota"]["properties"]["borrowingLimit"]["default"] == 0
+    # Kueue's: no borrowing limit (the cohort's idle share), lend all; reclaim Any is the core's default
+    assert "default" not in vc["quota"]["properties"]["borrowingLimit"]
     assert vc["quota"]["properties"]["borrowingLimit"]["minimum"] == 0
+    assert vc["quota"]["properties"]["lendingLimit"]["minimum"] == 0
+    pre = vc["preemption"]["properties"]
+    assert (pre["withinVirtualCluster"]["default"], pre["reclaimWithinCohort"]["default"]) == ("Never", "Any")
+    assert pre["withinVirtualCluster"]["enum"] == ["Never", "LowerPriority"]
     job = at(schema(crds.DL_JOB), "spec")["properties"]
     assert (job["qosClass"]["default"], job["kind"]["default"]) == ("Normal", "training")
 
 
 def test_spec_fields_are_the_issues() -> None:
     vc = at(schema(crds.VIRTUAL_CLUSTER), "spec")["properties"]
-    assert set(vc) == {"nodeSelector", "policy", "placement", "backfill", "relaxFactor", "theta", "quota"}
-    assert set(vc["quota"]["properties"]) == {"gpus", "borrowingLimit"}
+    assert set(vc) == {
+        "nodeSelector", "policy", "placement", "backfill", "relaxFactor", "theta", "quota", "cohort", "preemption",
+    }  # fmt: skip
+    assert set(vc["quota"]["properties"]) == {"gpus", "borrowingLimit", "lendingLimit"}
     vcs = at(schema(crds.VIRTUAL_CLUSTER), "status")["properties"]
     assert set(vcs["gpus"]["properties"]) == {"total", "used", "borrowed", "lent"}
     assert {"queued", "running", "oldestWaitSeconds", "conditions"} <= set(vcs)
     job = at(schema(crds.DL_JOB), "spec")
     assert set(job["properties"]) == {
         "virtualCluster", "kind", "modelType", "globalBatchSize", "iterations", "gpus", "gpusPerNode", "cpus",
-        "memory", "qosClass", "gpuModels", "template", "backoffLimit",
+        "memory", "qosClass", "gpuModels", "template", "backoffLimit", "rendezvous", "priority",
     }  # fmt: skip
     assert job["required"] == ["virtualCluster"]
     template = job["properties"]["template"]
@@ -215,7 +222,7 @@ def test_crd_shell(resource: crds.Resource) -> None:
             continue
         node = at(root, path)
         assert col["type"] == ("string" if node["type"] == "string" else node["type"]), col
-    assert at(root, "metadata.name")["maxLength"] == 63
+    assert at(root, "metadata.name")["maxLength"] == resource.name_max <= 63
 
 
 def test_printer_columns_are_the_issues() -> None:
@@ -320,6 +327,10 @@ def test_the_inference_service_example_switches_modes() -> None:
     assert first.mode is Mode.CPU
     high = decide(spec, first.state, 2 * spec.gpu.capacity_qps, 1.0)  # overload: at once, cooldown or not
     assert high.mode is Mode.GPU and high.replicas >= 2
+    # no typed thresholds: they come from the measured inference profile of the example's GPU model
+    assert svc.spec.gpu_switch_batch is None and svc.spec.cpu.max_batch is None
+    assert spec.source("gpu_switch_batch").startswith("profile H200")
+    assert spec.source("cpu_max_batch").startswith("profile 16 cores")
 
 
 def crds_db() -> Any:
@@ -334,7 +345,11 @@ def test_inference_service_schema() -> None:
     assert set(spec["properties"]) == {
         "modelType", "qosTargetMs", "gpuSwitchBatch", "cpu", "minReplicas", "maxReplicas", "scaleOutThreshold",
         "hysteresis", "switchCooldownSeconds", "scaleInAfterSeconds", "scaleOutAfterSeconds", "template", "load",
+        "gpuModel", "forecast",
     }  # fmt: skip
+    forecast = spec["properties"]["forecast"]
+    assert set(forecast["properties"]) == {"enabled", "periodSeconds", "readySeconds", "quantile"}
+    assert forecast["default"] == {} and forecast["properties"]["enabled"]["default"] is True
     assert set(spec["properties"]["cpu"]["properties"]) == {"coresPerReplica", "maxBatch", "maxReplicas"}
     assert spec["properties"]["scaleOutThreshold"]["default"] == 0.8
     assert spec["required"] == ["modelType"]

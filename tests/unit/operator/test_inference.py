@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from qosmos.extender.core import inference as core
+from qosmos.extender.core import inference_profiles
 from qosmos.extender.core.inference import InferenceState, Mode, decide, resolve_spec
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.operator.crds import InferenceServiceSpec, InferenceServiceStatus
@@ -459,3 +460,49 @@ def test_step_without_a_load() -> None:
     assert kept.decision is None and (kept.state.mode, kept.state.replicas) == (Mode.CPU, 2)
     assert kept.status["reason"] == "hold" and "load unknown" in kept.status["message"]
     assert kept.status.get("observedAt") is None and kept.changed
+
+
+# ---- switching ahead of the load (issue 23 §3) ---------------------------------------------------------
+
+
+def test_step_plans_for_the_forecast_and_records_it() -> None:
+    from qosmos.operator.inference import Load, step
+
+    spec = resolve_spec("ResNet50", 200, db=DB, gpu_switch_batch=20, cpu_max_batch=2, switch_cooldown_s=5)
+    now = quantize(1_700_000_000.5)
+    plain = step(spec, {}, Load(30.0, "Annotation"), now, [])
+    ahead = step(spec, {}, Load(30.0, "Annotation"), now, [], forecast_qps=150.1234567)
+    assert plain.status["forecastQPS"] is None and ahead.status["forecastQPS"] == 150.123457  # rounded like the rate
+    assert ahead.decision == decide(spec, None, 30.0, now, forecast_qps=150.123457)
+    assert (plain.state.mode, ahead.state.mode) == (Mode.CPU, Mode.GPU)  # 150/s is no load for 8 CPU replicas
+    assert InferenceServiceStatus.model_validate(_settle(ahead.status)).forecast_qps == 150.123457
+
+
+def test_rate_history_keeps_the_largest_rate_of_each_slot() -> None:
+    from qosmos.operator.inference import RateHistory
+
+    h = RateHistory(10.0, limit=4)
+    h.observe(100.0, 5.0)
+    h.observe(104.0, 9.0)  # same slot: the larger
+    h.observe(106.0, 2.0)
+    h.observe(131.0, 1.0)  # two slots later: the gap repeats the last slot
+    assert h.slots == [9.0, 9.0, 9.0, 1.0]
+    h.observe(142.0, 3.0)  # past the limit: the oldest slot goes, the start moves on
+    assert h.slots == [9.0, 9.0, 1.0, 3.0] and h.start == 110.0
+    h.observe(50.0, 7.0)  # a clock that went back: a new history
+    assert (h.start, h.slots) == (50.0, [7.0])
+
+
+def test_the_controller_forecasts_and_a_restart_keeps_the_planned_band() -> None:
+    from qosmos.operator.inference import InferenceController, Load
+
+    ctl = InferenceController(object(), inference_profiles=inference_profiles.InferenceProfiles())  # type: ignore[arg-type]
+    spec = InferenceServiceSpec.model_validate({"modelType": "ResNet50", "forecast": {"periodSeconds": 1}})
+    bands = [ctl._forecast("ns/a", spec, Load(q, "Annotation"), float(t), {}) for t, q in enumerate([10, 40, 20])]
+    assert bands == pytest.approx([12.0, 48.0, 48.0])  # the rule before the model: 1.2 x the recent largest
+    # a restarted operator (no history) reads the band the status held: a floor until the history fills
+    fresh = InferenceController(object(), inference_profiles=inference_profiles.InferenceProfiles())  # type: ignore[arg-type]
+    assert fresh._forecast("ns/a", spec, Load(20.0, "Annotation"), 3.0, {"forecastQPS": 48.0}) == 48.0
+    off = InferenceServiceSpec.model_validate({"modelType": "ResNet50", "forecast": {"enabled": False}})
+    assert fresh._forecast("ns/a", off, Load(20.0, "Annotation"), 4.0, {}) is None
+    assert fresh._forecast("ns/b", spec, Load(None, "Annotation", "no load"), 4.0, {}) is None

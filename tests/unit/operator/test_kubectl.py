@@ -49,7 +49,7 @@ def waiting(code: str, message: str, position: int, **extra: Any) -> dict[str, A
 
 VC = {
     "metadata": {"name": "vc-a"},
-    "spec": {"policy": "swaf", "backfill": "easy", "quota": {"gpus": 16, "borrowingLimit": 8}},
+    "spec": {"policy": "swaf", "backfill": "easy", "cohort": "team", "quota": {"gpus": 16, "borrowingLimit": 8}},
     "status": {"gpus": {"total": 32, "used": 24, "borrowed": 0, "lent": 0}, "queued": 3, "running": 2},
 }
 
@@ -69,7 +69,7 @@ def test_queue_lists_the_vcs_waiting_jobs_in_the_operators_order() -> None:
     assert [j["metadata"]["name"] for j in queue_of("vc-a", jobs)] == ["head", "late", "new"]
     lines = format_queue("vc-a", VC, jobs, NOW).splitlines()
     assert lines[0].startswith("VirtualCluster vc-a: policy swaf, placement cer, backfill easy; GPUs 24/32 used")
-    assert "quota 16 (+8 borrowable)" in lines[0] and "3 queued, 2 running" in lines[0]
+    assert "quota 16 in cohort team (+8 borrowable)" in lines[0] and "3 queued, 2 running" in lines[0]
     assert lines[1].split() == ["POS", "DLJOB", "QOS", "GPUS", "ALLOWANCE", "ETA", "REASON", "WAITING"]
     assert lines[2].split() == ["0", "team-a/head", "Prior", "8", "-41s", "in", "2m", "Head", "10m"]
     assert lines[3].split() == ["1", "team-a/late", "Prior", "8", "62m", "-", "BehindHead", "15m"]

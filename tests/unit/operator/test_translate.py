@@ -182,10 +182,16 @@ def test_gang_pods_are_gated_owned_labelled_and_annotated() -> None:
     )
     pods = gang_pods(obj, Gang(("n0", "n1"), (2, 2)), attempt=3)
     assert [p["metadata"]["name"] for p in pods] == ["j-3-0", "j-3-1"]
-    for p in pods:
+    for i, p in enumerate(pods):
         m, s = p["metadata"], p["spec"]
         assert m["namespace"] == "team"
-        assert m["labels"] == {"team": "vision", "qosmos.io/job": "j", "qosmos.io/vc": "vc-a", "qosmos.io/attempt": "3"}
+        assert m["labels"] == {
+            "team": "vision",
+            "qosmos.io/job": "j",
+            "qosmos.io/vc": "vc-a",
+            "qosmos.io/attempt": "3",
+            "qosmos.io/replica-index": str(i),
+        }
         assert m["annotations"]["qosmos.io/run-duration"] == "5s"
         assert m["annotations"][ANN_PLACEMENT] == "2x2" and m["annotations"][ANN_NODES] == "n0,n1"
         assert m["annotations"]["qosmos.io/gpu-models"] == "V100M32|A100"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -208,6 +209,10 @@ def test_cgroup_v2_cpu_max_and_effective(tmp_path: Path) -> None:
     pod = tmp_path / "kubepods" / f"pod{UID}"
     child = pod / container_id(1)
     child.mkdir(parents=True)
+    (tmp_path / "kubepods" / "cpuset.cpus.effective").write_text("0-3\n")
+    (tmp_path / "kubepods" / "cgroup.controllers").write_text("cpuset cpu\n")
+    (tmp_path / "kubepods" / "cgroup.subtree_control").write_text("cpuset cpu\n")
+    (pod / "cgroup.subtree_control").write_text("cpuset cpu\n")
     for d in (pod, child):
         (d / "cpuset.cpus").write_text("\n")  # v2: empty means the parent's
         (d / "cpuset.cpus.effective").write_text("0-3\n")
@@ -216,6 +221,7 @@ def test_cgroup_v2_cpu_max_and_effective(tmp_path: Path) -> None:
     act = CgroupV2Cpu(FakeKernelFS())
     act.apply(CpuTarget(UID, "p", (2, 3), 1.5), PodCgroups(pod, pod))
     assert (child / "cpuset.cpus").read_text().strip() == "2-3"
+    assert (child / "cpuset.cpus.effective").read_text().strip() == "2-3"  # v2's rule, kept by the fake
     assert (child / "cpu.max").read_text().strip() == "150000 100000"
     assert (pod / "cpu.max").read_text().strip() == "max 100000"
     act.apply(CpuTarget(UID, "p", (2, 3), None), PodCgroups(pod, pod))
@@ -265,8 +271,12 @@ def test_resctrl_one_shared_group_schemata_and_tasks(tmp_path: Path) -> None:
 
 
 def test_resctrl_without_mba_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInput, match="Memory Bandwidth Allocation"):
+    with pytest.raises(InvalidInput, match="resctrl not mounted"):
         ResctrlMba(tmp_path, FakeKernelFS()).apply(MbaTarget("g", 50, (1,)))
+    root = make_resctrl_tree(tmp_path / "rdt")
+    shutil.rmtree(root / "info" / "MB")
+    with pytest.raises(InvalidInput, match="no info/MB"):
+        ResctrlMba(root, FakeKernelFS()).apply(MbaTarget("g", 50, (1,)))
 
 
 # --------------------------------------------------------------------------- tc
@@ -279,8 +289,9 @@ def test_htb_commands_split_and_borrowing() -> None:
     assert any("classid 50:20 htb rate 250mbit ceil 1000mbit" in t for t in text)
     assert sum("match ip src 10.244.0.5/32 flowid 50:10" in t for t in text) == 1
     assert sum("flowid 50:20" in t for t in text) == 2
-    # traffic of no CPU job (unmanaged pods, the host) falls into the 75 % class, never below a CPU job
-    assert "root handle 50: htb default 10" in text[0]
+    # no default class: traffic no filter classifies (the host, unmanaged pods) is HTB's direct
+    # traffic, never shaped (an earlier version capped it, and so all of the host's egress, at the link)
+    assert text[0].endswith("root handle 50: htb default 0")
     assert {c[c.index("classid") + 1] for c in cmds if "classid" in c} == {"50:1", "50:10", "50:20"}
     with pytest.raises(InvalidInput):
         htb_commands(HtbTarget("veth0", 1000, (), (), gpu_share=1.0))
@@ -303,19 +314,19 @@ def test_tc_actuator_applies_once_and_removes_only_its_own() -> None:
     t = HtbTarget("veth0", 100, ("10.244.0.5",), ())
     assert act.apply(t) and act.apply(t) == []
     assert sum(c[:2] == ["qdisc", "replace"] for c in calls) == 1
-    shown["out"] = "qdisc htb 50: root refcnt 2 r2q 10 default 0x10\n"
+    shown["out"] = "qdisc htb 50: root refcnt 2 r2q 10 default 0 direct_packets_stat 0\n"
     t2 = HtbTarget("veth0", 100, ("10.244.0.5",), ("10.244.0.6",))
     assert act.apply(t2) and sum(c[:2] == ["qdisc", "replace"] for c in calls) == 1  # htb root not "changed"
     assert calls[-1][-1] == "50:20"
     n = len(calls)
     assert act.apply(None) == ["tc veth0: removed HTB"]
     assert calls[-1] == ["qdisc", "del", "dev", "veth0", "root", "handle", "50:"] and len(calls) == n + 2
-    # a root left by an older agent (default class 30, which no longer exists): renewed, not kept
-    shown["out"] = "qdisc htb 50: root refcnt 2 r2q 10 default 0x30 direct_packets_stat 0\n"
+    # a root left by an older agent (default class 0x10, capping the host's traffic): renewed, not kept
+    shown["out"] = "qdisc htb 50: root refcnt 2 r2q 10 default 0x10 direct_packets_stat 0\n"
     calls.clear()
     assert TcHtb("veth0", runner).apply(t2)
     assert calls[1] == ["qdisc", "del", "dev", "veth0", "root", "handle", "50:"]
-    assert calls[2][:2] == ["qdisc", "replace"] and calls[2][-2:] == ["default", "10"]
+    assert calls[2][:2] == ["qdisc", "replace"] and calls[2][-2:] == ["default", "0"]
 
 
 def test_container_quota_never_above_the_pods(v1_tree: Callable[..., Path]) -> None:

@@ -7,10 +7,12 @@ from ``cgroups.py``), written through :class:`FakeKernelFS`; the files are read 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from kubernetes import client
+from qosmos.extender.core.errors import InvalidInput
 from qosmos.predictors.soda_cpu import plateau_curve
 from qosmos.sidecar.actuators import ResctrlMba, make_actuator
 from qosmos.sidecar.agent import AgentOptions, NodeAgent
@@ -94,3 +96,48 @@ def test_agent_on_every_kubelet_layout(tmp_path: Path, version: int, driver: str
     usage = agent.metrics.usage.labels("ns", T_UID)._value.get()
     assert usage == 2.0  # v1 cpuacct.usage (ns), v2 cpu.stat usage_usec (µs)
     assert sorted((p, p.read_text()) for p, _ in unmanaged) == unmanaged  # never touched
+
+
+def _narrow_view(host: Path, view: Path, version: int, driver: str) -> list[str]:
+    """What the chart mounts (helm/qosmos/templates/nodeagent.yaml): only the kubepods subtree of each
+    controller the agent uses, at the same path; the rest of the hierarchy is not there."""
+    kp = "kubepods.slice" if driver == "systemd" else "kubepods"
+    subtrees = [f"{c}/{kp}" for c in ("cpuset", "cpu", "cpuacct")] if version == 1 else [kp]
+    for rel in subtrees:
+        shutil.copytree(host / rel, view / rel)
+    return subtrees
+
+
+@pytest.mark.parametrize(("version", "driver"), [(1, "cgroupfs"), (1, "systemd"), (2, "cgroupfs"), (2, "systemd")])
+def test_agent_with_only_the_kubepods_subtrees_mounted(tmp_path: Path, version: int, driver: str) -> None:
+    """The layout, the node's CPUs, a pod's cgroups, its start cores and its usage, all from the kubepods
+    subtrees alone (no hierarchy root, no cgroup.controllers at the top)."""
+    host = make_kubelet_tree(tmp_path / "host", PODS, "0-3", version, driver)
+    view = tmp_path / "view"
+    _narrow_view(host, view, version, driver)
+    layout = detect_layout(view)
+    assert (layout.version, layout.driver) == (version, driver)
+    train = _pod(T_UID, MANAGED, {"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"}, "BestEffort")
+    agent = NodeAgent("n1", None, layout, make_actuator("cpu", f"cgroup-v{version}", fs=FakeKernelFS()),
+                      cpu_online=tmp_path / "absent")  # fmt: skip
+    assert agent.node_cpus == (0, 1, 2, 3)  # the kubepods cpuset, not the root's
+    agent.reconcile([train])
+    assert _cpus_text(view, version, driver, T_UID) == {"0-2"}  # N_start of CV: 3 cores (§V-B-1)
+    assert agent.metrics.usage.labels("ns", T_UID)._value.get() == 2.0  # v1: cpuacct's own subtree
+
+
+def test_node_cpus_fall_back_to_the_online_cpus(tmp_path: Path) -> None:
+    """v2 where the kubepods slice has no cpuset files (cpuset not enabled there) and the root is not
+    mounted: the node's CPUs from /sys/devices/system/cpu/online."""
+    host = make_kubelet_tree(tmp_path / "host", PODS, "0-3", 2, "systemd", subtree_control="cpu io memory pids")
+    view = tmp_path / "view"
+    _narrow_view(host, view, 2, "systemd")
+    for f in (view / "kubepods.slice").glob("cpuset.cpus*"):
+        f.unlink()
+    online = tmp_path / "online"
+    online.write_text("0-5\n")
+    layout = detect_layout(view)
+    cpu = make_actuator("cpu", "cgroup-v2", fs=FakeKernelFS())
+    assert NodeAgent("n1", None, layout, cpu, cpu_online=online).node_cpus == (0, 1, 2, 3, 4, 5)
+    with pytest.raises(InvalidInput, match="absent"):
+        NodeAgent("n1", None, layout, cpu, cpu_online=tmp_path / "absent")

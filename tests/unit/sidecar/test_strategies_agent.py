@@ -115,7 +115,7 @@ def test_cpu_job_targets_halve_from_the_spec_not_from_the_cgroup() -> None:
     assert [(t.cpus, t.quota_cores) for t in full] == [((2, 3), 2.0), ((0, 1, 2, 3), None)]
     e.update(1.0, 1.0)
     halved = cpu_job_targets(pods, [0, 1, 2, 3], e)
-    assert [(t.cpus, t.quota_cores) for t in halved] == [((3,), 1.0), ((2, 3), 2.0)]
+    assert [(t.cpus, t.quota_cores) for t in halved] == [((3,), 1.0), ((1, 2), 2.0)]  # disjoint while they fit
     assert cpu_job_targets(pods, [0, 1, 2, 3], e) == halved  # re-running never halves twice
 
 
@@ -160,8 +160,17 @@ def test_resctrl_mbm_rate(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the agent on a fake node
 
 
-def _pod(uid: str, labels: dict[str, str], ann: dict[str, str], qos: str, cpu_limit: str | None = None) -> client.V1Pod:
-    res = client.V1ResourceRequirements(limits={"cpu": cpu_limit} if cpu_limit else None)
+def _pod(
+    uid: str,
+    labels: dict[str, str],
+    ann: dict[str, str],
+    qos: str,
+    cpu_limit: str | None = None,
+    cpu_request: str | None = None,
+) -> client.V1Pod:
+    res = client.V1ResourceRequirements(
+        limits={"cpu": cpu_limit} if cpu_limit else None, requests={"cpu": cpu_request} if cpu_request else None
+    )
     return client.V1Pod(
         metadata=client.V1ObjectMeta(uid=uid, name=uid, namespace="ns", labels=labels, annotations=ann),
         spec=client.V1PodSpec(containers=[client.V1Container(name="main", resources=res)]),
@@ -178,7 +187,7 @@ def node(v1_tree: Callable[..., Path], tmp_path: Path) -> dict[str, object]:
     layout = CgroupLayout(root, 1, "cgroupfs")
     pods = [
         _pod(T_UID, MANAGED, {"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"}, "BestEffort"),
-        _pod(C_UID, MANAGED, {"qosmos.io/job-kind": "cpu"}, "Burstable", "4"),
+        _pod(C_UID, MANAGED, {"qosmos.io/job-kind": "cpu"}, "Burstable", "4", "1"),
         _pod(U_UID, {}, {}, "BestEffort"),
     ]
     return {"root": root, "layout": layout, "pods": pods, "gpu": tmp_path / "gpu.json", "bw": tmp_path / "bw.json"}

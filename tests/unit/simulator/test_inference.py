@@ -141,7 +141,7 @@ def test_the_command_end_to_end(tmp_path: Path) -> None:
     args = ["simulate", "inference", "--qps", str(qps), "--model", "ResNet50", "--out", str(out)]
     args += ["--gpu-switch-batch", "10", "--cpu-cores", "4", "--cpu-max-batch", "2", "--max-replicas", "4"]
     args += ["--cpu-min-replicas", "4", "--cpu-max-replicas", "4", "--switch-cooldown-s", "0"]
-    args += ["--scale-in-after-s", "0", "--ready-s", "30"]
+    args += ["--scale-in-after-s", "0", "--ready-s", "30", "--no-forecast"]  # the reactive placer's hours
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     summary = json.loads((out / "summary.json").read_text())

@@ -220,14 +220,14 @@ def test_a_service_lives_in_one_file(tmp_path: Path) -> None:
 
 
 def inference_command(tmp_path: Path) -> Path:
-    """The toy service of test_inference through `qosmos simulate inference`: CPU x4, CPU x4, GPU x1,
+    """The toy service of test_inference through `qosmos simulate inference` (reactive: --no-forecast): CPU x4, CPU x4, GPU x1,
     GPU x1, CPU x4 over five 60 s slots, 4-core CPU replicas; none once the series ends."""
     qps = write(tmp_path / "qps.csv", GENAI_LIKE)
     out = tmp_path / "inf"
     args = ["simulate", "inference", "--qps", str(qps), "--model", "ResNet50", "--out", str(out), "--no-plots"]
     args += ["--gpu-switch-batch", "10", "--cpu-cores", "4", "--cpu-max-batch", "2", "--max-replicas", "4"]
     args += ["--cpu-min-replicas", "4", "--cpu-max-replicas", "4", "--switch-cooldown-s", "0"]
-    args += ["--scale-in-after-s", "0", "--ready-s", "30", "--service-name", "genai", "--quiet"]
+    args += ["--scale-in-after-s", "0", "--ready-s", "30", "--service-name", "genai", "--quiet", "--no-forecast"]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     return out / "timeline.csv"

@@ -1,0 +1,1 @@
+"""The kubelet's PodResources API (v1 List), generated from podresources.proto."""

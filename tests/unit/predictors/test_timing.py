@@ -1,0 +1,77 @@
+"""Warm-up, window statistics and environment metadata of `qosmos profile run`, without torch."""
+
+from __future__ import annotations
+
+import pytest
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.predictors import timing
+
+
+def test_warm_up_ends_when_the_step_time_is_stable() -> None:
+    # cuDNN autotuning and allocation: slow first steps, then steady at 0.1 s (within 1 %)
+    times = iter([2.0, 0.9, 0.5, 0.2, 0.101, 0.1, 0.1, 0.099, 0.1, 0.1, 0.1, 0.1])
+    steps, stable = timing.warm_up(lambda: next(times), min_steps=3, max_steps=50, k=5, threshold=0.05)
+    assert (steps, stable) == (9, True)  # steps 5..9 are 0.101, 0.1, 0.1, 0.099, 0.1: stable
+
+
+def test_warm_up_is_capped_and_runs_its_minimum() -> None:
+    alternating = iter([0.1, 0.2] * 50)
+    assert timing.warm_up(lambda: next(alternating), min_steps=3, max_steps=20) == (20, False)
+    steady = iter([0.1] * 50)
+    assert timing.warm_up(lambda: next(steady), min_steps=12, max_steps=20, k=5) == (12, True)
+    with pytest.raises(InvalidInput):
+        timing.warm_up(lambda: 0.1, min_steps=5, max_steps=2)
+
+
+def test_is_stable_looks_at_the_last_k_only() -> None:
+    assert timing.is_stable([9.0, 1.0, 1.0, 1.02], k=3, threshold=0.05)
+    assert not timing.is_stable([1.0, 1.0, 1.2], k=3, threshold=0.05)
+    assert not timing.is_stable([1.0, 1.0], k=3)  # too few steps yet
+
+
+def test_window_stats_median_and_spread() -> None:
+    # 10 steps of batch 32 per window: rates 320/1.0, 320/0.8, 320/1.6 = 320, 400, 200
+    st = timing.window_stats(32, 10, [1.0, 0.8, 1.6])
+    assert st.rates == pytest.approx((320.0, 400.0, 200.0))
+    assert st.rate == pytest.approx(320.0)  # the median, not the mean (306.7)
+    assert st.spread_pct == pytest.approx(100.0 * (400 - 200) / 320)
+    assert st.windows == 3
+    with pytest.raises(InvalidInput):
+        timing.window_stats(32, 10, [])
+    with pytest.raises(InvalidInput):
+        timing.window_stats(32, 10, [0.0])
+
+
+def test_parse_nvidia_smi() -> None:
+    out = "NVIDIA H200, 143771, 570.124.06\nNVIDIA H200, 143771, 570.124.06\n"
+    assert timing.parse_nvidia_smi(out) == {
+        "device": "NVIDIA H200",
+        "device_memory_mib": "143771",
+        "driver": "570.124.06",
+    }
+    with pytest.raises(InvalidInput, match="memory"):
+        timing.parse_nvidia_smi("NVIDIA H200, [N/A], 570\n")
+    with pytest.raises(InvalidInput, match="no GPU"):
+        timing.parse_nvidia_smi("\n")
+
+
+def test_parse_precision() -> None:
+    assert [timing.parse_precision(p) for p in ("fp32", "TF32", " bf16", "fp16")] == ["fp32", "tf32", "bf16", "fp16"]
+    with pytest.raises(InvalidInput, match="precision"):
+        timing.parse_precision("int8")
+
+
+def test_common_environment() -> None:
+    envs = [
+        {"device": "NVIDIA H200", "torch": "2.11.0", "precision": "bf16", "measured_at": "2026-01-02T10:00:00Z"},
+        {"device": "NVIDIA H200", "torch": "2.11.0", "precision": "bf16", "measured_at": "2026-01-02T10:05:00Z"},
+        {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "precision": "bf16", "measured_at": ""},
+    ]
+    env = dict(timing.common_environment(envs))
+    assert env == {
+        "device": "NVIDIA H100 80GB HBM3 | NVIDIA H200",
+        "torch": "2.11.0",
+        "precision": "bf16",
+        "measured_at": "2026-01-02T10:00:00Z .. 2026-01-02T10:05:00Z",
+    }
+    assert timing.common_environment([{}]) == ()
