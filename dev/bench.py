@@ -326,6 +326,30 @@ def openb_jobs(n: int, path: Path | None = None) -> list[JobRow]:
     return out
 
 
+def bench_workload(
+    jobs: int, nodes: int, run_s: float, spread_s: float, seed: int, name: str, workdir: Path | None, **dev: Any
+) -> tuple[list[JobRow], list[float], Path, DevOptions]:
+    """What an operator bench applies, the same for qosmos and for the controller it is measured beside:
+    the first ``jobs`` openb pods, each run ``run_s`` × U(1 − spread, 1 + spread) seconds (seeded), on
+    ``nodes`` openb nodes of a fresh ``qosmos dev`` cluster in ``workdir`` (a temporary folder if None)."""
+    if jobs < 1 or not 1 <= nodes <= 1523:
+        raise InvalidInput("jobs/nodes", (jobs, nodes), "jobs >= 1 and nodes in [1, 1523] (the openb node list)")
+    rows = openb_jobs(jobs)
+    rng = random.Random(seed)
+    runs = [run_s * rng.uniform(1 - spread_s, 1 + spread_s) for _ in rows]
+    tmp = Path(tempfile.mkdtemp(prefix=f"qosmos-bench-{name}-")) if workdir is None else workdir
+    opts = DevOptions(
+        dir=tmp / "cluster",
+        node_list=shared_dir() / OPENB_DIR / ALL_NODE_CSV,
+        nodes=nodes if nodes < 1523 else None,
+        pools=(),
+        detached=False,
+        start_timeout=300.0,
+        **dev,
+    )
+    return rows, runs, tmp, opts
+
+
 def bench_operator(
     jobs: int = 1000,
     nodes: int = 1523,
@@ -341,20 +365,7 @@ def bench_operator(
 ) -> dict[str, Any]:
     """``jobs`` openb DLJobs applied at once (16 clients in parallel) on ``nodes`` openb nodes; each
     runs ``run_s`` × U(1 − spread, 1 + spread) seconds."""
-    if jobs < 1 or not 1 <= nodes <= 1523:
-        raise InvalidInput("jobs/nodes", (jobs, nodes), "jobs >= 1 and nodes in [1, 1523] (the openb node list)")
-    rows = openb_jobs(jobs)
-    rng = random.Random(seed)
-    runs = [run_s * rng.uniform(1 - spread_s, 1 + spread_s) for _ in rows]
-    tmp = Path(tempfile.mkdtemp(prefix="qosmos-bench-operator-")) if workdir is None else workdir
-    opts = DevOptions(
-        dir=tmp / "cluster",
-        node_list=shared_dir() / OPENB_DIR / ALL_NODE_CSV,
-        nodes=nodes if nodes < 1523 else None,
-        pools=(),
-        detached=False,
-        start_timeout=300.0,
-    )
+    rows, runs, tmp, opts = bench_workload(jobs, nodes, run_s, spread_s, seed, "operator", workdir)
     try:
         with dev_cluster(opts, progress or _Quiet()) as (api_client, state):
             vc_ready = _prepare(api_client, policy, placement, "none", sum(r["gpu"] for r in opts.node_rows()))

@@ -911,32 +911,17 @@ def bench_kueue_jobs(
     """The jobs ``bench_operator`` applies as DLJobs (same openb rows, same run times), as suspended
     batch/v1 Jobs admitted by the full Kueue manager on a fresh ``qosmos dev`` cluster (operator off),
     run by the job controller, kube-scheduler and KWOK."""
-    import random
-    import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
     from kubernetes import client, config
-    from qosmos.dev.bench import NAMESPACE, PAUSE_IMAGE, ProcStats, _quantiles, _wait_done, openb_jobs
+    from qosmos.dev.bench import NAMESPACE, PAUSE_IMAGE, ProcStats, _quantiles, _wait_done, bench_workload
     from qosmos.dev.binaries import require_binaries
-    from qosmos.dev.cluster import DevOptions, _Quiet, down, up
-    from qosmos.dev.fakenodes import ALL_NODE_CSV, OPENB_DIR, shared_dir
+    from qosmos.dev.cluster import _Quiet, down, up
     from qosmos.dev.kwok import RUN_DURATION_ANNOTATION
     from qosmos.dev.process import Component, free_port
 
     b = require_kueue()
-    rows = openb_jobs(jobs)
-    rng = random.Random(seed)
-    runs = [run_s * rng.uniform(1 - spread_s, 1 + spread_s) for _ in rows]  # bench_operator's draws
-    tmp = Path(tempfile.mkdtemp(prefix="qosmos-bench-kueue-")) if workdir is None else workdir
-    opts = DevOptions(
-        dir=tmp / "cluster",
-        node_list=shared_dir() / OPENB_DIR / ALL_NODE_CSV,
-        nodes=nodes if nodes < 1523 else None,
-        pools=(),
-        operator=False,
-        detached=False,
-        start_timeout=300.0,
-    )
+    rows, runs, tmp, opts = bench_workload(jobs, nodes, run_s, spread_s, seed, "kueue", workdir, operator=False)
     node_rows = opts.node_rows()
     said, created_certs = ensure_metrics_cert()
     notes = [said]
