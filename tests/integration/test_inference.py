@@ -292,4 +292,5 @@ def test_inference_service_follows_the_replay_on_real_load(cluster: tuple[str, P
     log = (directory / "operator.log").read_text(errors="replace")
     assert "inference pass failed" not in log and ": pass failed" not in log, "the inference controller raised"
     reasons = {e.reason for e in events}  # best effort (a kill -9 may fall between a decision and its Event)
-    assert {"Started", "SwitchedToCPU", "SwitchedToGPU", "Retired"} <= reasons, reasons
+    # up to GPU always; back to CPU only where the forecast band lets it within the slice (not pinned)
+    assert {"Started", "SwitchedToGPU", "Retired"} <= reasons, reasons
