@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -350,6 +350,24 @@ def bench_workload(
     return rows, runs, tmp, opts
 
 
+def admission_stats(seen: Mapping[str, Seen], t0: float) -> dict[str, Any]:
+    """Admissions and their latencies from what a watch saw, the same for every controller measured:
+    the window runs from the first create (``t0``) to the last admission, i.e. what the controller
+    sustains with the whole queue in front of it (creation is part of it, as a user applying 1,000
+    jobs sees it)."""
+    admitted = sorted(s.phases["Admitted"] for s in seen.values() if "Admitted" in s.phases)
+    to_running = [s.phases["Running"] - s.created for s in seen.values() if "Running" in s.phases]
+    to_admitted = [s.phases["Admitted"] - s.created for s in seen.values() if "Admitted" in s.phases]
+    window = (admitted[-1] - t0) if admitted else math.nan
+    return {
+        "admissions": len(admitted),
+        "admission_window_s": round(window, 3),
+        "admissions_per_s": round(len(admitted) / window, 2) if admitted and window > 0 else None,
+        "apply_to_admitted_s": _quantiles(to_admitted),
+        "apply_to_running_s": _quantiles(to_running),
+    }
+
+
 def bench_operator(
     jobs: int = 1000,
     nodes: int = 1523,
@@ -393,10 +411,6 @@ def bench_operator(
     finally:
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    admitted = sorted(s.phases["Admitted"] for s in seen.values() if "Admitted" in s.phases)
-    to_running = [s.phases["Running"] - s.created for s in seen.values() if "Running" in s.phases]
-    to_admitted = [s.phases["Admitted"] - s.created for s in seen.values() if "Admitted" in s.phases]
-    window = (admitted[-1] - t0) if admitted else math.nan
     return {
         "jobs": jobs,
         "nodes": nodes,
@@ -410,13 +424,7 @@ def bench_operator(
         "all_succeeded": ok == jobs,
         "vc_ready_s": round(vc_ready, 1),  # before the jobs: the operator labelling every node for the VC
         "apply_s": round(applied, 3),
-        "admissions": len(admitted),
-        "admission_window_s": round(window, 3),
-        # from the first create to the last admission: what the operator sustains with the whole
-        # queue in front of it (creation is part of the window, as a user applying 1,000 jobs sees)
-        "admissions_per_s": round(len(admitted) / window, 2) if admitted and window > 0 else None,
-        "apply_to_admitted_s": _quantiles(to_admitted),
-        "apply_to_running_s": _quantiles(to_running),
+        **admission_stats(seen, t0),
         "operator": {"cpu_s": round(cpu, 2), "peak_rss_mb": round(peak, 1), "pid": proc.pid},
         # where the machine's CPU went from the first create to the last finish (the whole cluster
         # shares this machine's cores: on 2 cores the apiserver and KWOK's 1,523 node heartbeats count)

@@ -914,7 +914,7 @@ def bench_kueue_jobs(
     from concurrent.futures import ThreadPoolExecutor
 
     from kubernetes import client, config
-    from qosmos.dev.bench import NAMESPACE, PAUSE_IMAGE, ProcStats, _quantiles, _wait_done, bench_workload
+    from qosmos.dev.bench import NAMESPACE, PAUSE_IMAGE, ProcStats, _wait_done, admission_stats, bench_workload
     from qosmos.dev.binaries import require_binaries
     from qosmos.dev.cluster import _Quiet, down, up
     from qosmos.dev.kwok import RUN_DURATION_ANNOTATION
@@ -1019,24 +1019,16 @@ def bench_kueue_jobs(
         remove_metrics_cert(created_certs)
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    admitted = sorted(s.phases["Admitted"] for s in seen.values() if "Admitted" in s.phases)
-    to_running = [s.phases["Running"] - s.created for s in seen.values() if "Running" in s.phases]
-    to_admitted = [s.phases["Admitted"] - s.created for s in seen.values() if "Admitted" in s.phases]
-    window = (admitted[-1] - t0) if admitted else math.nan
-    run_q, adm_q = _quantiles(to_running), _quantiles(to_admitted)
+    stats = admission_stats(seen, t0)
     return {
-        "admissions_per_s": round(len(admitted) / window, 2) if admitted and window > 0 else None,
-        "apply_to_running_p50_s": run_q["p50"],
-        "apply_to_running_p99_s": run_q["p99"],
+        **stats,
+        "apply_to_running_p50_s": stats["apply_to_running_s"]["p50"],
+        "apply_to_running_p99_s": stats["apply_to_running_s"]["p99"],
         "cpu_s": round(cpu, 2),
         "peak_rss_mb": round(peak, 1),
         "succeeded": ok,
         "failed": bad,
-        "admissions": len(admitted),
-        "admission_window_s": round(window, 3),
         "apply_s": round(applied, 3),
-        "apply_to_admitted_s": adm_q,
-        "apply_to_running_s": run_q,
         "cpu_s_by_component": by_comp,
         "controller": f"kueue {KUEUE_VERSION} (cmd/kueue, batch/job integration)",
         "notes": notes,
