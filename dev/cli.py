@@ -271,26 +271,14 @@ def bench_operator_cmd(
         raise _fail("--jobs must be >= 1, --nodes in [1, 1523], --run-seconds and --timeout > 0", 2)
     if against not in ("", "kueue"):
         raise _fail(f"invalid against={against!r}: the only controller measured beside qosmos is kueue", 2)
+    run, label = bench_operator, "DLJobs finished"
     if against == "kueue":
         from qosmos.dev.kueue import bench_against_kueue
 
-        both = _bench_run(
-            bench_against_kueue,
-            "jobs finished",
-            jobs=jobs,
-            nodes=nodes,
-            run_s=run_seconds,
-            policy=policy,
-            placement=placement,
-            timeout=timeout,
-        )
-        typer.echo(json.dumps(both, indent=None if as_json else 2))
-        if not both["all_succeeded"]:
-            raise typer.Exit(1)
-        return
+        run, label = bench_against_kueue, "jobs finished"  # {"qosmos": ..., "kueue": ...}, the same work
     res = _bench_run(
-        bench_operator,
-        "DLJobs finished",
+        run,
+        label,
         jobs=jobs,
         nodes=nodes,
         run_s=run_seconds,
