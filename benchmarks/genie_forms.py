@@ -2,6 +2,8 @@
 
     python benchmarks/genie_forms.py                          # Lucid single-GPU fp32 rows (shared data)
     python benchmarks/genie_forms.py --samples samples.csv    # `qosmos profile run` output (single-GPU rows)
+    python benchmarks/genie_forms.py --samples a.csv b.csv    # repeated sessions: medians per batch size
+    python benchmarks/genie_forms.py --samples a.csv b.csv --reproducible 5
     python benchmarks/genie_forms.py --json
 
 Per model, the distinct batch sizes are split into every other one from the smallest (fit) and
@@ -13,6 +15,12 @@ error there; "quadratic*" when no form can be scored there and fit_spr's Eq. 7, 
 linear or constant, is kept) and how it predicts the held-out half, the target of issue 23
 (mean <= 5 %, max <= 8 % per model). LOO: each form's leave-one-out error over all samples. "n/a": the form
 cannot be fitted on those batch sizes (quadratic 3 distinct, the others 2; LOO one more).
+
+Several sample files are sessions of the same measurement: each batch size counts once, at its
+median rate (as `qosmos profile fit a.csv b.csv` fits), and "sessions %" shows how far the sessions
+disagree ((max - min) / median per batch size, mean/max over the model's sizes) — a floor no form
+can beat. ``--reproducible PCT`` scores the held-out half only on the batch sizes whose sessions
+agree within PCT (the fit half is unchanged).
 """
 
 from __future__ import annotations
@@ -31,15 +39,33 @@ from qosmos.extender.core.throughput import FORMS, fittable, split_alternate
 TARGET_MEAN_PCT, TARGET_MAX_PCT = 5.0, 8.0
 
 
-def read_samples_csv(path: Path) -> dict[str, list[tuple[float, float]]]:
-    """Single-GPU (d_node = d_gpn = 1) samples per model from a profiler samples CSV."""
+def read_sessions(paths: list[Path]) -> dict[str, dict[float, list[float]]]:
+    """Single-GPU (d_node = d_gpn = 1) rates per model and batch size, one per sample, over the files."""
     from qosmos.predictors.profiler import read_samples
 
-    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for s in read_samples(path):
-        if s.shape.gpus == 1:
-            out[s.model].append((float(s.batch), s.rate))
-    return {m: sorted(v) for m, v in out.items()}
+    out: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for path in paths:
+        for s in read_samples(path):
+            if s.shape.gpus == 1:
+                out[s.model][float(s.batch)].append(s.rate)
+    return out
+
+
+def medians(sessions: dict[str, dict[float, list[float]]]) -> dict[str, list[tuple[float, float]]]:
+    return {m: sorted((b, statistics.median(r)) for b, r in per.items()) for m, per in sessions.items()}
+
+
+def disagreement(sessions: dict[str, dict[float, list[float]]]) -> dict[str, dict[float, float]]:
+    """Per model and batch size measured more than once: (max - min) / median of the sessions, in %."""
+    return {
+        m: {b: 100.0 * (max(r) - min(r)) / statistics.median(r) for b, r in per.items() if len(r) > 1}
+        for m, per in sessions.items()
+    }
+
+
+def read_samples_csv(path: Path) -> dict[str, list[tuple[float, float]]]:
+    """Single-GPU (d_node = d_gpn = 1) samples per model from a profiler samples CSV."""
+    return medians(read_sessions([path]))
 
 
 def split_errors(fit: list[tuple[float, float]], held: list[tuple[float, float]], form: str) -> dict[str, Any]:
@@ -53,19 +79,28 @@ def split_errors(fit: list[tuple[float, float]], held: list[tuple[float, float]]
     return {"mean_pct": statistics.fmean(errs), "max_pct": max(errs)}
 
 
-def evaluate(samples: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
+def evaluate(
+    samples: dict[str, list[tuple[float, float]]],
+    spread: dict[str, dict[float, float]] | None = None,
+    reproducible: float | None = None,
+) -> dict[str, Any]:
     models = {}
     for model in sorted(samples):
         rows = samples[model]
         fit_sizes, held_sizes = split_alternate([b for b, _ in rows])
         fit = [(b, r) for b, r in rows if b in fit_sizes]
         held = [(b, r) for b, r in rows if b in held_sizes]
+        agree = (spread or {}).get(model, {})
+        if reproducible is not None:  # ground truth only where the sessions reproduce
+            held = [(b, r) for b, r in held if b in agree and agree[b] <= reproducible]
         entry: dict[str, Any] = {
             "fit_batches": fit_sizes,
             "heldout_batches": held_sizes,
             "forms": {f: split_errors(fit, held, f) for f in FORMS},
             "loo_pct": heldout_errors([b for b, _ in rows], [r for _, r in rows]),
             "selected": None,
+            "scored_batches": [b for b, _ in held],
+            "sessions_pct": {"mean": statistics.fmean(agree.values()), "max": max(agree.values())} if agree else None,
         }
         if held:
             choice = select_single_gpu_profile("split", [b for b, _ in fit], [r for _, r in fit])
@@ -108,9 +143,11 @@ def _fmt(v: float | None) -> str:
 def print_table(result: dict[str, Any], title: str) -> None:
     print(title)
     head = f"{'model':14s} {'fit/held':>9s} " + " ".join(f"{f:>21s}" for f in FORMS)
-    print(head + f" {'selected (fit half)':>30s}")
+    print(head + f" {'selected (fit half)':>30s} {'sessions %':>12s}")
     print(
-        f"{'':14s} {'':>9s} " + " ".join(f"{'mean/max % | LOO %':>21s}" for _ in FORMS) + f" {'form mean/max %':>30s}"
+        f"{'':14s} {'':>9s} "
+        + " ".join(f"{'mean/max % | LOO %':>21s}" for _ in FORMS)
+        + f" {'form mean/max %':>30s} {'mean/max':>12s}"
     )
     for model, e in result["models"].items():
         cells = []
@@ -119,8 +156,10 @@ def print_table(result: dict[str, Any], title: str) -> None:
             cells.append(f"{_fmt(s['mean_pct'])}/{_fmt(s['max_pct'])} | {_fmt(e['loo_pct'][f])}")
         sel = e["selected"]
         sel_text = "n/a" if sel is None else f"{sel['form']} {_fmt(sel['mean_pct'])}/{_fmt(sel['max_pct'])}"
-        sizes = f"{len(e['fit_batches'])}/{len(e['heldout_batches'])}"
-        print(f"{model:14s} {sizes:>9s} " + " ".join(f"{c:>21s}" for c in cells) + f" {sel_text:>30s}")
+        sizes = f"{len(e['fit_batches'])}/{len(e['scored_batches'])}"
+        sess = e["sessions_pct"]
+        sess_text = "" if sess is None else f"{sess['mean']:.1f}/{sess['max']:.1f}"
+        print(f"{model:14s} {sizes:>9s} " + " ".join(f"{c:>21s}" for c in cells) + f" {sel_text:>30s} {sess_text:>12s}")
     print("\nover models with a held-out error (mean of per-model means, worst per-model max):")
     for key, s in result["summary"].items():
         if key == "target_met":
@@ -138,18 +177,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--lucid", type=Path, help="Lucid single_gpu_throughput.csv (default: the shared data's)")
-    src.add_argument("--samples", type=Path, help="samples CSV of `qosmos profile run` / `qosmos profile fit`")
+    src.add_argument(
+        "--samples", type=Path, nargs="+", help="samples CSV(s) of `qosmos profile run`; several: sessions"
+    )
+    ap.add_argument(
+        "--reproducible", type=float, metavar="PCT", help="score held-out sizes whose sessions agree within PCT"
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
+    spread = None
+    if args.reproducible is not None and (args.samples is None or len(args.samples) < 2):
+        ap.error("--reproducible needs two or more --samples files (sessions to compare)")
     if args.samples is not None:
-        samples, title = read_samples_csv(args.samples), f"single-GPU samples from {args.samples}"
+        sessions = read_sessions(args.samples)
+        samples, spread = medians(sessions), disagreement(sessions)
+        title = "single-GPU samples from " + ", ".join(map(str, args.samples))
+        if args.reproducible is not None:
+            title += f"; held-out sizes scored only where the sessions agree within {args.reproducible:g} %"
     else:
         from qosmos.predictors.data import shared_data_dir
         from qosmos.predictors.genie_profiles import read_lucid
 
         path = args.lucid or shared_data_dir() / "lucid-profiles" / "single_gpu_throughput.csv"
         samples, title = read_lucid(path)[0], f"Lucid single-GPU fp32 rows of {path}"
-    result = evaluate(samples)
+    result = evaluate(samples, spread, args.reproducible)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -301,7 +301,7 @@ def order_context(
         by_user[j.user] = (g + j.gpus, c + j.cpu_milli)
     return OrderContext(
         now=now,
-        platform=Platform(max(int(mask.sum()), 1), max(gpn, 1)),
+        platform=Platform(max(int(mask.sum()), 1), max(gpn, 1), cluster.main_gpu_model(mask)),
         modeldb=modeldb,
         theta=part.theta,
         usage_by_model=by_model,
@@ -391,7 +391,7 @@ def admit_input(
         estimate = lambda job, alloc: runs[job.id]  # noqa: E731
 
     gpn = int(cluster.gpu_cap[mask].max())
-    platform = Platform(int(mask.sum()), max(gpn, 1))
+    platform = Platform(int(mask.sum()), max(gpn, 1), cluster.main_gpu_model(mask))
     # GENIE rows bound only the policies that build GENIE placement tables
     ranks = get_policy(part.policy).uses_genie
     check_queue([*waiting, *(r.job for r in running)], platform, genie_rows=ranks)

@@ -86,6 +86,13 @@ def explain(
     ] = "normal",
     nodes: Annotated[int, typer.Option(help=f"nodes in the platform, 1 to {MAX_NODES:,}")] = 4,
     gpus_per_node: Annotated[int, typer.Option(help=f"GPUs per node, 1 to {MAX_GPUS_PER_NODE}")] = 4,
+    gpu_model: Annotated[
+        str,
+        typer.Option(
+            help="the platform's GPU model: its own measured profile first, else the reference, else the nearest "
+            "GPU's (default: none, the reference profile)"
+        ),
+    ] = "",
     theta: Annotated[
         float, typer.Option(help="weight of the nodes used against the GPUs used in a placement's cost, θ >= 0")
     ] = genie.DEFAULT_THETA,
@@ -108,9 +115,9 @@ def explain(
     if rows < 0:
         raise InvalidInput("rows", rows, "must be >= 0 (0: all)")
     profiles = load_profiles(db) if model is not None else None
-    profile, provenance = resolve_profile(model, _coeffs(coeffs), gamma, lam, nu, profiles)
+    profile, provenance = resolve_profile(model, _coeffs(coeffs), gamma, lam, nu, profiles, gpu_model)
     task = genie.Task(model or "custom", batch, iters, kind, qos, submit)
-    platform = Platform(nodes, gpus_per_node)
+    platform = Platform(nodes, gpus_per_node, gpu_model)
     result = explain_task(task, profile, platform, submit if now is None else now, theta, provenance)
     if as_json:
         typer.echo(json.dumps(result, indent=2, allow_nan=False))

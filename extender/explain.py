@@ -66,6 +66,7 @@ def resolve_profile(
     lam: float | None,
     nu: float | None,
     profiles: Profiles | None = None,
+    gpu_model: str = "",
 ) -> tuple[genie.ThroughputProfile, dict[str, Any]]:
     """A profile from the model database, or from explicit coefficients; returns (profile, provenance).
 
@@ -78,9 +79,10 @@ def resolve_profile(
     overrides = {k: v for k, v in (("gamma", gamma), ("lam", lam), ("nu", nu)) if v is not None}
     if model is not None:
         profiles = profiles or Profiles.builtin()
-        found = profiles.db.lookup(model)
+        found = profiles.db.lookup(model, gpu_model)
         builtin = ModelDB.builtin()
-        origin = "builtin" if found.matched in builtin and builtin.get(found.matched) == found.profile else "file"
+        own = found.profile.gpu_model
+        origin = "builtin" if found.matched in builtin and builtin.get(found.matched, own) == found.profile else "file"
         p = dataclasses.replace(found.profile, **overrides)
         return p, {
             "origin": origin,
@@ -90,6 +92,9 @@ def resolve_profile(
             "source": p.source,
             "file": profiles.file if origin == "file" else None,
             "overrides": sorted(overrides),
+            "gpu_model": found.profile.gpu_model or None,
+            "gpu_match": found.gpu,
+            "gpu_note": found.gpu_note,
         }
     assert coeffs is not None
     p = genie.ThroughputProfile("custom", *coeffs, source="explicit coefficients", **overrides)
@@ -117,6 +122,8 @@ def describe(provenance: dict[str, Any]) -> str:
     text = f"{where} {provenance['matched']!r}{how[provenance['match']]}: {provenance['source']}"
     if provenance["overrides"]:
         text += f"; overridden: {', '.join(provenance['overrides'])}"
+    if provenance.get("gpu_note"):
+        text += f" [{provenance['gpu_note']}]"
     return text
 
 

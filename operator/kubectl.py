@@ -237,9 +237,13 @@ def explain_dljob(
     mine = [n for n in core_nodes(nodes, assign_nodes(nodes, vcs)) if n.vc == job.vc and n.vc != NO_VC]
     if not mine:
         raise InvalidInput("spec.virtualCluster", job.vc, "the VirtualCluster selects no node")
-    platform = Platform(len(mine), max(max(n.gpus for n in mine), 1))
+    by_model: dict[str, int] = {}
+    for n in mine:
+        by_model[n.gpu_model] = by_model.get(n.gpu_model, 0) + n.gpus
+    gpu_model = max(sorted(by_model), key=lambda m: by_model[m])  # the VC's main GPU model, as the simulator's
+    platform = Platform(len(mine), max(max(n.gpus for n in mine), 1), gpu_model)
     theta = VirtualClusterSpec.model_validate(vc.get("spec") or {}).theta
-    profile, provenance = resolve_profile(job.model, None, None, None, None, profiles)
+    profile, provenance = resolve_profile(job.model, None, None, None, None, profiles, gpu_model)
     result = explain(genie.Task.from_job(job), profile, platform, now, theta, provenance)
     result["platform"] = {"nodes": platform.nodes, "gpus_per_node": platform.gpus_per_node}
     result["fixed_shape"] = None

@@ -646,7 +646,8 @@ class Reconciler:
     def _deadline(self, job: Job) -> float | None:
         """GENIE's deadline e = submit + ECT of the job's QoS class (Eq. 12), written once."""
         try:
-            due = genie.deadline(genie.Task.from_job(job), self.modeldb.get(job.model))
+            gpu_model = job.gpu_models[0] if job.gpu_models else ""  # the profile of the GPU model asked for
+            due = genie.deadline(genie.Task.from_job(job), self.modeldb.get(job.model, gpu_model))
         except InvalidInput:  # an unknown model type: no deadline (SWAF then lets it wait)
             return None
         return due if math.isfinite(due) else None

@@ -390,7 +390,13 @@ def predict_runtime(
 @profile_app.command("fit")
 @_clean_errors
 def profile_fit(
-    samples: Annotated[Path, typer.Argument(help="CSV of measured runs with columns model,batch,d_node,d_gpn,rate")],
+    samples: Annotated[
+        list[Path],
+        typer.Argument(
+            help="CSV of measured runs with columns model,batch,d_node,d_gpn,rate; several files (repeated "
+            "sessions) are fitted together, a batch size measured more than once at its median rate"
+        ),
+    ],
     db: Annotated[
         Path | None,
         typer.Option(
@@ -527,25 +533,44 @@ def profile_run(
 @profile_app.command("builtin")
 @_clean_errors
 def profile_builtin(
-    lucid: Annotated[Path, typer.Option(help="Lucid single_gpu_throughput.csv")],
     out: Annotated[
         Path,
         typer.Option(
             help="Python module to write; to refresh the package's own built-ins pass "
-            "extender/core/profiles_builtin.py explicitly"
+            "extender/core/profiles_builtin.py (with --lucid) or extender/core/profiles_measured.py "
+            "(with --measured) explicitly"
         ),
     ],
+    lucid: Annotated[Path | None, typer.Option(help="Lucid single_gpu_throughput.csv (or --measured instead)")] = None,
+    measured: Annotated[
+        Path | None,
+        typer.Option(
+            help="folder of GPU measurements, one subfolder per GPU run of hack/gpu/run.sh "
+            "(the package's: predictors/measured), instead of --lucid"
+        ),
+    ] = None,
 ) -> None:
-    """Regenerate the built-in GENIE profiles module from the Lucid single-GPU measurements."""
-    from qosmos.predictors.genie_profiles import fit_lucid, render_builtin_module
+    """Regenerate a built-in profiles module: from the Lucid single-GPU measurements (--lucid), or
+    from the GPU runs of hack/gpu/run.sh (--measured: throughput profiles and inference curves)."""
+    from qosmos.predictors.genie_profiles import fit_lucid, fit_measured, render_builtin_module, render_measured_module
 
-    profiles = fit_lucid(lucid)
-    if not profiles:
-        raise InvalidInput("--lucid", str(lucid), "no full-precision (amp = 0) rows: no profiles to write")
+    if (lucid is None) == (measured is None):
+        raise InvalidInput("--lucid/--measured", (lucid, measured), "give exactly one")
     if out.is_dir():
         raise InvalidInput("--out", str(out), "is a folder, expected a .py file to write")
-    out.write_text(render_builtin_module(profiles))
-    console.print(f"wrote {len(profiles)} profiles to {out}")
+    if lucid is not None:
+        profiles = fit_lucid(lucid)
+        if not profiles:
+            raise InvalidInput("--lucid", str(lucid), "no full-precision (amp = 0) rows: no profiles to write")
+        out.write_text(render_builtin_module(profiles))
+        console.print(f"wrote {len(profiles)} profiles to {out}")
+        return
+    assert measured is not None
+    profiles, curves = fit_measured(measured)
+    if not profiles and not curves:
+        raise InvalidInput("--measured", str(measured), "no training.csv or inference.csv under it")
+    out.write_text(render_measured_module(profiles, curves))
+    console.print(f"wrote {len(profiles)} throughput profiles and {len(curves)} inference curves to {out}")
 
 
 @profile_app.command("inference")

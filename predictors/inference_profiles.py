@@ -15,7 +15,7 @@ The model database file (``predictors.profiler``) keeps them under the key ``inf
 beside the throughput ``profiles`` (which this module leaves as they are):
 ``{"profiles": [...], "inference_profiles": [{model, device, gpu_model, cores, points: [[batch,
 compute_s], ...], meta: {...}}, ...]}``. :func:`load_inference_profiles` overlays the file's on the
-built-in ones (:data:`~qosmos.extender.core.inference_profiles.BUILTIN_INFERENCE_CURVES`).
+built-in ones (:data:`~qosmos.extender.core.profiles_measured.MEASURED_INFERENCE_CURVES`).
 
 :func:`measure_inference_torch` measures them (PyTorch imported lazily; ``qosmos profile run
 --inference``): forward passes under ``torch.inference_mode`` at each batch size on the GPU, and at
@@ -39,7 +39,7 @@ from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.inference_profiles import ComputeCurve, Device, InferenceProfiles
 
 SAMPLE_COLUMNS = ("model", "device", "gpu_model", "cores", "batch", "compute_s")
-META_COLUMNS = ("torch", "measured", "precision", "source", "host")
+META_COLUMNS = ("torch", "cuda", "measured", "precision", "source", "host")
 DB_KEY = "inference_profiles"
 
 
@@ -237,47 +237,45 @@ def measure_inference_torch(
     passes: int = 10,
     windows: int = 5,
     precision: str = "fp32",
+    gpu: bool = True,
 ) -> list[InferenceSample]:
-    """C(b) of a torchvision ``model`` (ImageNet input 3×224×224) under ``torch.inference_mode``:
-    on the GPU (when CUDA is there) at each of ``batches``, and on the CPU at each of ``cores``
-    (``torch.set_num_threads``) at each of ``cpu_batches`` (default ``batches``). ``warmup`` passes,
-    then the median of ``windows`` windows of ``passes`` passes each. ``gpu_model`` names the GPU
-    (default: CUDA's device name)."""
+    """C(b) of a built-in ``model`` (:mod:`qosmos.predictors.torch_models`, at its dataset's input
+    size) under ``torch.inference_mode``: on the GPU (when CUDA is there) at each of ``batches``, and
+    on the CPU at each of ``cores`` (``torch.set_num_threads``) at each of ``cpu_batches`` (default
+    ``batches``). ``warmup`` passes, then the median of ``windows`` windows of ``passes`` passes each.
+    ``gpu_model`` names the GPU (default: CUDA's device name); ``gpu=False`` measures the CPU only."""
     import torch  # optional dependency, imported lazily
-    import torchvision
+    from qosmos.predictors.torch_models import canonical_name, workload
 
-    try:
-        net = getattr(torchvision.models, model.lower())(weights=None)
-    except AttributeError:
-        raise InvalidInput("model", model, "not a torchvision model") from None
-    net.eval()
+    model = canonical_name(model)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     if dtype is None:
         raise InvalidInput("precision", precision, "expected fp32, fp16 or bf16")
     meta = {"torch": torch.__version__.split("+")[0], "measured": time.strftime("%Y-%m-%d"), "precision": precision}
     out: list[InferenceSample] = []
-    cuda = torch.cuda.is_available()
-    name = gpu_model or (torch.cuda.get_device_name(0) if cuda else "")
-    if cuda:
-        gnet = net.to("cuda", dtype=dtype)
+    name = gpu_model or (torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+    if gpu and torch.cuda.is_available():
+        meta["cuda"] = str(torch.version.cuda)
+        torch.backends.cudnn.benchmark = True
         for b in batches:
-            x = torch.randn(b, 3, 224, 224, device="cuda", dtype=dtype)
+            forward = workload(model, b, "cuda", dtype=dtype, train=False).forward
             with torch.inference_mode():
                 for _ in range(warmup):
-                    gnet(x)
-                s = _median_window(lambda x=x: gnet(x), torch.cuda.synchronize, passes, windows)
+                    forward()
+                s = _median_window(forward, torch.cuda.synchronize, passes, windows)
             out.append(InferenceSample(model, Device.GPU, name, 0, b, s, meta))
-        net = net.to("cpu", dtype=torch.float32)
+            del forward
+            torch.cuda.empty_cache()
     threads = torch.get_num_threads()
     try:
         for c in cores:
             torch.set_num_threads(c)
             for b in cpu_batches or batches:
-                x = torch.randn(b, 3, 224, 224)
+                forward = workload(model, b, "cpu", train=False).forward
                 with torch.inference_mode():
                     for _ in range(max(1, warmup // 2)):
-                        net(x)
-                    s = _median_window(lambda x=x: net(x), lambda: None, max(1, passes // 5), windows)
+                        forward()
+                    s = _median_window(forward, lambda: None, max(1, passes // 5), windows)
                 out.append(InferenceSample(model, Device.CPU, name, c, b, s, meta))
     finally:
         torch.set_num_threads(threads)
@@ -317,9 +315,10 @@ def run_inference_profile(
         raise InvalidInput("precision", precision, "with --inference: fp32, fp16 or bf16")
     try:
         import torch  # noqa: F401
-        import torchvision  # noqa: F401
     except ImportError:
-        typer.echo("error: PyTorch and torchvision are needed; `pip install torch torchvision`", err=True)
+        typer.echo(
+            "error: PyTorch is needed (torchvision for the image models); `pip install torch torchvision`", err=True
+        )
         raise typer.Exit(2) from None
     samples = measure_inference_torch(
         model,

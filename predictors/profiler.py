@@ -25,6 +25,7 @@ import csv
 import json
 import math
 import os
+import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -47,12 +48,14 @@ from qosmos.extender.core.types import Shape
 from qosmos.predictors.timing import (
     ENV_COLUMNS,
     MAX_WARMUP,
+    MIN_WINDOW_S,
     STAT_COLUMNS,
     common_environment,
     parse_nvidia_smi,
     parse_precision,
     warm_up,
     window_stats,
+    window_steps,
 )
 
 SAMPLE_COLUMNS = ("model", "batch", "d_node", "d_gpn", "rate")
@@ -162,10 +165,16 @@ def fit_profile(samples: Sequence[Sample], nu: float = DEFAULT_NU, source: str =
         raise InvalidInput(
             "precision", precisions, f"{model}: samples at several precisions; fit each under its own model name"
         )
+    # Repeated runs of one batch size (several measurement sessions) count once, at their median:
+    # duplicates would let leave-one-out "predict" a point from its own repeat.
+    by_batch: dict[int, list[float]] = defaultdict(list)
+    for s in single:
+        by_batch[s.batch].append(s.rate)
+    batches = sorted(by_batch)
     choice = select_single_gpu_profile(
         model,
-        [float(s.batch) for s in single],
-        [s.rate for s in single],
+        [float(b) for b in batches],
+        [statistics.median(by_batch[b]) for b in batches],
         nu=nu,
         source=source or f"lightweight profile: {len(single)} single-GPU + {len(multi)} multi-GPU runs",
         measured_on=common_environment([dict(s.env) for s in samples]),
@@ -186,12 +195,15 @@ def fit_profile(samples: Sequence[Sample], nu: float = DEFAULT_NU, source: str =
     return FitReport(base, 100.0 * float(np.mean(errs)), len(single), len(multi), comm_fitted, choice.candidates)
 
 
-def fit_file(path: Path) -> list[FitReport]:
-    samples = read_samples(path)
+def fit_file(path: Path | Sequence[Path]) -> list[FitReport]:
+    """One profile per model from one samples CSV, or several (repeated sessions: medians per batch)."""
+    paths = [Path(path)] if isinstance(path, (str, Path)) else [Path(p) for p in path]
     groups: dict[str, list[Sample]] = defaultdict(list)
-    for s in samples:
-        groups[s.model].append(s)
-    return [fit_profile(groups[m], source=f"lightweight profile from {Path(path).name}") for m in sorted(groups)]
+    for p in paths:
+        for s in read_samples(p):
+            groups[s.model].append(s)
+    names = ", ".join(p.name if p.parent == paths[0].parent else str(p) for p in paths)
+    return [fit_profile(groups[m], source=f"lightweight profile from {names}") for m in sorted(groups)]
 
 
 # ---- the model database file -------------------------------------------------------------------
@@ -262,11 +274,13 @@ def write_db(path: Path, profiles: Sequence[ThroughputProfile]) -> None:
 
 
 def upsert_profiles(path: Path, new: Sequence[ThroughputProfile]) -> list[ThroughputProfile]:
-    """Add or replace profiles (by model name, case-insensitive) in the database file."""
-    by_name = {p.model.lower(): p for p in read_db(path)}
+    """Add or replace profiles (by model name, case-insensitive, and the GPU model measured on)."""
+    from qosmos.extender.core.gpus import gpu_key
+
+    by_name = {(p.model.lower(), gpu_key(p.gpu_model)): p for p in read_db(path)}
     for p in new:
-        by_name[p.model.lower()] = p
-    profiles = sorted(by_name.values(), key=lambda p: p.model.lower())
+        by_name[(p.model.lower(), gpu_key(p.gpu_model))] = p
+    profiles = [by_name[k] for k in sorted(by_name)]
     write_db(path, profiles)
     return profiles
 
@@ -332,96 +346,82 @@ def measure_torch(
     windows: int = 5,
     precision: str = "fp32",
     max_warmup: int = MAX_WARMUP,
+    min_window_s: float = MIN_WINDOW_S,
 ) -> list[Sample]:
     """Training-step rate of a model per batch size on the local device (CUDA if present, else CPU).
 
     Per batch size: warm-up of at least ``warmup`` steps that ends when the step time is stable
     (:func:`timing.warm_up`, at most ``max_warmup``), then ``windows`` windows of ``steps`` steps,
-    each timed with CUDA events (synchronised wall time on CPU); the sample's rate is the median
+    each timed with CUDA events (synchronised wall time on CPU) and lengthened to at least
+    ``min_window_s`` (a window of a few millisecond-steps measures launch jitter, not the model:
+    spreads of 20-35 % on an H200 for CIFAR-sized models); the sample's rate is the median
     window rate, with the windows' spread and the environment (:func:`torch_environment`).
     ``torch.backends.cudnn.benchmark`` is on, so the warm-up includes cuDNN's kernel choice.
     Precision: fp32 (TF32 off), tf32 (TF32 matmul and convolutions), bf16/fp16 (autocast; fp16
     with a gradient scaler, as AMP training runs).
 
-    ``model`` names a torchvision model when torchvision is installed, else a 3-layer MLP on
-    64×64×3 inputs is used and the name is only a label.
+    ``model`` names a model of the built-in list (:mod:`qosmos.predictors.torch_models`: the
+    database's name, built at its dataset's input size; ``mlp`` for a small smoke-test network).
     """
     import contextlib
     import functools
 
     import torch  # optional dependency, imported lazily
+    from qosmos.predictors.torch_models import canonical_name, workload
 
     precision = parse_precision(precision)
+    model = canonical_name(model)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        import torchvision
-
-        net = getattr(torchvision.models, model.lower())(num_classes=1000)
-        shape = (3, 224, 224)
-    except (ImportError, AttributeError):
-        net = torch.nn.Sequential(
-            torch.nn.Flatten(), torch.nn.Linear(3 * 64 * 64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1000)
-        )
-        shape = (3, 64, 64)
     flags = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device) if precision == "fp16" and device == "cuda" else None
     env = tuple(torch_environment(torch, device, precision).items())
-    net = net.to(device)
-    opt = torch.optim.SGD(net.parameters(), lr=0.01)
-    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def autocast() -> Any:
+        return (
+            torch.autocast(device_type=device, dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
+        )
 
     def sync() -> None:
         if device == "cuda":
             torch.cuda.synchronize()
 
-    def train_step(x: Any, y: Any) -> None:
-        opt.zero_grad(set_to_none=True)
-        autocast = (
-            torch.autocast(device_type=device, dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
-        )
-        with autocast:
-            loss = loss_fn(net(x), y)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-
-    def timed_step(x: Any, y: Any) -> float:
+    def timed_step(train_step: Any) -> float:
         sync()
         t0 = time.perf_counter()
-        train_step(x, y)
+        train_step(autocast, scaler)
         sync()
         return time.perf_counter() - t0
 
     out = []
     try:
         for b in batches:
-            x = torch.randn(b, *shape, device=device)
-            y = torch.randint(0, 1000, (b,), device=device)
-            warm_up(functools.partial(timed_step, x, y), min_steps=warmup, max_steps=max(warmup, max_warmup))
-            seconds = []
-            for _ in range(windows):
+            train_step = workload(model, b, device).step
+            warm_up(functools.partial(timed_step, train_step), min_steps=warmup, max_steps=max(warmup, max_warmup))
+
+            def window(n: int, train_step: Any = train_step) -> float:
                 if device == "cuda":
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
-                    for _ in range(steps):
-                        train_step(x, y)
+                    for _ in range(n):
+                        train_step(autocast, scaler)
                     end.record()
                     end.synchronize()
-                    seconds.append(start.elapsed_time(end) / 1000.0)
-                else:
-                    t0 = time.perf_counter()
-                    for _ in range(steps):
-                        train_step(x, y)
-                    seconds.append(time.perf_counter() - t0)
-            st = window_stats(b, steps, seconds)
+                    return float(start.elapsed_time(end)) / 1000.0
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    train_step(autocast, scaler)
+                return time.perf_counter() - t0
+
+            n = window_steps(steps, window(steps), min_window_s)
+            seconds = [window(n) for _ in range(windows)]
+            st = window_stats(b, n, seconds)
             out.append(Sample(model, b, Shape(1, 1), st.rate, st.spread_pct, st.windows, env))
+            del train_step
+            if device == "cuda":
+                torch.cuda.empty_cache()
     finally:
         (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) = flags
     return out

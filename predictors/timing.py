@@ -8,6 +8,7 @@ no GPU and no torch lives here, so it is unit-tested without either.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ STAT_COLUMNS = ("rate_spread_pct", "windows")  # per sample: spread of the windo
 
 STABLE_STEPS = 5  # warm-up ends when this many consecutive step times ...
 STABLE_SPREAD = 0.05  # ... lie within 5 % of their median of each other ((max - min) / median)
+MIN_WINDOW_S = 0.25  # a measured window lasts at least this long (see window_steps)
 MAX_WARMUP = 50  # steps; a step time that never settles is measured anyway (and its spread shows it)
 
 
@@ -63,6 +65,16 @@ def warm_up(
         if len(times) >= min_steps and is_stable(times, k, threshold):
             return len(times), True
     return len(times), False
+
+
+def window_steps(steps: int, probe_s: float, min_window_s: float = MIN_WINDOW_S) -> int:
+    """Steps per measured window: at least ``steps``, and enough that a window lasts
+    ``min_window_s`` at the step time a probe window of ``steps`` steps took (``probe_s``)."""
+    if steps < 1:
+        raise InvalidInput("steps", steps, "must be >= 1")
+    if probe_s <= 0 or min_window_s <= 0:
+        return steps
+    return max(steps, math.ceil(steps * min_window_s / probe_s))
 
 
 @dataclass(frozen=True, slots=True)

@@ -421,7 +421,7 @@ class Simulator:
                 pname = spec.policy
             gpn = int(cl.gpu_cap[mask].max()) if mask.any() else 1
             ctx = OrderContext(
-                platform=Platform(int(mask.sum()), max(gpn, 1)),
+                platform=Platform(int(mask.sum()), max(gpn, 1), cl.main_gpu_model(mask)),
                 modeldb=self.modeldb,
                 theta=config.theta,
                 usage_by_model={},
@@ -659,7 +659,9 @@ class Simulator:
             counts = [len(g.gpu_ids) for g in alloc.grants]
             shape = Shape(len(counts), max(max(counts), 1))
             self.shape[i] = (shape.d_node, shape.d_gpn)
-            rt = genie.latency(self._task(i), shape, self.modeldb.get(job.model))
+            cl = self.cluster  # the profile of the GPU model the job runs on (the first grant's node)
+            gpu_model = cl.gpu_models[cl.model_id[alloc.grants[0].node]]
+            rt = genie.latency(self._task(i), shape, self.modeldb.get(job.model, gpu_model))
             if self.noise is not None:
                 rt /= self.noise[i]  # realised throughput = modelled × factor
         else:

@@ -66,7 +66,7 @@ def qos_metrics(res: SimResult, idx: Sequence[int], modeldb: ModelDB | None = No
         if not j.has_genie_task:
             continue
         task = genie.Task.from_job(j)
-        prof = db.get(j.model)
+        prof = db.get(j.model, j.gpu_models[0] if j.gpu_models else "")
         total += 1
         if genie.qos_guaranteed(res.end[i], genie.deadline(task, prof)):
             ok += 1

@@ -178,6 +178,12 @@ class ClusterState:
             n = self._own[vc] = int(self.gpu_cap[self.vc_id == i].sum()) if i >= 0 else 0
         return n
 
+    def main_gpu_model(self, mask: np.ndarray) -> str:
+        """The GPU model with the most GPUs among the nodes of ``mask`` ("" when none is named): what a
+        GENIE platform of those nodes is profiled as."""
+        counts = np.bincount(self.model_id[mask], weights=self.gpu_cap[mask], minlength=len(self.gpu_models))
+        return self.gpu_models[int(np.argmax(counts))] if counts.size and counts.max() > 0 else ""
+
     def eligible(self, vc: str | None, gpu_models: tuple[str, ...] = (), pool: str | None = None) -> np.ndarray:
         """Nodes a request may use: its VC (logical partition; a cohort's union, ``share_nodes``),
         allowed GPU models and node pool."""

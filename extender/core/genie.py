@@ -143,6 +143,12 @@ class ThroughputProfile:
         # Saturation guard: beyond the measured range the rate is held at sPR(b_max).
         return self._quadratic(min(local_batch, self.b_max))
 
+    @property
+    def gpu_model(self) -> str:
+        """The GPU model the samples were measured on ("" when not recorded, or measured on a CPU)."""
+        device = dict(self.measured_on).get("device", "")
+        return "" if device.lower().startswith("cpu") else device
+
     def extrapolated(self, local_batch: float) -> bool:
         """True when sPR(b') is not read off the measured batches: b' outside [b_min, b_max]."""
         return self.measured and not self.b_min <= local_batch <= self.b_max

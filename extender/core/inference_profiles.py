@@ -19,10 +19,8 @@ CPU core counts: the curve of the nearest measured core count c (ties: the large
 in the cores, C_N(b) = C_c(b) × c / N — the same linear assumption the seed-derived rates make
 (seed 002 Fig. 9 shows the largest batch growing with the cores). The profile says so when it scales.
 
-GPU models: the node's own GPU model first; else the nearest, which is, in order, the longest common
-prefix of the normalised names (``V100M32`` is nearer ``V100`` than ``A100``), then the smallest
-distance in :data:`GPU_GENERATIONS` (known models, oldest first; unknown ones rank after), then the
-name. Every lookup says which profile it used and how it was chosen.
+GPU models: the node's own GPU model first; else the nearest (:mod:`qosmos.extender.core.gpus`).
+Every lookup says which profile it used and how it was chosen.
 """
 
 from __future__ import annotations
@@ -34,29 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from qosmos.extender.core.errors import InvalidInput
-
-# Known GPU models, oldest first: the tie-break of "nearest" (names normalised as by ``gpu_key``).
-GPU_GENERATIONS: tuple[str, ...] = (
-    "k80",
-    "p100",
-    "v100",
-    "v100m32",
-    "t4",
-    "a10",
-    "a100",
-    "l40s",
-    "h100",
-    "h200",
-    "b200",
-)
-
-
-def gpu_key(name: str) -> str:
-    """A GPU model's name compared: lower case, alphanumerics only, without a vendor prefix."""
-    key = re.sub(r"[^a-z0-9]", "", name.lower())
-    for prefix in ("nvidia", "tesla", "geforce"):
-        key = key.removeprefix(prefix)
-    return key
+from qosmos.extender.core.gpus import GPU_GENERATIONS, distance, generation, gpu_key
 
 
 def model_key(name: str) -> str:
@@ -200,7 +176,10 @@ class InferenceProfiles:
 
     @classmethod
     def builtin(cls) -> InferenceProfiles:
-        return cls(BUILTIN_INFERENCE_CURVES)
+        """The GPU-measured curves shipped with the package (hack/gpu/run.sh)."""
+        from qosmos.extender.core.profiles_measured import MEASURED_INFERENCE_CURVES  # imports this module
+
+        return cls(MEASURED_INFERENCE_CURVES)
 
     @staticmethod
     def _id(c: ComputeCurve) -> tuple[str, Device, str, int]:
@@ -223,10 +202,10 @@ class InferenceProfiles:
         if not found:
             return None
         if not gpu_model:
-            best = sorted(found, key=lambda c: _generation(gpu_key(c.gpu_model)), reverse=True)[0]
+            best = sorted(found, key=lambda c: generation(gpu_key(c.gpu_model)), reverse=True)[0]
             return CurveLookup(best, "any", f"no GPU model given: the {best.gpu_model} profile (the newest measured)")
         want = gpu_key(gpu_model)
-        best = min(found, key=lambda c: _distance(want, gpu_key(c.gpu_model), c.gpu_model))
+        best = min(found, key=lambda c: distance(want, gpu_key(c.gpu_model), c.gpu_model))
         if gpu_key(best.gpu_model) == want:
             return CurveLookup(best, "own", f"the {gpu_model} profile")
         return CurveLookup(best, "nearest", f"no {gpu_model} profile: the nearest GPU model's, {best.gpu_model}")
@@ -252,36 +231,7 @@ class InferenceProfiles:
         return CurveLookup(best, match, "; ".join(notes) or f"{cores} cores", best.cores / cores)
 
 
-def _generation(key: str) -> int:
-    return GPU_GENERATIONS.index(key) if key in GPU_GENERATIONS else -1
-
-
-def _distance(want: str, have: str, name: str) -> tuple[int, int, str]:
-    """Smaller is nearer: (−common prefix, generation distance, name)."""
-    common = 0
-    for a, b in zip(want, have, strict=False):
-        if a != b:
-            break
-        common += 1
-    gw, gh = _generation(want), _generation(have)
-    gen = abs(gw - gh) if gw >= 0 and gh >= 0 else len(GPU_GENERATIONS)
-    return (-common, gen, name)
-
-
-# The issue's H200 measurement (issue 23): the only points committed; refreshed by hack/gpu.
-_H200_META = {
-    "source": "from the issue's H200 measurement, 2026-11, PyTorch 2.11, fp32; to be refreshed by hack/gpu",
-    "measured": "2026-11",
-    "precision": "fp32",
-    "torch": "2.11",
-}
-BUILTIN_INFERENCE_CURVES: tuple[ComputeCurve, ...] = (
-    ComputeCurve("ResNet50", Device.GPU, "H200", 0, (20, 256), (0.0038, 0.034), _H200_META),
-    ComputeCurve("ResNet50", Device.CPU, "H200", 16, (8,), (0.112,), _H200_META),
-)
-
 __all__ = [
-    "BUILTIN_INFERENCE_CURVES",
     "GPU_GENERATIONS",
     "ComputeCurve",
     "CurveLookup",

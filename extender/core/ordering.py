@@ -285,7 +285,7 @@ class _GeniePolicy(_Base):
     ) -> tuple[genie.Task, genie.ThroughputProfile, list[genie.PlacementRow]]:
         platform, db = self._need(ctx)
         task = genie.Task.from_job(job)
-        profile = db.get(job.model)
+        profile = db.get(job.model, platform.gpu_model)
         fixed = job.fixed_shape
         key = (job.model, job.batch, job.iters, job.kind, platform, ctx.theta, fixed)
         rows = self._cache.get(key)

@@ -208,6 +208,7 @@ class Platform:
 
     nodes: int
     gpus_per_node: int
+    gpu_model: str = ""  # the GPUs' model, for the model database's per-GPU profiles ("" unknown)
 
     def __post_init__(self) -> None:
         _require(isinstance(self.nodes, int) and self.nodes >= 1, "nodes", self.nodes, "must be >= 1")

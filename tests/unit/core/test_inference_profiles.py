@@ -115,13 +115,17 @@ def test_without_a_profile_the_database_and_the_seed() -> None:
     assert vgg.source("cpu_max_batch").startswith("seed 002 Table III (VGG16")
 
 
-def test_the_builtin_resnet50_profile_is_the_issues_h200_measurement() -> None:
-    """Issue 23: about 7,000 queries/s a GPU replica and about 70 a 16-core replica at T/2 = 100 ms."""
+def test_the_builtin_resnet50_profile_is_the_h200_measurement() -> None:
+    """Issue 23, measured by hack/gpu/run.sh on an H200 (predictors/measured/h200-2026-11-26): about
+    7,000 queries/s a GPU replica and about 70 a 16-core replica at T/2 = 100 ms."""
     spec = resolve_spec("ResNet50", 200, db=DB)
-    # GPU: 34 ms + (34 − 3.8) / 236 ms a query above 256; C(B) <= 100 ms at B = 771
-    assert spec.gpu_switch_batch == 771 and 7000 < spec.gpu.capacity_qps < 8000
-    assert spec.cpu is not None and spec.cpu.batch == 7 and spec.cpu.capacity_qps == pytest.approx(7 / 0.098)
-    assert "hack/gpu" in InferenceProfiles.builtin().curves("ResNet50")[0].meta["source"]
+    # GPU: C(256) = 33.956 ms, last segment (128 -> 256) 16.303 ms / 128 queries; C(B) <= 100 ms at B = 774
+    assert spec.gpu_switch_batch == 774 and 7700 < spec.gpu.capacity_qps < 7800
+    # CPU, 16 cores: C(4) = 51.0 ms, C(8) = 104.0 ms; the largest batch within 100 ms is 7 (C(7) = 90.8 ms)
+    assert spec.cpu is not None and spec.cpu.batch == 7
+    assert spec.cpu.capacity_qps == pytest.approx(7 / (0.051033 + 3 * (0.103997 - 0.051033) / 4), rel=1e-3)
+    curve = InferenceProfiles.builtin().gpu("ResNet50", "H200")
+    assert curve is not None and curve.match == "own" and "hack/gpu" in curve.curve.meta["source"]
 
 
 def test_bad_curves_are_refused() -> None:

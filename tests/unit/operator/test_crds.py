@@ -329,7 +329,7 @@ def test_the_inference_service_example_switches_modes() -> None:
     assert high.mode is Mode.GPU and high.replicas >= 2
     # no typed thresholds: they come from the measured inference profile of the example's GPU model
     assert svc.spec.gpu_switch_batch is None and svc.spec.cpu.max_batch is None
-    assert spec.source("gpu_switch_batch").startswith("profile H200")
+    assert spec.source("gpu_switch_batch").startswith("profile NVIDIA H200")
     assert spec.source("cpu_max_batch").startswith("profile 16 cores")
 
 

@@ -58,10 +58,13 @@ def test_the_summary_names_every_thresholds_source(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     s = json.loads((out / "summary.json").read_text())
     th = s["serving"]["thresholds"]
-    assert th["gpu_switch_batch"] == {"value": 771, "source": "profile H200 (measured 2026-11, fp32, PyTorch 2.11)"}
+    assert th["gpu_switch_batch"] == {
+        "value": 774,
+        "source": "profile NVIDIA H200 (measured 2026-11-26, fp32, PyTorch 2.11.0)",
+    }
     assert th["cpu_max_batch"]["value"] == 7 and th["cpu_max_batch"]["source"].startswith("profile 16 cores")
     assert s["forecast"]["enabled"] and s["forecast"]["horizon_slots"] == 2  # 30 s start-up + a 60 s slot
-    assert "gpu_switch_batch" in res.output and "profile H200" in res.output
+    assert "gpu_switch_batch" in res.output and "profile NVIDIA H200" in res.output
     res = runner.invoke(app, [*base, "--no-inference-profile", "--no-forecast", "--cpu-max-batch", "2"])
     assert res.exit_code == 0, res.output
     s = json.loads((out / "summary.json").read_text())
