@@ -106,6 +106,9 @@ def resolve_profile(
         "source": p.source,
         "file": None,
         "overrides": sorted(overrides),
+        "gpu_model": None,
+        "gpu_match": None,
+        "gpu_note": None,
     }
 
 

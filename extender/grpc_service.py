@@ -69,12 +69,13 @@ def explain_dict(
         _opt(req, "lam"),
         _opt(req, "nu"),
         profiles,
+        req.gpu_model,
     )
     model = _opt(req, "model")
     task = genie.Task(
         model or "custom", int(req.batch), int(req.iters), req.kind or "training", req.qos or "normal", req.submit
     )
-    platform = Platform(req.nodes or 4, req.gpus_per_node or 4)
+    platform = Platform(req.nodes or 4, req.gpus_per_node or 4, req.gpu_model)
     theta = req.theta if req.HasField("theta") else genie.DEFAULT_THETA
     now = req.now if req.HasField("now") else req.submit
     return explain_task(task, profile, platform, now, theta, provenance, cancel)
@@ -93,7 +94,7 @@ def _placement(row: dict[str, Any]) -> pb.Placement:
     return p
 
 
-_PROVENANCE_TEXT = ("origin", "match", "requested", "matched", "source", "file")
+_PROVENANCE_TEXT = ("origin", "match", "requested", "matched", "source", "file", "gpu_model", "gpu_match", "gpu_note")
 
 
 def explain_response(result: dict[str, Any]) -> pb.ExplainResponse:

@@ -495,6 +495,14 @@ def profile_run(
         str | None,
         typer.Option(help="with --inference: the GPU model's name in the profile (default: CUDA's device name)"),
     ] = None,
+    gpus: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="data-parallel processes on this node, one per GPU (DistributedDataParallel; gloo processes "
+            "on a machine without CUDA): multi-GPU samples, d_gpn = gpus, for Eq. 8; --batches are global",
+        ),
+    ] = 1,
 ) -> None:
     """Time real PyTorch training steps on this machine's GPU (or CPU); writes single-GPU samples
     (median rate of repeated windows, their spread, the GPU, driver, CUDA, torch and precision)
@@ -519,7 +527,7 @@ def profile_run(
     except ImportError:
         typer.echo("error: PyTorch is not installed; `pip install torch` to profile on this machine", err=True)
         raise typer.Exit(2) from None
-    samples = measure_torch(model, sizes, steps=steps, warmup=warmup, windows=windows, precision=precision)
+    samples = measure_torch(model, sizes, steps=steps, warmup=warmup, windows=windows, precision=precision, gpus=gpus)
     write_samples(out, samples)
     for s in samples:
         console.print(

@@ -347,6 +347,7 @@ def measure_torch(
     precision: str = "fp32",
     max_warmup: int = MAX_WARMUP,
     min_window_s: float = MIN_WINDOW_S,
+    gpus: int = 1,
 ) -> list[Sample]:
     """Training-step rate of a model per batch size on the local device (CUDA if present, else CPU).
 
@@ -360,33 +361,100 @@ def measure_torch(
     Precision: fp32 (TF32 off), tf32 (TF32 matmul and convolutions), bf16/fp16 (autocast; fp16
     with a gradient scaler, as AMP training runs).
 
+    ``gpus`` > 1: data-parallel on this node (DistributedDataParallel, one process per GPU, NCCL; on
+    a machine without CUDA, gloo processes on the CPU), each batch size the global batch split
+    evenly; the samples are d_gpn = ``gpus`` runs for Eq. 8's γ, λ (:func:`fit_profile`).
+
     ``model`` names a model of the built-in list (:mod:`qosmos.predictors.torch_models`: the
     database's name, built at its dataset's input size; ``mlp`` for a small smoke-test network).
     """
+    from qosmos.predictors.torch_models import canonical_name
+
+    precision = parse_precision(precision)
+    model = canonical_name(model)
+    if gpus < 1:
+        raise InvalidInput("gpus", gpus, "must be >= 1")
+    bad = [b for b in batches if b % gpus]
+    if bad:
+        raise InvalidInput("batches", bad, f"a global batch must split evenly over {gpus} GPUs")
+    args = (model, list(batches), steps, warmup, windows, precision, max_warmup, min_window_s)
+    if gpus == 1:
+        return _measure(0, 1, 0, *args)
+    import multiprocessing
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:  # a free loopback port for the process group's rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    results = multiprocessing.get_context("spawn").SimpleQueue()
+    mp.spawn(_ddp_worker, args=(gpus, port, results, args), nprocs=gpus, join=True)
+    return results.get()
+
+
+def _ddp_worker(rank: int, world: int, port: int, results: Any, args: tuple[Any, ...]) -> None:
+    samples = _measure(rank, world, port, *args)
+    if rank == 0:
+        results.put(samples)
+
+
+def _measure(
+    rank: int,
+    world: int,
+    port: int,
+    model: str,
+    batches: list[int],
+    steps: int,
+    warmup: int,
+    windows: int,
+    precision: str,
+    max_warmup: int,
+    min_window_s: float,
+) -> list[Sample]:
+    """measure_torch's loop in one process: rank ``rank`` of ``world`` (1: no process group)."""
     import contextlib
     import functools
 
     import torch  # optional dependency, imported lazily
-    from qosmos.predictors.torch_models import canonical_name, workload
+    from qosmos.predictors.torch_models import workload
 
-    precision = parse_precision(precision)
-    model = canonical_name(model)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cuda = torch.cuda.is_available()
+    device = f"cuda:{rank}" if cuda and world > 1 else ("cuda" if cuda else "cpu")
+    dist = None
+    if world > 1:
+        import torch.distributed as dist
+
+        if cuda:
+            torch.cuda.set_device(rank)
+        else:
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        dist.init_process_group(
+            "nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        )
     flags = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    scaler = torch.amp.GradScaler(device) if precision == "fp16" and device == "cuda" else None
-    env = tuple(torch_environment(torch, device, precision).items())
+    kind = "cuda" if cuda else "cpu"
+    scaler = torch.amp.GradScaler(kind) if precision == "fp16" and cuda else None
+    env = tuple(torch_environment(torch, kind, precision).items())
 
     def autocast() -> Any:
-        return (
-            torch.autocast(device_type=device, dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
-        )
+        return torch.autocast(device_type=kind, dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
 
     def sync() -> None:
-        if device == "cuda":
+        if cuda:
             torch.cuda.synchronize()
+        if dist is not None:
+            dist.barrier()
+
+    def wrap(net: Any) -> Any:
+        if dist is None:
+            return net
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(net, device_ids=[rank] if cuda else None)
 
     def timed_step(train_step: Any) -> float:
         sync()
@@ -398,11 +466,11 @@ def measure_torch(
     out = []
     try:
         for b in batches:
-            train_step = workload(model, b, device).step
+            train_step = workload(model, b // world, device, wrap=wrap).step
             warm_up(functools.partial(timed_step, train_step), min_steps=warmup, max_steps=max(warmup, max_warmup))
 
             def window(n: int, train_step: Any = train_step) -> float:
-                if device == "cuda":
+                if cuda and dist is None:  # one process: CUDA events, no host sync inside the window
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
                     for _ in range(n):
@@ -410,18 +478,26 @@ def measure_torch(
                     end.record()
                     end.synchronize()
                     return float(start.elapsed_time(end)) / 1000.0
+                sync()  # data-parallel: the slowest process's window, all-reduces included
                 t0 = time.perf_counter()
                 for _ in range(n):
                     train_step(autocast, scaler)
+                sync()
                 return time.perf_counter() - t0
 
             n = window_steps(steps, window(steps), min_window_s)
+            if dist is not None:  # every process runs the same number of steps
+                n_t = torch.tensor([n], device=device if cuda else "cpu")
+                dist.broadcast(n_t, 0)
+                n = int(n_t.item())
             seconds = [window(n) for _ in range(windows)]
             st = window_stats(b, n, seconds)
-            out.append(Sample(model, b, Shape(1, 1), st.rate, st.spread_pct, st.windows, env))
+            out.append(Sample(model, b, Shape(1, world), st.rate, st.spread_pct, st.windows, env))
             del train_step
-            if device == "cuda":
+            if cuda:
                 torch.cuda.empty_cache()
     finally:
         (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) = flags
+        if dist is not None:
+            dist.destroy_process_group()
     return out

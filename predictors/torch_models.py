@@ -248,7 +248,7 @@ def canonical_name(model: str) -> str:
     raise InvalidInput("model", model, "expected one of " + ", ".join(model_names()))
 
 
-def _dcgan(b: int, device: str) -> Workload:
+def _dcgan(b: int, device: str, wrap: Callable[[nn.Module], nn.Module] | None = None) -> Workload:
     """DCGAN (64×64 LSUN, nz 100, 64 feature maps): a discriminator step on real and generated
     images, then a generator step through the discriminator, each with its own Adam, as the
     reference training loop does."""
@@ -268,6 +268,8 @@ def _dcgan(b: int, device: str) -> Workload:
         *down(3, f, bn=False), *down(f, f * 2), *down(f * 2, f * 4), *down(f * 4, f * 8),
         nn.Conv2d(f * 8, 1, 4, 1, 0, bias=False), nn.Flatten(),
     ).to(device)  # fmt: skip
+    if wrap is not None:
+        gen, disc = wrap(gen), wrap(disc)
     opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
     real = torch.randn(b, 3, 64, 64, device=device)
@@ -298,14 +300,23 @@ def _dcgan(b: int, device: str) -> Workload:
     return Workload("DCGAN", "LSUN", step, lambda: gen(noise), (gen, disc))
 
 
-def workload(model: str, batch: int, device: str, *, dtype: Any = None, train: bool = True) -> Workload:
+def workload(
+    model: str,
+    batch: int,
+    device: str,
+    *,
+    dtype: Any = None,
+    train: bool = True,
+    wrap: Callable[[nn.Module], nn.Module] | None = None,
+) -> Workload:
     """``model`` (a database name, any case) at ``batch`` on ``device``. ``dtype`` casts the network
-    and its floating-point inputs for inference (training casts through autocast instead)."""
+    and its floating-point inputs for inference (training casts through autocast instead); ``wrap``
+    wraps each network before its optimiser is made (DistributedDataParallel for multi-GPU runs)."""
     name = canonical_name(model)
     if batch < 1:
         raise InvalidInput("batch", batch, "must be >= 1")
     if name == "DCGAN":
-        w = _dcgan(batch, device)
+        w = _dcgan(batch, device, wrap)
         if dtype is not None:
             for m in w.modules:
                 m.to(dtype=dtype)
@@ -317,6 +328,8 @@ def workload(model: str, batch: int, device: str, *, dtype: Any = None, train: b
         net = net.to(dtype=dtype)
         inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
     net.train(train)
+    if wrap is not None:
+        net = wrap(net)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
 
     def step(autocast: Callable[[], Any], scaler: Any) -> None:

@@ -20,6 +20,7 @@ quota above it would be refused on v1, so then the containers inherit the pod's.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import subprocess
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from qosmos.extender.core.errors import InvalidInput
 from qosmos.sidecar.cgroups import container_children, format_cpuset, parse_cpuset
 from qosmos.sidecar.fs import FS, HostFS
 from qosmos.sidecar.journal import Journal
-from qosmos.sidecar.state import CpuTarget, HtbTarget, MbaTarget
+from qosmos.sidecar.state import CpuTarget, HtbTarget, MbaTarget, VethTarget
 
 CFS_PERIOD_US = 100_000
 
@@ -467,13 +468,72 @@ def run_tc(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["tc", *args], capture_output=True, text=True, check=False, timeout=30)
 
 
+def run_ip(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """A whole command line (``["ip", ...]``): the ifb devices of per-pod caps."""
+    return subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=30)
+
+
 def root_qdisc(show: str) -> str:
     """The root qdisc's line in ``tc qdisc show dev X`` output ("" when none is listed)."""
     return next((ln.strip() for ln in show.splitlines() if " root " in f"{ln} "), "")
 
 
 def is_ours(line: str) -> bool:
-    return line.split()[1:3] == ["htb", f"{HTB_HANDLE}:"] if line else False
+    """Our root qdisc: the HTB on one device, or a per-pod veth's tbf, both with our handle."""
+    return line.split()[1:3] in (["htb", f"{HTB_HANDLE}:"], ["tbf", f"{HTB_HANDLE}:"]) if line else False
+
+
+VETH_FILTER_PRIO = "50"  # our ingress redirect's preference: what marks a veth's ingress qdisc as ours
+
+
+def has_ingress(show: str) -> bool:
+    return any(ln.split()[1:3] == ["ingress", "ffff:"] for ln in show.splitlines() if ln.startswith("qdisc "))
+
+
+def our_redirect(filters: str) -> bool:
+    """Whether ``tc filter show dev D ingress`` lists our redirect to the pod's ifb."""
+    return any(f"pref {VETH_FILTER_PRIO} " in f"{ln} " for ln in filters.splitlines())
+
+
+def ifb_name(dev: str) -> str:
+    """The ifb device that shapes what the pod behind veth ``dev`` sends (15 characters at most)."""
+    return "qsm" + hashlib.sha1(dev.encode()).hexdigest()[:10]
+
+
+def veth_commands(dev: str, mbit: int) -> tuple[list[list[str]], list[list[str]]]:
+    """A pod's cap on its host veth, as (ip, tc) argument lists: a tbf root on the veth (what the pod
+    receives) and, for what it sends, the veth's ingress redirected to its own ifb with the same tbf
+    (a redirect, not a police action: the kernel's police module is not everywhere, and shaping queues
+    where policing drops). Burst: 10 ms at the rate, at least 32 kB."""
+    if mbit <= 0:
+        raise InvalidInput("mbit", mbit, "must be > 0")
+    burst, rate, ifb = f"{max(32, mbit * 10 // 8)}kb", f"{mbit}mbit", ifb_name(dev)
+    tbf = ["root", "handle", f"{HTB_HANDLE}:", "tbf", "rate", rate, "burst", burst, "latency", "50ms"]
+    ip = [["ip", "link", "add", ifb, "type", "ifb"], ["ip", "link", "set", ifb, "up"]]
+    tc = [
+        ["qdisc", "replace", "dev", dev, *tbf],
+        ["qdisc", "replace", "dev", ifb, *tbf],
+        ["qdisc", "replace", "dev", dev, "handle", "ffff:", "ingress"],
+        ["filter", "replace", "dev", dev, "parent", "ffff:", "protocol", "all", "prio", VETH_FILTER_PRIO, "u32",
+         "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb],
+    ]  # fmt: skip
+    return ip, tc
+
+
+def remove_veth_cap(dev: str, tc: Callable[[Sequence[str]], Any], ip: Callable[[Sequence[str]], Any]) -> list[str]:
+    """Undo :func:`veth_commands` on ``dev`` (what of it is there; the veth may be gone with its pod)."""
+    done = []
+    r = tc(["qdisc", "show", "dev", dev])
+    show = "" if getattr(r, "returncode", 0) else getattr(r, "stdout", "") or ""
+    if has_ingress(show) and our_redirect(getattr(tc(["filter", "show", "dev", dev, "ingress"]), "stdout", "") or ""):
+        tc(["qdisc", "del", "dev", dev, "handle", "ffff:", "ingress"])
+        done.append(f"tc {dev}: ingress redirect removed")
+    if is_ours(root_qdisc(show)):
+        tc(["qdisc", "del", "dev", dev, "root", "handle", f"{HTB_HANDLE}:"])
+        done.append(f"tc {dev}: tbf removed")
+    if not getattr(ip(["ip", "link", "del", ifb_name(dev)]), "returncode", 0):
+        done.append(f"ip {ifb_name(dev)}: removed")
+    return done
 
 
 def is_kernel_default(show: str) -> bool:
@@ -561,6 +621,60 @@ class TcHtb:
             f"tc {target.dev}: HTB {gpu}/{100 - gpu} of {target.link_mbit} Mbit/s "
             f"({len(target.gpu_ips)} GPU-job, {len(target.cpu_ips)} CPU-job pod addresses; the rest unshaped)"
         ]
+
+
+@register_actuator("net", "tc-veth")
+class TcVeth:
+    """Per-pod caps on host veths (:class:`VethTarget`): :func:`veth_commands` on each listed device,
+    :func:`remove_veth_cap` on devices no longer listed. A device is touched only over the kernel's
+    default root qdisc and no ingress qdisc (recorded in the journal first), or our own; anything else
+    is refused for that device (:class:`TcRefused` after the others are done)."""
+
+    kind = "net"
+    name = "tc-veth"
+
+    def __init__(
+        self,
+        runner: Callable[[Sequence[str]], Any] = run_tc,
+        journal: Journal | None = None,
+        ip: Callable[[Sequence[str]], Any] = run_ip,
+    ) -> None:
+        self.runner, self.ip = runner, ip
+        self.journal = journal if journal is not None else Journal()
+        self._caps: dict[str, int] = {}
+
+    def apply(self, target: VethTarget | None, where: Any = None) -> list[str]:
+        want = dict(target.caps) if target is not None else {}
+        done: list[str] = []
+        for dev in sorted(set(self._caps) - set(want)):
+            done += remove_veth_cap(dev, self.runner, self.ip)
+            del self._caps[dev]
+        refused: list[str] = []
+        for dev, mbit in sorted(want.items()):
+            if self._caps.get(dev) == mbit:
+                continue
+            r = self.runner(["qdisc", "show", "dev", dev])
+            if getattr(r, "returncode", 0):
+                continue  # gone between the pod list and now
+            show = getattr(r, "stdout", "") or ""
+            root = root_qdisc(show)
+            if not is_ours(root):
+                if not is_kernel_default(show) or has_ingress(show):
+                    refused.append(f"{dev}: {root or 'an ingress qdisc'}")
+                    continue
+                self.journal.remember_qdisc(dev, root)  # before the first change: the restore point
+            ip_cmds, tc_cmds = veth_commands(dev, mbit)
+            for args in ip_cmds:
+                self.ip(args)  # "add" fails when our ifb is already there: fine, the tbf is replaced
+            for args in tc_cmds:
+                r = self.runner(args)
+                if getattr(r, "returncode", 0):
+                    raise OSError(f"tc {' '.join(args)}: {getattr(r, 'stderr', '').strip()}")
+            self._caps[dev] = mbit
+            done.append(f"tc {dev}: pod capped at {mbit} Mbit/s both ways")
+        if refused:
+            raise TcRefused("tc qdiscs", "; ".join(refused), "neither the kernel's default nor ours: left alone")
+        return done
 
 
 # --------------------------------------------------------------------------- dry run

@@ -41,6 +41,7 @@ from qosmos.sidecar.actuators import (
     ResctrlMba,
     TcHtb,
     TcRefused,
+    TcVeth,
     detect_resctrl,
     make_actuator,
     run_tc,
@@ -54,6 +55,9 @@ from qosmos.sidecar.cgroups import (
 )
 from qosmos.sidecar.fs import FS, HostFS, JournalFS
 from qosmos.sidecar.journal import Journal
+from qosmos.sidecar.netdev import Runner as NetRunner
+from qosmos.sidecar.netdev import host_veth
+from qosmos.sidecar.netdev import run as netdev_run
 from qosmos.sidecar.podresources import PodGpus
 from qosmos.sidecar.restore import RestoreReport, restore
 from qosmos.sidecar.sources import BandwidthSource, GpuSource, read_cpu_manager_state
@@ -71,6 +75,7 @@ from qosmos.sidecar.state import (
     CpuTarget,
     DesiredState,
     PodInfo,
+    VethTarget,
 )
 from qosmos.sidecar.strategies import (
     AdaptiveCores,
@@ -79,6 +84,7 @@ from qosmos.sidecar.strategies import (
     assign_cpus,
     cpu_job_targets,
     htb_target,
+    veth_caps,
 )
 
 log = logging.getLogger("qosmos.sidecar")
@@ -146,6 +152,9 @@ def pod_info(pod: Any) -> PodInfo | None:
     )
 
 
+VETH = "veth"  # --tc-dev veth: cap CPU-job pods on their own host veths instead of one device
+
+
 @dataclass
 class Window:
     """A training pod's measurement window at one core count (§V-B-2: ~60 s per step)."""
@@ -161,7 +170,7 @@ class AgentOptions:
     warmup_seconds: float = 10.0  # samples ignored right after a change
     interval: float = 5.0  # seconds between passes
     link_mbit: int = 0  # tc: link rate; 0 disables network shaping
-    tc_dev: str = ""
+    tc_dev: str = ""  # a device for one HTB, or VETH: per pod on each pod's host veth
     mb_peak: float | None = None  # node peak memory bandwidth, bytes/s
     net_shaping: bool = False  # the admin's switch for tc; a pod's annotation only asks for it
     stale_seconds: float = 60.0  # no bandwidth measurement this long: an engaged throttle is lifted
@@ -285,6 +294,8 @@ class NodeAgent:
         self._last_bandwidth = clock()  # when bandwidth was last measured
         self._warned: dict[str, str] = {}  # pod UID -> the last Warning it got (one Event per problem)
         self._tc_warned: dict[str, str] = {}
+        self._veths: dict[str, str] = {}  # pod UID -> its host veth (--tc-dev veth)
+        self.netdev_runner: NetRunner = netdev_run
         self.events: list[tuple[str, str, str]] = []  # without an API: (pod UID, reason, type) not sent
         self.last_pass_end = float("-inf")  # for /healthz
         self.passes = 0
@@ -335,6 +346,17 @@ class NodeAgent:
             if st.container_id:
                 pids += pids_of_container(st.container_id)
         return pids
+
+    def _veth(self, uid: str, cg: PodCgroups) -> str | None:
+        """The pod's host-side veth (found once per pod: a pod keeps its sandbox's network)."""
+        if uid not in self._veths:
+            pids = self.tasks(cg)
+            dev = host_veth(pids[0], self.netdev_runner) if pids else None
+            if dev is None:
+                log.info("pod %s: no host veth found (no process yet, or not a veth CNI): not shaped", uid)
+                return None
+            self._veths[uid] = dev
+        return self._veths[uid]
 
     def tasks(self, cg: PodCgroups) -> list[int]:
         """Every thread of the pod (resctrl moves threads one at a time)."""
@@ -477,8 +499,13 @@ class NodeAgent:
         if self.mba is not None:
             pids = [t for _, _, cg in cpu_jobs for t in self.tasks(cg)]
             desired.mba = self.eliminator.mba_target(pids, peak=peak)
-        desired.htb = htb_target([i for _, i, _ in managed], self.opt.tc_dev, self.opt.link_mbit,
-                                 enabled=self.opt.net_shaping)  # fmt: skip
+        if self.opt.tc_dev == VETH:  # per pod, on each pod's host veth
+            caps = veth_caps([i for _, i, _ in managed], self.opt.link_mbit, enabled=self.opt.net_shaping)
+            devs = {i.uid: dev for _, i, cg in managed if i.uid in caps and (dev := self._veth(i.uid, cg))}
+            desired.veth = VethTarget(tuple(sorted((devs[u], mbit) for u, mbit in caps.items() if u in devs)))
+        else:
+            desired.htb = htb_target([i for _, i, _ in managed], self.opt.tc_dev, self.opt.link_mbit,
+                                     enabled=self.opt.net_shaping)  # fmt: skip
         if engaged != engaged_before:
             how = "MBA" if self.eliminator.has_mba else "halving cores"
             for pod, _info, _ in cpu_jobs:
@@ -500,7 +527,8 @@ class NodeAgent:
                 self.metrics.actions.labels("cpu").inc(len(done))
                 self._event(by_uid[t.uid], "CpuAdjusted", "; ".join(done) + (f" ({t.reason})" if t.reason else ""))
             actions += done
-        for kind, act, target in (("mba", self.mba, desired.mba), ("net", self.net, desired.htb)):
+        net_target = desired.veth if self.opt.tc_dev == VETH else desired.htb
+        for kind, act, target in (("mba", self.mba, desired.mba), ("net", self.net, net_target)):
             if act is None:
                 continue
             try:
@@ -666,7 +694,8 @@ class NodeAgent:
 
     def cleanup(self) -> RestoreReport:
         """Undo every change recorded in the journal (SIGTERM, ``qosmos sidecar cleanup``)."""
-        devices = [self.opt.tc_dev] if self.opt.tc_dev and self.net is not None and self.opt.net_shaping else []
+        nic = self.opt.tc_dev != VETH  # per-pod veths are in the journal when they were touched
+        devices = [self.opt.tc_dev] if nic and self.opt.tc_dev and self.net is not None and self.opt.net_shaping else []
         return restore(self.journal, self.fs, self.tc, devices)
 
     # -- loop -----------------------------------------------------------------------------------
@@ -735,7 +764,9 @@ def build_agent(
     else:
         cpu = make_actuator("cpu", f"cgroup-v{layout.version}", fs=JournalFS(host, journal))
         mba = ResctrlMba(resctrl_root, host, journal, rdt) if has_mba else None
-        net = TcHtb(opt.tc_dev, run_tc, journal) if net_on else None
+        net = (
+            (TcVeth(run_tc, journal) if opt.tc_dev == VETH else TcHtb(opt.tc_dev, run_tc, journal)) if net_on else None
+        )
     return NodeAgent(node, api, layout, cpu, gpu_source, bandwidth, mba, net, opt, owner_history, metrics,
                      has_mba=has_mba, journal=journal, fs=host, pod_source=pod_source,
                      pod_gpus=pod_gpus)  # fmt: skip

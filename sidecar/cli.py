@@ -77,7 +77,9 @@ def run(
     tc_dev: Annotated[
         str,
         typer.Option(
-            help="network device whose bandwidth is split between multi-node GPU jobs (75 %) and CPU jobs (25 %) while such a GPU job runs (default: none, no split)"
+            help="network device whose bandwidth is split between multi-node GPU jobs (75 %) and CPU jobs (25 %) "
+            "while such a GPU job runs, or 'veth': cap each CPU-job pod on its own host-side veth at an equal part "
+            "of the 25 % instead, leaving the NIC's root qdisc alone (default: none, no split)"
         ),
     ] = "",
     link_mbit: Annotated[int, typer.Option(help="link rate of --tc-dev in Mbit/s; required with it")] = 0,

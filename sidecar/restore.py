@@ -22,7 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qosmos.sidecar.actuators import HTB_HANDLE, is_ours, root_qdisc, run_tc
+from qosmos.sidecar.actuators import (
+    HTB_HANDLE,
+    has_ingress,
+    ifb_name,
+    is_ours,
+    our_redirect,
+    remove_veth_cap,
+    root_qdisc,
+    run_ip,
+    run_tc,
+)
 from qosmos.sidecar.cgroups import format_cpuset, parse_cpuset
 from qosmos.sidecar.fs import FS, HostFS
 from qosmos.sidecar.journal import Journal
@@ -138,15 +148,25 @@ def _restore_resctrl(journal: Journal, fs: FS, report: RestoreReport) -> None:
 
 
 def _restore_qdiscs(
-    journal: Journal, runner: Callable[[Sequence[str]], Any], devices: Iterable[str], report: RestoreReport
+    journal: Journal,
+    runner: Callable[[Sequence[str]], Any],
+    devices: Iterable[str],
+    report: RestoreReport,
+    ip: Callable[[Sequence[str]], Any],
 ) -> None:
     for dev in sorted(set(journal.qdiscs) | set(devices)):
         before = journal.qdiscs.get(dev)
         show = runner(["qdisc", "show", "dev", dev])
-        if getattr(show, "returncode", 0):  # the device is gone: nothing to restore
+        if getattr(show, "returncode", 0):  # the device is gone (a pod's veth with its pod): its ifb may remain
+            if not getattr(ip(["ip", "link", "del", ifb_name(dev)]), "returncode", 0):
+                report.restored.append(f"ip {ifb_name(dev)}: removed (its veth was gone)")
             journal.qdiscs.pop(dev, None)
             continue
-        if is_ours(root_qdisc(getattr(show, "stdout", "") or "")):
+        text = getattr(show, "stdout", "") or ""
+        if has_ingress(text) and our_redirect(getattr(runner(["filter", "show", "dev", dev, "ingress"]), "stdout", "")):
+            report.restored += remove_veth_cap(dev, runner, ip)  # a per-pod cap: its redirect, tbf and ifb
+            text = getattr(runner(["qdisc", "show", "dev", dev]), "stdout", "") or ""
+        if is_ours(root_qdisc(text)):
             r = runner(["qdisc", "del", "dev", dev, "root", "handle", f"{HTB_HANDLE}:"])
             if getattr(r, "returncode", 0):
                 report.failed.append(f"tc {dev}: {getattr(r, 'stderr', '').strip()}")
@@ -179,13 +199,15 @@ def restore(
     fs: FS | None = None,
     tc: Callable[[Sequence[str]], Any] = run_tc,
     devices: Iterable[str] = (),
+    ip: Callable[[Sequence[str]], Any] = run_ip,
 ) -> RestoreReport:
-    """Restore every journal entry (see the module docstring); ``devices``: also remove our HTB there."""
+    """Restore every journal entry (see the module docstring); ``devices``: also remove our HTB there;
+    ``ip`` runs the ``ip`` command lines that remove the ifb devices of per-pod caps."""
     fs = fs or HostFS()
     report = RestoreReport()
     _restore_files(journal, fs, report)
     _restore_resctrl(journal, fs, report)
-    _restore_qdiscs(journal, tc, devices, report)
+    _restore_qdiscs(journal, tc, devices, report, ip)
     journal.save()
     for line in report.restored:
         log.info("restored %s", line)

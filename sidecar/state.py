@@ -85,8 +85,17 @@ class HtbTarget:
     gpu_share: float = 0.75
 
 
+@dataclass(frozen=True)
+class VethTarget:
+    """Per-pod shaping on host-side veths (``--tc-dev veth``): each device's cap in Mbit/s, both ways
+    (a tbf root towards the pod, an ingress police from it). Devices not listed are not shaped."""
+
+    caps: tuple[tuple[str, int], ...]  # (host veth, Mbit/s), sorted
+
+
 @dataclass
 class DesiredState:
     cpu: list[CpuTarget] = field(default_factory=list)
     mba: MbaTarget | None = None
     htb: HtbTarget | None = None
+    veth: VethTarget | None = None

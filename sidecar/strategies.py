@@ -212,3 +212,22 @@ def htb_target(
     gpu = tuple(sorted({ip for p in pods if p.role in ("training", "inference") for ip in p.all_ips}))
     cpu = tuple(sorted({ip for p in pods if p.role == "cpu" for ip in p.all_ips}))
     return HtbTarget(dev, link_mbit, gpu, cpu, gpu_share)
+
+
+def veth_caps(
+    pods: Sequence[PodInfo], link_mbit: int, gpu_share: float = GPU_NET_SHARE, enabled: bool = True
+) -> dict[str, int]:
+    """Per-pod shaping on each pod's host veth (``--tc-dev veth``): while a GPU job that asks for it
+    (``qosmos.io/multi-node``) runs, each CPU-job pod is capped at an equal part of the CPU jobs'
+    share, (1 - ``gpu_share``) of the link; GPU-job pods, unmanaged pods and the host are never
+    capped. Unlike the HTB on one device, a capped pod cannot borrow another's idle part.
+    Pod uid -> Mbit/s."""
+    if not enabled or link_mbit <= 0:
+        return {}
+    if not any(p.multi_node and p.role != "cpu" for p in pods):
+        return {}
+    cpu = sorted(p.uid for p in pods if p.role == "cpu")
+    if not cpu:
+        return {}
+    each = max(1, int(link_mbit * (1 - gpu_share)) // len(cpu))
+    return dict.fromkeys(cpu, each)

@@ -32,7 +32,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -586,19 +585,16 @@ class Node:
         return d
 
     def host_veth(self, pod: dict[str, Any]) -> str:
-        """The host side of the pod's eth0 (``eth0@ifN`` inside -> the host interface with index N)."""
+        """The host side of the pod's eth0 (the agent's own discovery, :func:`qosmos.sidecar.netdev.host_veth`)."""
         from qosmos.sidecar.cgroups import container_children
+        from qosmos.sidecar.netdev import host_veth
 
         cgroups = container_children(self.pod_cgroup(pod, "cpuset"))
         task = next(t for c in cgroups for t in (c / "tasks").read_text().split())
-        out = _run("nsenter", "-t", task, "-n", "ip", "-o", "link", "show", "eth0").stdout
-        idx = re.search(r"eth0@if(\d+)", out)
-        if not idx:
-            raise NodeError(f"no veth peer in {out!r}")
-        for dev in Path("/sys/class/net").iterdir():
-            if (dev / "ifindex").read_text().strip() == idx.group(1):
-                return dev.name
-        raise NodeError(f"no host interface with index {idx.group(1)}")
+        dev = host_veth(task)
+        if dev is None:
+            raise NodeError(f"no host veth for pod {pod['metadata']['name']}")
+        return dev
 
     # -- start --------------------------------------------------------------------------------
 

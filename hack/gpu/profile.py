@@ -62,6 +62,9 @@ INFERENCE_CPU: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = (
     ("ResNet50", (2, 4, 8, 16), (1, 2, 4, 8)),
     ("MobileNetV3", (2, 4, 8, 16), (1, 2, 4, 8)),
 )
+# Multi-GPU (d_gpn > 1, one node, DistributedDataParallel) at one global batch per model: Eq. 8's
+# γ, λ need two or more shapes of one global batch. Only on a machine with several GPUs.
+MULTI_GPU: tuple[tuple[str, int], ...] = (("ResNet50", 256), ("BERT", 32), ("ResNet18", 1024), ("VGG", 1024))
 SMOKE_TRAINING = (("ResNet18", (2, 4)), ("BERT", (1,)), ("DCGAN", (2,)), ("NeuMF", (8,)), ("PointNet", (2,)),
                   ("LSTM", (2,)), ("Transformer", (2,)), ("VGG", (2,)))  # fmt: skip
 SMOKE_INFERENCE_GPU = (("ResNet50", (1, 2)),)
@@ -82,6 +85,8 @@ def import_qosmos() -> None:
     view = Path(tempfile.mkdtemp(prefix="qosmos-view-"))
     layers.build_view(view, layers.components())
     sys.path.insert(0, str(view))
+    # multi-GPU runs spawn one process per GPU: they import qosmos through the same view
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(view), os.environ.get("PYTHONPATH", "")]))
 
 
 def environment(argv: list[str]) -> dict[str, object]:
@@ -177,6 +182,12 @@ def main(argv: list[str]) -> int:
     if not args.no_inference:
         order += [("gpu", m, b) for m, b in gpu_plan] + [("cpu", m, b, c) for m, c, b in cpu_plan]
     order += [("train", m, b) for m, b in training_plan[6:]]
+    gpu_count = int(env.get("gpu_count") or 0)
+    shapes = [g for g in (2, 4, 8) if g <= gpu_count]
+    if args.smoke and not shapes:
+        shapes = [2]  # smoke: gloo processes on the CPU
+    multi_plan = (("ResNet18", 4),) if args.smoke else MULTI_GPU
+    order += [("multi", m, [b], shapes) for m, b in multi_plan if shapes]
     if args.models:
         wanted = {m.strip().lower() for m in args.models.split(",") if m.strip()}
         order = [o for o in order if o[1].lower() in wanted]
@@ -205,6 +216,18 @@ def main(argv: list[str]) -> int:
                 if got:
                     write_samples(args.out / "training.csv", training)
                     log(f"{what}: {got[0].rate:.1f} samples/s (spread {got[0].spread_pct:.1f} %)")
+            elif kind == "multi":
+                for g in item[3]:
+                    if b % g or left() < 5:
+                        continue
+                    got = attempt(
+                        f"{what} on {g} GPUs", measure_torch, model, [b], steps=steps, warmup=3, windows=windows,
+                        max_warmup=20, min_window_s=0.01 if args.smoke else args.min_window, gpus=g,
+                    )  # fmt: skip
+                    training += got
+                    if got:
+                        write_samples(args.out / "training.csv", training)
+                        log(f"{what} on {g} GPUs: {got[0].rate:.1f} samples/s (spread {got[0].spread_pct:.1f} %)")
             else:
                 cores = item[3] if kind == "cpu" else ()
                 gpu_batches = [b] if kind == "gpu" else []

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -395,6 +395,44 @@ def test_htb_split_between_gpu_and_cpu_jobs(node: Node, agent: Any) -> None:
              text=True).stdout, 30, "the HTB to be removed")  # fmt: skip
 
 
+def test_per_pod_caps_on_the_pods_own_host_veths(node: Node, agent: Any) -> None:
+    """``--tc-dev veth``: the agent finds each CPU-job pod's host veth itself and caps it both ways at its
+    part of the CPU share (25 % of 200 Mbit/s, one CPU job: 50), the GPU job and the NIC untouched; on
+    SIGTERM the veth's qdiscs are as before and its ifb is gone."""
+    server = node.run_pod(node.pod_manifest("iperf-srv-veth", "iperf3 -s -p 5301 & iperf3 -s -p 5302 & wait"))
+    sip = server["status"]["podIP"]
+    gpu_ann = {"qosmos.io/job-kind": "training", "qosmos.io/multi-node": "true", "qosmos.io/soda-cores": "2"}
+    gpu = node.run_pod(node.pod_manifest("gpu-veth", "sleep 3600", labels=MANAGED, annotations=gpu_ann))
+    cpu = node.run_pod(
+        node.pod_manifest("cpu-veth", "sleep 3600", labels=MANAGED, annotations={"qosmos.io/job-kind": "cpu"})
+    )
+    cpu_dev, gpu_dev = node.host_veth(cpu), node.host_veth(gpu)
+
+    def tc(*args: str) -> str:
+        return subprocess.run(["tc", *args], capture_output=True, text=True).stdout
+
+    before = {d: tc("qdisc", "show", "dev", d) for d in (cpu_dev, gpu_dev)}
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    a = agent("--gpu-util", "none", "--membw", "none", "--interval", "0.3", "--tc-dev", "veth",
+              "--link-mbit", "200", "--net-shaping")  # fmt: skip
+    try:
+        wait_for(lambda: "tbf 50:" in tc("qdisc", "show", "dev", cpu_dev), 30, f"the cap on {cpu_dev}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; agent log:\n{a.log()[-3000:]}") from None
+    assert "ifb" not in before[cpu_dev] and "Egress Redirect" in tc("filter", "show", "dev", cpu_dev, "ingress")
+    assert tc("qdisc", "show", "dev", gpu_dev) == before[gpu_dev]  # the GPU job's veth is not shaped
+    cpu_sent = received_mbit(iperf(node, "cpu-veth", sip, 5301, 5))
+    gpu_sent = received_mbit(iperf(node, "gpu-veth", sip, 5302, 5))
+    print(f"\nper-pod caps: CPU job on {cpu_dev} sent {cpu_sent:.1f} Mbit/s (cap 50), GPU job {gpu_sent:.1f}")
+    assert 30 <= cpu_sent <= 55 and gpu_sent >= 150
+    a.kill(signal.SIGTERM)
+    assert "changes restored" in a.log()
+    assert {d: tc("qdisc", "show", "dev", d) for d in (cpu_dev, gpu_dev)} == before
+    assert subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.count(
+        "qsm"
+    ) == links.count("qsm")
+
+
 # --------------------------------------------------------------------------- PodResources (issue 22)
 
 
@@ -417,13 +455,17 @@ def test_the_real_kubelet_answers_pod_resources(node: Node, agent: Any) -> None:
 # --------------------------------------------------------------------------- restore (issue 22 §1)
 
 
-def node_state(dev: str) -> dict[str, str]:
-    """Every cpuset/CFS file under kubepods, and the device's qdiscs and classes, as text."""
+def node_state(dev: str, uids: Sequence[str] = ()) -> dict[str, str]:
+    """Every cpuset/CFS file under kubepods (of the pods ``uids`` when given: pods of earlier tests may
+    still be torn down by the kubelet, their cgroups coming and going), and the device's qdiscs and
+    classes, as text."""
     out: dict[str, str] = {}
     for ctrl, names in (("cpuset", ("cpuset.cpus",)), ("cpu", ("cpu.cfs_quota_us", "cpu.cfs_period_us"))):
         for name in names:
             for f in sorted((CGROUP_ROOT / ctrl / "kubepods").rglob(name)):
-                out[str(f)] = f.read_text()
+                pod = next((p.name for p in f.parents if p.name.startswith("pod")), None)
+                if not uids or pod is None or pod.removeprefix("pod") in uids:
+                    out[str(f)] = f.read_text()
     for what in ("qdisc", "class"):
         out[f"tc {what}"] = subprocess.run(["tc", what, "show", "dev", dev], capture_output=True, text=True).stdout
     return out
@@ -439,9 +481,10 @@ def test_sigterm_and_cleanup_put_the_node_back_byte_for_byte(node: Node, agent: 
     gpu_ann = {"qosmos.io/job-kind": "training", "qosmos.io/multi-node": "true", "qosmos.io/soda-cores": "1"}
     train = node.run_pod(node.pod_manifest("gpu-job", "sleep 3600", labels=MANAGED, annotations=gpu_ann))
     dev = node.host_veth(train)
+    uids = [job["metadata"]["uid"], train["metadata"]["uid"]]
     bw = tmp_path / "bw.json"
     write_json(bw, {"bytes_per_second": 8e9, "peak_bytes_per_second": 1e10})
-    before = node_state(dev)
+    before = node_state(dev, uids)
     assert "htb" not in before["tc qdisc"]
     args = ("--gpu-util", "none", "--membw", str(bw), "--interval", "0.3", "--resctrl-root", str(tmp_path / "no"),
             "--tc-dev", dev, "--link-mbit", "100", "--net-shaping")  # fmt: skip
@@ -454,17 +497,17 @@ def test_sigterm_and_cleanup_put_the_node_back_byte_for_byte(node: Node, agent: 
     for how in ("SIGTERM", "cleanup"):
         a = agent(*args)
         wait_for(changed, 30, f"the agent's changes ({how}); log:\n{a.log()[-2000:]}")
-        assert node_state(dev) != before
+        assert node_state(dev, uids) != before
         if how == "SIGTERM":
             a.kill(signal.SIGTERM)
             assert "changes restored" in a.log()
         else:
             a.kill(signal.SIGKILL)
-            assert node_state(dev) != before  # a killed agent restores nothing itself
+            assert node_state(dev, uids) != before  # a killed agent restores nothing itself
             r = subprocess.run([sys.executable, "-m", "qosmos", "sidecar", "cleanup", "--state-dir",
                                 str(tmp_path / "agent-state")], capture_output=True, text=True, timeout=60)  # fmt: skip
             assert r.returncode == 0, r.stdout + r.stderr
-        after = node_state(dev)
+        after = node_state(dev, uids)
         assert after == before, {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
                                  if before.get(k) != after.get(k)}  # fmt: skip
         print(f"\n{how}: {len(before)} cgroup files and the tc state of {dev} as before the agent")

@@ -148,6 +148,9 @@ def test_explicit_coefficients_are_eq7_as_given() -> None:
         "source": "explicit coefficients",
         "file": None,
         "overrides": [],
+        "gpu_model": None,
+        "gpu_match": None,
+        "gpu_note": None,
     }
     # b' = 300 on one GPU: Eq. 7 is negative there, PR 0, latency unreachable; 2 GPUs (b' = 150) run
     out = _json("--coeffs", "100,2,-0.01", "--batch", "300", "--iters", "10", "--nodes", "1", "--gpus-per-node", "2")
@@ -270,3 +273,16 @@ def test_big_platform_is_bounded_and_says_so() -> None:
     )
     assert table.exit_code == 0, table.output
     assert "showing 5 of" in table.stdout or "showing 6 of" in table.stdout
+
+
+def test_the_gpu_model_picks_the_measured_profile_and_says_so() -> None:
+    """Issue 23 §4: --gpu-model H200 uses the H200 measurement; none, or a V100, the Lucid reference."""
+    args = ("--model", "ResNet50", "--batch", "256", "--iters", "100", "--nodes", "1", "--gpus-per-node", "1")
+    h200 = _json(*args, "--gpu-model", "H200")
+    assert h200["profile"]["gpu_match"] == "own" and h200["profile"]["gpu_model"] == "NVIDIA H200"
+    assert "hack/gpu" in h200["profile"]["source"]
+    plain, v100 = _json(*args), _json(*args, "--gpu-model", "V100")
+    assert plain["profile"]["gpu_match"] == v100["profile"]["gpu_match"] == "reference"
+    assert "Lucid" in plain["profile"]["source"] and "no V100 profile" in v100["profile"]["gpu_note"]
+    # the H200 measured ~1065 samples/s at batch 256; Lucid's reference is a slower, older GPU
+    assert h200["placements"][0]["pr"] > 1.5 * plain["placements"][0]["pr"]
