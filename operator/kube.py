@@ -120,6 +120,27 @@ class Kube:
                 return False
             raise
 
+    def dry_run_pod(self, pod: dict[str, Any]) -> str | None:
+        """A server-side dry run of creating ``pod`` (validation and every admission plugin and webhook,
+        nothing stored): None when the apiserver would take it, else its refusal in its own words.
+        A ResourceQuota refusal is not the template's fault (it may pass later): also None."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            _done(
+                self.core.create_namespaced_pod(
+                    pod["metadata"]["namespace"], pod, dry_run="All", _preload_content=False
+                )
+            )
+            return None
+        except ApiException as exc:
+            message = _api_message(exc)
+            if exc.status == 409 or (exc.status == 403 and "exceeded quota" in message):
+                return None
+            if exc.status in (400, 403, 422):
+                return message
+            raise
+
     def create_service(self, service: dict[str, Any]) -> bool:
         """True when created, False when a Service of that name exists already (ours from an earlier
         attempt or pass, or someone else's: :meth:`service` tells)."""
@@ -164,11 +185,14 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """Delete with the pod's own ``terminationGracePeriodSeconds`` (SIGTERM, time to checkpoint)
+        unless ``grace_seconds`` is given; the pod then holds its devices until the kubelet is done."""
         from kubernetes.client.rest import ApiException
 
+        kw: dict[str, Any] = {} if grace_seconds is None else {"grace_period_seconds": grace_seconds}
         try:
-            _done(self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False))
+            _done(self.core.delete_namespaced_pod(name, namespace, _preload_content=False, **kw))
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -244,3 +268,11 @@ class Kube:
             if exc.status != 404:
                 raise
             self.core.create_namespaced_config_map(namespace, {**body, "data": data})
+
+
+def _api_message(exc: Any) -> str:
+    """The apiserver's own message of a refused request (its Status body), else the exception's text."""
+    try:
+        return str(orjson.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(getattr(exc, "reason", "") or exc)

@@ -84,6 +84,7 @@ from qosmos.operator.translate import (
     meta,
     parse_time,
     pod_name,
+    probe_gang,
     rank0_address,
     rfc3339,
     running_job,
@@ -162,6 +163,7 @@ class PassReport:
     writes: int = 0
     seconds: float = 0.0
     wake_at: float | None = None  # the earliest turn end of a running job (preemptive policies): pass then
+    terminating: int = 0  # gang pods no current gang owns that still hold devices (booked until gone)
 
     def merge(self, other: PassReport) -> None:
         """Add what a part of the pass did on another thread (its own report: no shared counters)."""
@@ -198,6 +200,8 @@ class Reconciler:
         # admissions and gang lifecycles (they use _pool inside: a separate pool cannot deadlock)
         self._starts = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-admit")
         self._observed = threading.Lock()
+        # (uid, generation) -> the apiserver's refusal of its pod template's dry run (None: accepted)
+        self._templates: dict[tuple[str, int], str | None] = {}
 
     # ------------------------------------------------------------------------------------------
     def run_pass(self) -> PassReport:
@@ -270,9 +274,11 @@ class Reconciler:
                 infos.append(pod_info(p))
             except InvalidInput:
                 continue
+        invalid = self._check_templates([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], now, rep)
         by_vc: dict[str, list[DL]] = defaultdict(list)
         for dl in jobs:
-            by_vc[dl.spec.virtual_cluster].append(dl)
+            if dl.job.id not in invalid:  # held out of its queue until its template is fixed
+                by_vc[dl.spec.virtual_cluster].append(dl)
         running: dict[str, list[RunningJob]] = defaultdict(list)
         if cluster is not None:
             book_pods(cluster, infos)
@@ -287,6 +293,22 @@ class Reconciler:
                     running[dl.spec.virtual_cluster].append(
                         running_job(dl.job, start, alloc, self._predict(dl.job, now))
                     )
+            # gang pods that hold devices but are no current gang's: terminating ones of a requeued or
+            # restarted job, and those of a deleted or orphaned DLJob (--cascade=orphan), stay booked
+            # until the kubelet is done with them; no gang is placed on those devices before
+            current = {dl.job.id: attempt_of(dl.status) for dl in jobs if dl.phase in ACTIVE}
+            held_by_leftovers = []
+            for key, group in pods_of.items():
+                for p in group:
+                    if key in current and _attempt(p) == current[key]:
+                        continue  # booked with its gang above
+                    if (p.get("spec") or {}).get("nodeName") and _phase(p) not in FINISHED:
+                        try:
+                            held_by_leftovers.append(pod_info(p))
+                        except InvalidInput:
+                            continue
+            book_pods(cluster, held_by_leftovers)
+            rep.terminating = len(held_by_leftovers)
             book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
             self._services(pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
             confine([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], nodes, cluster)
@@ -328,6 +350,43 @@ class Reconciler:
         rep.seconds = time.perf_counter() - t0
         metrics.PASS_SECONDS.observe(rep.seconds)
         return rep
+
+    # ---- templates -----------------------------------------------------------------------------
+    def _check_templates(self, waiting: list[DL], now: float, rep: PassReport) -> set[str]:
+        """A bad pod template is found when its DLJob is first seen, not hours later at admission: one
+        pod of the gang is created in a server-side dry run (validation, admission plugins, webhooks),
+        once per spec generation. Refused: ``Admitted=False``, ``reason: InvalidTemplate`` with the
+        apiserver's words, and the job stays out of its queue until an edit makes a new generation.
+        A dry run that fails for another reason (the apiserver unreachable) is tried again next pass."""
+        keys = {dl.job.id: (str(meta(dl.obj).get("uid") or dl.job.id), int(meta(dl.obj).get("generation") or 0))
+                for dl in waiting}  # fmt: skip
+        todo = [dl for dl in waiting if keys[dl.job.id] not in self._templates]
+
+        def probe(dl: DL) -> tuple[DL, str | None, bool]:
+            try:
+                pod = gang_pods(dl.obj, probe_gang(dl.spec), attempt_of(dl.status))[0]
+                return dl, self.kube.dry_run_pod(pod), True
+            except Exception as exc:  # not the template's fault: no verdict, ask again next pass
+                log.warning("dry run of %s's pod template failed: %s", dl.job.id, exc)
+                return dl, None, False
+
+        for dl, refusal, decided in self._pool.map(probe, todo):
+            if decided:
+                self._templates[keys[dl.job.id]] = refusal
+        # the verdicts of jobs still waiting are kept (a restarted operator asks again, once)
+        self._templates = {k: v for k, v in self._templates.items() if k in set(keys.values())}
+        invalid: set[str] = set()
+        for dl in waiting:
+            refusal = self._templates.get(keys[dl.job.id])
+            if refusal is None:
+                continue
+            invalid.add(dl.job.id)
+            cond = condition("False", "InvalidTemplate", f"its pod template is refused: {refusal}", now,
+                             dl.status.get("conditions"))  # fmt: skip
+            if not _same_condition(dl.status.get("conditions"), cond) or dl.phase != DLJobPhase.QUEUED.value:
+                self._patch(dl, {"phase": DLJobPhase.QUEUED.value, "conditions": [cond]}, rep)
+                self.kube.event(dl.obj, "InvalidTemplate", cond["message"], "DLJob", "Warning")
+        return invalid
 
     # ---- inference services first (SODA §V-D2) ---------------------------------------------------
     def _services(

@@ -612,6 +612,15 @@ def pod_name(dljob: str, attempt: int, index: int) -> str:
     return f"{dljob}-{attempt}-{index}"
 
 
+def probe_gang(spec: DLJobSpec) -> Gang:
+    """A gang of the job's shape on a placeholder node, for the dry run of its pod template (the node
+    need not exist: a dry run binds nothing)."""
+    if spec.gpus and spec.gpus_per_node:
+        n = spec.gpus // spec.gpus_per_node
+        return Gang(tuple(f"dry-run-{i}.invalid" for i in range(n)), (spec.gpus_per_node,) * n)
+    return Gang(("dry-run-0.invalid",), (spec.gpus,))
+
+
 def gang_pods(
     obj: Mapping[str, Any], gang: Gang, attempt: int, node_vc: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:

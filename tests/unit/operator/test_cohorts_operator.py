@@ -5,7 +5,6 @@ core. The decisions are the core's (``core.cohorts``); these tests check the ope
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from qosmos.operator.crds import LABEL_VC, VirtualClusterSpec
 from qosmos.operator.durations import Durations
 from qosmos.operator.reconcile import Reconciler
 from qosmos.operator.translate import job_from_dljob, parse_time, rfc3339
+from qosmos.testing.fakekube import FakeKube
 
 T0 = parse_time("2026-01-02T03:04:05Z") or 0.0
 
@@ -52,77 +52,13 @@ def vc(name: str, pool: str, cohort: str | None = "team", **spec: Any) -> dict[s
     return {"metadata": {"name": name}, "spec": s}
 
 
-class FakeKube:
-    """What a reconcile pass reads and writes, in memory."""
-
-    def __init__(self, nodes: list[dict[str, Any]], vcs: list[dict[str, Any]]) -> None:
-        self._nodes, self._vcs = nodes, vcs
-        self.jobs: dict[str, dict[str, Any]] = {}
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.vc_status: dict[str, dict[str, Any]] = {}
-        self.events: list[tuple[str, str, str]] = []
-
-    def add(self, *jobs: dict[str, Any]) -> None:
-        self.jobs.update({j["metadata"]["name"]: j for j in jobs})
-
-    def virtual_clusters(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self._vcs)
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self._nodes)
-
-    def dljobs(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(list(self.jobs.values()))
-
-    def gang_pods(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(list(self.pods.values()))
-
-    def pending_replica_pods(self) -> list[dict[str, Any]]:
-        return []
-
-    def other_bound_pods(self) -> list[dict[str, Any]]:
-        return []
-
-    def patch_dljob_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        merged = {**(self.jobs[name].get("status") or {}), **status}
-        self.jobs[name]["status"] = {k: v for k, v in merged.items() if v is not None}
-
-    def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
-        self.vc_status[name] = status
-
-    def annotate_vc(self, name: str, annotations: dict[str, str | None]) -> None:
-        pass
-
-    def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
-        pass
-
-    def create_pod(self, pod: dict[str, Any]) -> bool:
-        self.pods[pod["metadata"]["name"]] = copy.deepcopy(pod)
-        return True
-
-    def ungate(self, namespace: str, name: str, gates: list[dict[str, Any]]) -> None:
-        self.pods[name]["spec"]["schedulingGates"] = gates
-
-    def delete_pod(self, namespace: str, name: str) -> None:
-        self.pods.pop(name, None)
-
-    def create_service(self, service: dict[str, Any]) -> bool:
-        return True
-
-    def service(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return None
-
-    def event(self, obj: dict[str, Any], reason: str, message: str, kind: str = "DLJob", type_: str = "Normal") -> None:
-        self.events.append((obj["metadata"]["name"], reason, message))
-
-
 class Cluster:
     """Two 8-GPU nodes, n0 of VirtualCluster va and n1 of vb, and the operator's passes over them."""
 
     def __init__(self, **spec: Any) -> None:
         self.kube = FakeKube(
             [node("n0", "a"), node("n1", "b")],
-            [vc("va", "a", quota={"gpus": 8}, **spec), vc("vb", "b", quota={"gpus": 8}, **spec)],
+            vcs=[vc("va", "a", quota={"gpus": 8}, **spec), vc("vb", "b", quota={"gpus": 8}, **spec)],
         )
         self.now = T0
         self.rec = Reconciler(self.kube, durations=Durations(None), clock=lambda: self.now)  # type: ignore[arg-type]

@@ -4,7 +4,6 @@ node affinity, tolerations), unhealthy nodes left alone, ``status.observedGenera
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from qosmos.operator.translate import (
     template_allows,
     tolerates,
 )
+from qosmos.testing.fakekube import FakeKube
 
 T0 = parse_time("2026-01-02T03:04:05Z") or 0.0
 
@@ -327,77 +327,6 @@ def test_the_core_is_told_the_templates_nodes() -> None:
 # --------------------------------------------------------------------------- a pass
 
 
-class FakeKube:
-    """What a reconcile pass reads and writes, in memory."""
-
-    def __init__(self, nodes: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
-        self._nodes, self.jobs = nodes, {j["metadata"]["name"]: j for j in jobs}
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.services: dict[str, dict[str, Any]] = {}
-        self.status_patches: list[tuple[str, dict[str, Any]]] = []
-        self.events: list[tuple[str, str]] = []
-        self.service_creates, self.fail_services = 0, 0
-
-    def virtual_clusters(self) -> list[dict[str, Any]]:
-        return [{"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}}]
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self._nodes)
-
-    def dljobs(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(list(self.jobs.values()))
-
-    def gang_pods(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(list(self.pods.values()))
-
-    def pending_replica_pods(self) -> list[dict[str, Any]]:
-        return []
-
-    def other_bound_pods(self) -> list[dict[str, Any]]:
-        return []
-
-    def patch_dljob_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.status_patches.append((name, status))
-        merged = {**(self.jobs[name].get("status") or {}), **status}
-        self.jobs[name]["status"] = {k: v for k, v in merged.items() if v is not None}
-
-    def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
-        pass
-
-    def annotate_vc(self, name: str, annotations: dict[str, str | None]) -> None:
-        pass
-
-    def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
-        pass
-
-    def create_pod(self, pod: dict[str, Any]) -> bool:
-        assert pod["metadata"]["name"] not in self.pods
-        self.pods[pod["metadata"]["name"]] = copy.deepcopy(pod)
-        return True
-
-    def ungate(self, namespace: str, name: str, gates: list[dict[str, Any]]) -> None:
-        self.pods[name]["spec"]["schedulingGates"] = gates
-
-    def delete_pod(self, namespace: str, name: str) -> None:
-        self.pods.pop(name, None)
-
-    def create_service(self, service: dict[str, Any]) -> bool:
-        self.service_creates += 1
-        if self.fail_services:
-            self.fail_services -= 1
-            raise RuntimeError("apiserver unavailable")
-        if service["metadata"]["name"] in self.services:
-            return False
-        self.services[service["metadata"]["name"]] = copy.deepcopy(service)
-        return True
-
-    def service(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.services.get(name)
-
-    def event(self, obj: dict[str, Any], reason: str, message: str, kind: str = "DLJob", type_: str = "Normal") -> None:
-        self.events.append((reason, message))
-
-
 def test_a_pass_places_on_allowed_nodes_and_creates_the_service_first() -> None:
     tainted = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}
     nodes = [node("n0", taints=[tainted]), node("n1", zone="b"), node("n2", zone="b"), node("n3", zone="c")]
@@ -437,7 +366,7 @@ def test_a_service_of_the_name_that_is_not_the_dljobs_is_said() -> None:
     kube.services["j"] = {"metadata": {"name": "j", "ownerReferences": [{"uid": "someone-else"}]}}
     rep = Reconciler(kube, durations=Durations(None), clock=lambda: T0 + 1).run_pass()  # type: ignore[arg-type]
     assert rep.admitted == ["team/j"] and len(kube.pods) == 1  # the gang still starts
-    assert [r for r, _ in kube.events if r == "ServiceConflict"] == ["ServiceConflict"]
+    assert [r for _, r, _ in kube.events if r == "ServiceConflict"] == ["ServiceConflict"]
 
 
 # --------------------------------------------------------------------------- the CRD

@@ -1,0 +1,127 @@
+"""What a reconcile pass reads and writes, in memory: the operator's ``Kube`` for unit tests that drive
+:meth:`qosmos.operator.reconcile.Reconciler.run_pass` without an apiserver.
+
+Pods deleted while bound and not finished are, as on a real kubelet, only marked terminating
+(``metadata.deletionTimestamp``) with the grace period asked for; :meth:`FakeKube.terminate` ends
+them (the kubelet done), so a test sees what the pass does while old pods still hold their devices.
+Pods not yet on a node, or finished, go at once.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+DEFAULT_VCS = ({"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}},)
+
+
+class FakeKube:
+    def __init__(
+        self,
+        nodes: list[dict[str, Any]],
+        jobs: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        vcs: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self._nodes = nodes
+        self._vcs = list(DEFAULT_VCS) if vcs is None else vcs
+        self.jobs: dict[str, dict[str, Any]] = {j["metadata"]["name"]: j for j in jobs}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.services: dict[str, dict[str, Any]] = {}
+        self.status_patches: list[tuple[str, dict[str, Any]]] = []
+        self.vc_status: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str, str]] = []  # (object name, reason, message)
+        self.deletions: list[tuple[str, int | None]] = []  # (pod, grace period asked; None: the pod's own)
+        self.service_creates, self.fail_services = 0, 0
+        self.refuse_template: str | None = None  # what the apiserver says to a dry run of any pod
+        self.dry_runs: list[str] = []
+
+    # -- test helpers ---------------------------------------------------------------------------
+    def add(self, *jobs: dict[str, Any]) -> None:
+        self.jobs.update({j["metadata"]["name"]: j for j in jobs})
+
+    def bind(self, name: str, node: str, phase: str = "Running") -> None:
+        """The scheduler and kubelet: the pod on ``node`` in ``phase``."""
+        p = self.pods[name]
+        p["spec"]["nodeName"] = node
+        p.setdefault("status", {})["phase"] = phase
+
+    def terminate(self, *names: str) -> None:
+        """The kubelet finished terminating these pods (all terminating ones when none named)."""
+        for n in names or [n for n, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]:
+            self.pods.pop(n, None)
+
+    # -- reads ----------------------------------------------------------------------------------
+    def virtual_clusters(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self._vcs)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self._nodes)
+
+    def dljobs(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(self.jobs.values()))
+
+    def gang_pods(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(self.pods.values()))
+
+    def pending_replica_pods(self) -> list[dict[str, Any]]:
+        return []
+
+    def other_bound_pods(self) -> list[dict[str, Any]]:
+        return []
+
+    def service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.services.get(name)
+
+    # -- writes ---------------------------------------------------------------------------------
+    def patch_dljob_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.status_patches.append((name, status))
+        merged = {**(self.jobs[name].get("status") or {}), **status}
+        self.jobs[name]["status"] = {k: v for k, v in merged.items() if v is not None}
+
+    def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
+        self.vc_status[name] = status
+
+    def annotate_vc(self, name: str, annotations: dict[str, str | None]) -> None:
+        pass
+
+    def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
+        pass
+
+    def create_pod(self, pod: dict[str, Any]) -> bool:
+        assert pod["metadata"]["name"] not in self.pods, f"pod {pod['metadata']['name']} created twice"
+        self.pods[pod["metadata"]["name"]] = copy.deepcopy(pod)
+        return True
+
+    def dry_run_pod(self, pod: dict[str, Any]) -> str | None:
+        self.dry_runs.append(pod["metadata"]["name"])
+        return self.refuse_template
+
+    def ungate(self, namespace: str, name: str, gates: list[dict[str, Any]]) -> None:
+        self.pods[name]["spec"]["schedulingGates"] = gates
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        self.deletions.append((name, grace_seconds))
+        p = self.pods.get(name)
+        if p is None:
+            return
+        running = p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        if running and grace_seconds != 0:
+            p["metadata"].setdefault("deletionTimestamp", "2026-01-02T03:04:05Z")
+        else:
+            self.pods.pop(name)
+
+    def create_service(self, service: dict[str, Any]) -> bool:
+        self.service_creates += 1
+        if self.fail_services:
+            self.fail_services -= 1
+            raise RuntimeError("apiserver unavailable")
+        if service["metadata"]["name"] in self.services:
+            return False
+        self.services[service["metadata"]["name"]] = copy.deepcopy(service)
+        return True
+
+    def event(self, obj: dict[str, Any], reason: str, message: str, kind: str = "DLJob", type_: str = "Normal") -> None:
+        self.events.append((obj["metadata"]["name"], reason, message))
+
+
+__all__ = ["FakeKube"]
