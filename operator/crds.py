@@ -348,6 +348,39 @@ class DLJobPhase(StrEnum):
     FAILED = "Failed"
 
 
+class FailureAction(StrEnum):
+    FAIL_JOB = "FailJob"  # the DLJob fails at once: no restart
+    IGNORE = "Ignore"  # the gang is recreated without counting towards backoffLimit
+    COUNT = "Count"  # the default: recreated, counted towards backoffLimit
+
+
+class CleanPodPolicy(StrEnum):
+    NONE = "None"  # every pod of the last attempt is kept
+    RUNNING = "Running"  # the default: pods still running are deleted, finished ones kept (kubectl logs)
+    ALL = "All"
+
+
+class ExitCodes(_Model):
+    container_name: str | None = Field(None, description="only this container's exit code (default: any container)")
+    operator: Literal["In", "NotIn"] = Field(
+        "In", description="In: the rule matches an exit code in values; NotIn: one not in values"
+    )
+    values: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        ..., min_length=1, max_length=255, description="exit codes, 1 to 255"
+    )
+
+
+class PodFailureRule(_Model):
+    action: FailureAction = Field(..., description="FailJob | Ignore | Count")
+    on_exit_codes: ExitCodes = Field(..., description="which terminated containers' exit codes match")
+
+
+class PodFailurePolicy(_Model):
+    rules: list[PodFailureRule] = Field(
+        ..., min_length=1, max_length=20, description="the first rule a failed container matches decides"
+    )
+
+
 DEFAULT_RENDEZVOUS_PORT = 29500  # torchrun's and PyTorchJob's MASTER_PORT
 # What a gang pod may do when its container exits: not restart in place (Never), or only on failure
 # (OnFailure); Always would never let the pod, and so the gang, finish.
@@ -470,6 +503,16 @@ class DLJobSpec(_Model):
     backoff_limit: int = Field(
         DEFAULT_BACKOFF_LIMIT, ge=0, description="times the whole gang is recreated after a failed pod"
     )
+    pod_failure_policy: PodFailurePolicy | None = Field(
+        None,
+        description="exit-code rules, as batch/v1 Job's podFailurePolicy: FailJob fails the DLJob at once, "
+        "Ignore recreates the gang without counting it, Count (also when no rule matches) counts it",
+    )
+    clean_pod_policy: CleanPodPolicy = Field(
+        CleanPodPolicy.RUNNING,
+        description="which pods of the last attempt go when the DLJob finishes: Running (the default: finished "
+        "pods stay for kubectl logs), All or None; a restart keeps the failed attempt's failed pods too",
+    )
     rendezvous: Rendezvous = Field(
         default_factory=Rendezvous,  # type: ignore[arg-type]
         description="rank 0's rendezvous port and the processes per pod, given to every pod as MASTER_ADDR/PORT, "
@@ -554,6 +597,15 @@ class DLJobStatus(_Model):
         "until admitted again",
     )
     observed_generation: int | None = Field(None, ge=0)
+    ignored_failures: int | None = Field(
+        None, ge=0, description="gang restarts its podFailurePolicy's Ignore rules did not count"
+    )
+    consecutive_failures: int | None = Field(
+        None, ge=0, description="failed runs in a row (a run longer than 10 minutes resets it): the back-off"
+    )
+    restart_after: datetime | None = Field(
+        None, description="a failed gang is recreated at this time (back-off: 10 s doubling up to 6 min)"
+    )
     conditions: Conditions | None = None
 
 

@@ -56,10 +56,19 @@ from qosmos.extender.core.quota import accounting
 from qosmos.extender.core.services import ServiceReplica, place_services
 from qosmos.extender.core.types import Allocation, Job
 from qosmos.operator import metrics
-from qosmos.operator.crds import LABEL_JOB, LABEL_VC, DLJobPhase, DLJobSpec, VirtualClusterSpec
+from qosmos.operator.crds import (
+    LABEL_JOB,
+    LABEL_VC,
+    CleanPodPolicy,
+    DLJobPhase,
+    DLJobSpec,
+    FailureAction,
+    VirtualClusterSpec,
+)
 from qosmos.operator.durations import Durations
 from qosmos.operator.inference import pending_replica
 from qosmos.operator.kube import Kube
+from qosmos.operator.lifecycle import consecutive_failures, exit_codes, failure_action, restart_delay
 from qosmos.operator.service import TurnClock, as_of_last_event
 from qosmos.operator.translate import (
     ANN_CARRY,
@@ -165,6 +174,10 @@ class PassReport:
     wake_at: float | None = None  # the earliest turn end of a running job (preemptive policies): pass then
     terminating: int = 0  # gang pods no current gang owns that still hold devices (booked until gone)
 
+    def wake(self, at: float) -> None:
+        """Ask for a pass at ``at`` (a turn end, a restart's back-off)."""
+        self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
+
     def merge(self, other: PassReport) -> None:
         """Add what a part of the pass did on another thread (its own report: no shared counters)."""
         self.admitted += other.admitted
@@ -174,6 +187,8 @@ class PassReport:
         self.pods_created += other.pods_created
         self.replicas_booked += other.replicas_booked
         self.writes += other.writes
+        if other.wake_at is not None:
+            self.wake(other.wake_at)
 
 
 class Reconciler:
@@ -293,9 +308,13 @@ class Reconciler:
                     running[dl.spec.virtual_cluster].append(
                         running_job(dl.job, start, alloc, self._predict(dl.job, now))
                     )
+            book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
+            self._services(pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
             # gang pods that hold devices but are no current gang's: terminating ones of a requeued or
             # restarted job, and those of a deleted or orphaned DLJob (--cascade=orphan), stay booked
-            # until the kubelet is done with them; no gang is placed on those devices before
+            # until the kubelet is done with them; no gang is placed on those devices before. Booked after
+            # the services: a replica that preempted a job keeps the room it was given (kube-scheduler
+            # binds it once the old pods are gone) instead of preempting another job every pass meanwhile
             current = {dl.job.id: attempt_of(dl.status) for dl in jobs if dl.phase in ACTIVE}
             held_by_leftovers = []
             for key, group in pods_of.items():
@@ -309,8 +328,6 @@ class Reconciler:
                             continue
             book_pods(cluster, held_by_leftovers)
             rep.terminating = len(held_by_leftovers)
-            book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
-            self._services(pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
             confine([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], nodes, cluster)
 
         # DLJobs naming a missing VirtualCluster wait, saying so
@@ -462,7 +479,9 @@ class Reconciler:
             return
         cur = {meta(p)["name"]: p for p in pods if _attempt(p) == attempt}
         for p in pods:
-            if _attempt(p) != attempt:
+            old = _attempt(p) != attempt and not (_attempt(p) == attempt - 1 and _phase(p) == "Failed")
+            if old and not meta(p).get("deletionTimestamp"):
+                # older attempts go (once); the last failed attempt's failed pods stay for kubectl logs
                 self.kube.delete_pod(dl.namespace, meta(p)["name"])
                 rep.writes += 1
         want = [pod_name(dl.name, attempt, i) for i in range(len(gang.gpus))]  # names only: no manifests
@@ -484,17 +503,24 @@ class Reconciler:
             )
             with self._observed:  # the predictor's history is not thread-safe
                 self.durations.observe(dl.job, max(end - start, 0.0), end)
+            self._clean_pods(dl, [cur[n] for n in want if n in cur])
             self.kube.event(dl.obj, "Succeeded", f"all {len(want)} pods succeeded")
             metrics.FINISHED.labels(dl.spec.virtual_cluster, "Succeeded").inc()
             rep.finished.append(dl.job.id)
             return
         if all(p in ("Running", "Succeeded") for p in phases):
             if dl.phase != DLJobPhase.RUNNING.value:
-                self._patch(dl, {"phase": DLJobPhase.RUNNING.value, "startTime": rfc3339(now)}, rep)
+                self._patch(
+                    dl, {"phase": DLJobPhase.RUNNING.value, "startTime": rfc3339(now), "restartAfter": None}, rep
+                )
                 self.kube.event(dl.obj, "Running", f"all {len(want)} pods are running")
                 created = parse_time(meta(dl.obj).get("creationTimestamp"))
                 if created is not None:
                     metrics.APPLY_TO_RUNNING.observe(max(now - created, 0.0))
+            return
+        backoff = parse_time(st.get("restartAfter"))
+        if not cur and backoff is not None and now < backoff:  # a failed gang's back-off: recreated then
+            rep.wake(backoff)
             return
         self._ensure_gang(dl, gang, attempt, cur, rep)
 
@@ -580,39 +606,69 @@ class Reconciler:
             )
 
     def _failed(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> None:
-        """A failed (or lost) pod fails the gang: recreate it up to backoffLimit, then Failed. The service
-        the failed gang received is folded into the status (it ran, preemptive policies count it)."""
-        failed = next((meta(p)["name"] for p in pods if _phase(p) == "Failed"), "a pod")
+        """A failed (or lost) pod fails the gang. Its exit codes meet the podFailurePolicy first (FailJob:
+        Failed at once; Ignore: recreated, not counted); otherwise recreated up to backoffLimit after a
+        back-off (``restartAfter``: 10 s doubling, up to 6 min, reset after a run over 10 min), then
+        Failed. The failed pods stay for ``kubectl logs`` (running peers are deleted with their grace
+        period); the service the failed gang received is folded into the status."""
+        failed_pods = [p for p in pods if _phase(p) == "Failed"]
+        failed = meta(failed_pods[0])["name"] if failed_pods else "a pod"
+        action, decided_by = failure_action(dl.spec.pod_failure_policy, exit_codes(failed_pods))
+        what = f"{failed} failed" + (f" (container {decided_by[0]} exited {decided_by[1]})" if decided_by else "")
         restarts = int(dl.status.get("restarts") or 0)
-        if restarts < dl.spec.backoff_limit:
+        if action is not FailureAction.FAIL_JOB and (
+            action is FailureAction.IGNORE or restarts < dl.spec.backoff_limit
+        ):
+            started = parse_time(dl.status.get("startTime"))
+            k = consecutive_failures(
+                int(dl.status.get("consecutiveFailures") or 0), None if started is None else now - started
+            )
+            delay = restart_delay(k)
             served = self._fold(dl, now)
-            self._patch(
-                dl,
-                {"phase": DLJobPhase.ADMITTED.value, "restarts": restarts + 1, "startTime": None, **served},
-                rep,
-            )
+            counted = action is FailureAction.COUNT
+            patch: dict[str, Any] = {"phase": DLJobPhase.ADMITTED.value, "startTime": None, **served,
+                                     "consecutiveFailures": k, "restartAfter": rfc3339(now + delay)}  # fmt: skip
+            if counted:
+                patch["restarts"] = restarts + 1
+            else:
+                patch["ignoredFailures"] = int(dl.status.get("ignoredFailures") or 0) + 1
+            self._patch(dl, patch, rep)
             for p in pods:
-                self.kube.delete_pod(dl.namespace, meta(p)["name"])
-            self.kube.event(
-                dl.obj,
-                "Restarted",
-                f"{failed} failed: gang recreated ({restarts + 1}/{dl.spec.backoff_limit})",
-                "DLJob",
-            )
+                if _phase(p) not in FINISHED:
+                    self.kube.delete_pod(dl.namespace, meta(p)["name"])
+            count = f"{restarts + 1}/{dl.spec.backoff_limit}" if counted else "not counted: podFailurePolicy Ignore"
+            self.kube.event(dl.obj, "Restarted", f"{what}: gang recreated in {delay:.0f} s ({count})", "DLJob")
             rep.restarted.append(dl.job.id)
-            gang = Gang.of_status(dl.status)
-            if gang is not None:
-                self._ensure_gang(dl, gang, attempt_of(dl.status), {}, rep)
+            rep.wake(now + delay)
             return
-        self._patch(dl, {"phase": DLJobPhase.FAILED.value, "completionTime": rfc3339(now)}, rep)
-        for p in pods:
-            if _phase(p) not in FINISHED:
-                self.kube.delete_pod(dl.namespace, meta(p)["name"])
-        self.kube.event(
-            dl.obj, "Failed", f"{failed} failed after {restarts} restarts (backoffLimit)", "DLJob", "Warning"
+        why = (
+            "podFailurePolicy FailJob"
+            if action is FailureAction.FAIL_JOB
+            else f"after {restarts} restarts (backoffLimit)"
         )
+        reason = "PodFailurePolicy" if action is FailureAction.FAIL_JOB else "BackoffLimitExceeded"
+        self._patch(
+            dl,
+            {
+                "phase": DLJobPhase.FAILED.value,
+                "completionTime": rfc3339(now),
+                "restartAfter": None,
+                "conditions": [condition("False", reason, f"{what}: {why}", now, dl.status.get("conditions"))],
+            },
+            rep,
+        )
+        self._clean_pods(dl, pods)
+        self.kube.event(dl.obj, "Failed", f"{what}: {why}", "DLJob", "Warning")
         metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
         rep.finished.append(dl.job.id)
+
+    def _clean_pods(self, dl: DL, pods: list[dict[str, Any]]) -> None:
+        """A finished DLJob's pods by its cleanPodPolicy: Running (running ones go, finished ones stay for
+        kubectl logs), All, or None."""
+        policy = dl.spec.clean_pod_policy
+        for p in pods:
+            if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and _phase(p) not in FINISHED):
+                self.kube.delete_pod(dl.namespace, meta(p)["name"])
 
     def _requeue(
         self,
@@ -750,7 +806,7 @@ class Reconciler:
             view = as_of_last_event(rt.policy, self._turns, [(d.status, d.job) for d in group], running, now)
             served, at = view.jobs, view.at
             if view.wake_at is not None:
-                rep.wake_at = view.wake_at if rep.wake_at is None else min(rep.wake_at, view.wake_at)
+                rep.wake(view.wake_at)
 
         # The core runs on times relative to this pass (now = 0): its messages then read "reserved to
         # start at 120 s" and waiting allowances are as GENIE defines them; Unix times stay out here.

@@ -124,7 +124,7 @@ def attempt_of(status: Mapping[str, Any] | None) -> int:
     after each failed-pod restart and each requeue, so a re-admitted gang never meets the pods of the
     last one still terminating under the same names."""
     st = status or {}
-    return int(st.get("restarts") or 0) + int(st.get("preemptions") or 0)
+    return int(st.get("restarts") or 0) + int(st.get("preemptions") or 0) + int(st.get("ignoredFailures") or 0)
 
 
 def segment_start(status: Mapping[str, Any] | None) -> float | None:

@@ -500,7 +500,7 @@ def profile_run(
         typer.Option(
             min=1,
             help="data-parallel processes on this node, one per GPU (DistributedDataParallel; gloo processes "
-            "on a machine without CUDA): multi-GPU samples, d_gpn = gpus, for Eq. 8; --batches are global",
+            "on a machine without CUDA): multi-GPU samples, d_gpn = gpus, for GENIE Eq. 8; --batches are global",
         ),
     ] = 1,
 ) -> None:

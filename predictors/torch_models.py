@@ -248,6 +248,16 @@ def canonical_name(model: str) -> str:
     raise InvalidInput("model", model, "expected one of " + ", ".join(model_names()))
 
 
+def _backward(loss: Any, opt: Any, scaler: Any) -> None:
+    """Backward and an optimiser step; through the fp16 gradient scaler when there is one."""
+    if scaler is None:
+        loss.backward()
+        opt.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+
+
 def _dcgan(b: int, device: str, wrap: Callable[[nn.Module], nn.Module] | None = None) -> Workload:
     """DCGAN (64×64 LSUN, nz 100, 64 feature maps): a discriminator step on real and generated
     images, then a generator step through the discriminator, each with its own Adam, as the
@@ -276,24 +286,16 @@ def _dcgan(b: int, device: str, wrap: Callable[[nn.Module], nn.Module] | None = 
     noise = torch.randn(b, nz, 1, 1, device=device)
     ones, zeros = torch.ones(b, 1, device=device), torch.zeros(b, 1, device=device)
 
-    def backward(loss: Any, opt: Any, scaler: Any) -> None:
-        if scaler is None:
-            loss.backward()
-            opt.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-
     def step(autocast: Callable[[], Any], scaler: Any) -> None:
         opt_d.zero_grad(set_to_none=True)
         with autocast():
             fake = gen(noise)
             d_loss = _bce(disc(real), ones) + _bce(disc(fake.detach()), zeros)
-        backward(d_loss, opt_d, scaler)
+        _backward(d_loss, opt_d, scaler)
         opt_g.zero_grad(set_to_none=True)
         with autocast():
             g_loss = _bce(disc(fake), ones)
-        backward(g_loss, opt_g, scaler)
+        _backward(g_loss, opt_g, scaler)
         if scaler is not None:
             scaler.update()
 
@@ -336,12 +338,8 @@ def workload(
         opt.zero_grad(set_to_none=True)
         with autocast():
             loss = spec.loss(net(*inputs), targets)
-        if scaler is None:
-            loss.backward()
-            opt.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
+        _backward(loss, opt, scaler)
+        if scaler is not None:
             scaler.update()
 
     return Workload(name, spec.dataset, step, lambda: net(*inputs), (net,))

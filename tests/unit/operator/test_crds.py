@@ -176,6 +176,7 @@ def test_spec_fields_are_the_issues() -> None:
     assert set(job["properties"]) == {
         "virtualCluster", "kind", "modelType", "globalBatchSize", "iterations", "gpus", "gpusPerNode", "cpus",
         "memory", "qosClass", "gpuModels", "template", "backoffLimit", "rendezvous", "priority",
+        "podFailurePolicy", "cleanPodPolicy",
     }  # fmt: skip
     assert job["required"] == ["virtualCluster"]
     template = job["properties"]["template"]
@@ -400,7 +401,7 @@ def validated_paths(root: dict[str, Any]) -> set[str]:
         if keys & set(node) or (node.get("type") == "object" and node.get("x-kubernetes-preserve-unknown-fields")):
             out.add(path.split("[]")[0].split("{}")[0])
         for req in node.get("required", []):
-            out.add(f"{path}.{req}")
+            out.add(f"{path}.{req}".replace("[]", "[0]"))  # as the apiserver names the first item's field
     return out
 
 
