@@ -508,6 +508,20 @@ class DLJobSpec(_Model):
         description="exit-code rules, as batch/v1 Job's podFailurePolicy: FailJob fails the DLJob at once, "
         "Ignore recreates the gang without counting it, Count (also when no rule matches) counts it",
     )
+    suspend: bool = Field(
+        False,
+        description="true: held out of its queue; if admitted, stopped (pods get their grace period) and requeued; "
+        "false again: queued as before",
+    )
+    active_deadline_seconds: int | None = Field(
+        None,
+        ge=1,
+        description="seconds from creation (time in the queue counts, as the training operator's runPolicy) "
+        "after which the DLJob is Failed with reason DeadlineExceeded and its pods stopped",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        None, ge=0, description="the finished DLJob (and, through ownership, its pods) is deleted this long after"
+    )
     clean_pod_policy: CleanPodPolicy = Field(
         CleanPodPolicy.RUNNING,
         description="which pods of the last attempt go when the DLJob finishes: Running (the default: finished "

@@ -93,6 +93,18 @@ class Kube:
             )
         )
 
+    def delete_dljob(self, namespace: str, name: str) -> None:
+        """Delete a DLJob (its ttlSecondsAfterFinished passed); the garbage collector takes its pods."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, "dljobs", name, propagation_policy="Background"
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_cluster_custom_object_status(GROUP, VERSION, "virtualclusters", name, {"status": status})
 

@@ -57,6 +57,10 @@ UNBLOCK: dict[str, str] = {
     "naming an existing one",
     "NodeLost": "a node of its placement is gone: it is back in its queue (no restart counted) and will be placed anew",
     "InvalidPod": "the apiserver refused its pods (see the message): fix spec.template and recreate the DLJob",
+    "Suspended": "spec.suspend is true: it is out of its queue (stopped with its pods' grace period if it ran); "
+    "set spec.suspend to false and it is queued again",
+    "DeadlineExceeded": "spec.activeDeadlineSeconds (counted from its creation, queue time included) passed: "
+    "it failed and its pods were stopped; a longer deadline, or none, on a new DLJob",
     "InvalidTemplate": "a dry run of its pods was refused by the apiserver (see the message): it stays out of its "
     "queue until spec.template is fixed (kubectl edit or apply: the new generation is checked at once)",
 }

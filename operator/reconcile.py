@@ -215,6 +215,7 @@ class Reconciler:
         # admissions and gang lifecycles (they use _pool inside: a separate pool cannot deadlock)
         self._starts = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-admit")
         self._observed = threading.Lock()
+        self._deleted: set[str] = set()  # pods deleted in the current pass (each once)
         # (uid, generation) -> the apiserver's refusal of its pod template's dry run (None: accepted)
         self._templates: dict[tuple[str, int], str | None] = {}
 
@@ -222,6 +223,7 @@ class Reconciler:
     def run_pass(self) -> PassReport:
         t0 = time.perf_counter()
         rep = PassReport()
+        self._deleted: set[str] = set()  # pods deleted in this pass
         now = self.clock()
         vcs = self.kube.virtual_clusters()
         nodes = self.kube.nodes()
@@ -268,13 +270,19 @@ class Reconciler:
                 self._job_error(dl, exc, now, sub)
             return sub
 
+        gone = {dl.job.id for dl in jobs if self._run_policy(dl, pods_of.get(dl.job.id, []), now, rep)}
+        jobs = [dl for dl in jobs if dl.job.id not in gone]
         for sub in self._starts.map(lifecycle, [dl for dl in jobs if dl.phase in ACTIVE]):
             rep.merge(sub)
         for dl in jobs:  # pods of finished or requeued DLJobs that still run are stopped
-            if dl.phase not in ACTIVE:
+            if dl.phase not in ACTIVE and not (
+                dl.phase in FINISHED and dl.spec.clean_pod_policy is CleanPodPolicy.NONE
+            ):
                 for p in pods_of.get(dl.job.id, []):
+                    if meta(p).get("deletionTimestamp"):
+                        continue  # terminating already: its grace period runs
                     if dl.phase is None or dl.phase == DLJobPhase.QUEUED.value or _phase(p) not in FINISHED:
-                        self.kube.delete_pod(dl.namespace, meta(p)["name"])
+                        self._delete_pod(dl.namespace, meta(p)["name"])
                         rep.writes += 1
 
         # the cluster: nodes, other pods, every admitted gang
@@ -290,6 +298,7 @@ class Reconciler:
             except InvalidInput:
                 continue
         invalid = self._check_templates([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], now, rep)
+        invalid |= self._suspended([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], now, rep)
         by_vc: dict[str, list[DL]] = defaultdict(list)
         for dl in jobs:
             if dl.job.id not in invalid:  # held out of its queue until its template is fixed
@@ -367,6 +376,67 @@ class Reconciler:
         rep.seconds = time.perf_counter() - t0
         metrics.PASS_SECONDS.observe(rep.seconds)
         return rep
+
+    # ---- run policy: suspend, activeDeadlineSeconds, ttlSecondsAfterFinished ---------------------
+    def _delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod with its grace period, once a pass (a pod stopped by a requeue is still in the
+        pass's snapshot without its deletionTimestamp)."""
+        key = f"{namespace}/{name}"
+        if key not in self._deleted:
+            self._deleted.add(key)
+            self.kube.delete_pod(namespace, name)
+
+    def _run_policy(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> bool:
+        """The DLJob's run policy before its lifecycle; True when the DLJob was deleted (its TTL ran out).
+        A finished DLJob goes ``ttlSecondsAfterFinished`` after its completionTime; an unfinished one
+        past ``activeDeadlineSeconds`` from its creation is Failed (DeadlineExceeded), its pods stopped
+        with their grace period; an admitted one with ``suspend`` is stopped the same way and requeued
+        (:meth:`_suspended` then holds it). Each future deadline asks for a pass then."""
+        spec = dl.spec
+        if dl.phase in FINISHED:
+            done = parse_time(dl.status.get("completionTime"))
+            if spec.ttl_seconds_after_finished is None or done is None:
+                return False
+            if now < done + spec.ttl_seconds_after_finished:
+                rep.wake(done + spec.ttl_seconds_after_finished)
+                return False
+            self.kube.delete_dljob(dl.namespace, dl.name)
+            rep.writes += 1
+            return True
+        created = parse_time(meta(dl.obj).get("creationTimestamp"))
+        if spec.active_deadline_seconds is not None and created is not None:
+            end = created + spec.active_deadline_seconds
+            if now >= end:
+                why = f"activeDeadlineSeconds {spec.active_deadline_seconds} s since its creation passed"
+                served = self._fold(dl, now) if dl.phase in ACTIVE else {}
+                self._patch(dl, {"phase": DLJobPhase.FAILED.value, "completionTime": rfc3339(now), **served,
+                                 "restartAfter": None, "queuePosition": None, "eta": None,
+                                 "conditions": [condition("False", "DeadlineExceeded", why, now,
+                                                          dl.status.get("conditions"))]}, rep)  # fmt: skip
+                self._clean_pods(dl, pods)
+                self.kube.event(dl.obj, "DeadlineExceeded", why, "DLJob", "Warning")
+                metrics.FINISHED.labels(spec.virtual_cluster, "Failed").inc()
+                rep.finished.append(dl.job.id)
+                return False
+            rep.wake(end)
+        if spec.suspend and dl.phase in ACTIVE:
+            self._requeue(dl, "spec.suspend is true: stopped (its pods get their grace period) until resumed",
+                          now, rep, reason="Suspended")  # fmt: skip
+        return False
+
+    def _suspended(self, waiting: list[DL], now: float, rep: PassReport) -> set[str]:
+        """Waiting DLJobs with ``spec.suspend``: out of their queue, saying so (once)."""
+        held = set()
+        for dl in waiting:
+            if not dl.spec.suspend:
+                continue
+            held.add(dl.job.id)
+            cond = condition("False", "Suspended", "spec.suspend is true: not queued until it is false", now,
+                             dl.status.get("conditions"))  # fmt: skip
+            if not _same_condition(dl.status.get("conditions"), cond) or dl.phase != DLJobPhase.QUEUED.value:
+                self._patch(dl, {"phase": DLJobPhase.QUEUED.value, "conditions": [cond], "queuePosition": None,
+                                 "eta": None}, rep)  # fmt: skip
+        return held
 
     # ---- templates -----------------------------------------------------------------------------
     def _check_templates(self, waiting: list[DL], now: float, rep: PassReport) -> set[str]:
@@ -482,7 +552,7 @@ class Reconciler:
             old = _attempt(p) != attempt and not (_attempt(p) == attempt - 1 and _phase(p) == "Failed")
             if old and not meta(p).get("deletionTimestamp"):
                 # older attempts go (once); the last failed attempt's failed pods stay for kubectl logs
-                self.kube.delete_pod(dl.namespace, meta(p)["name"])
+                self._delete_pod(dl.namespace, meta(p)["name"])
                 rep.writes += 1
         want = [pod_name(dl.name, attempt, i) for i in range(len(gang.gpus))]  # names only: no manifests
         phases = [_phase(cur[n]) if n in cur else None for n in want]
@@ -635,7 +705,7 @@ class Reconciler:
             self._patch(dl, patch, rep)
             for p in pods:
                 if _phase(p) not in FINISHED:
-                    self.kube.delete_pod(dl.namespace, meta(p)["name"])
+                    self._delete_pod(dl.namespace, meta(p)["name"])
             count = f"{restarts + 1}/{dl.spec.backoff_limit}" if counted else "not counted: podFailurePolicy Ignore"
             self.kube.event(dl.obj, "Restarted", f"{what}: gang recreated in {delay:.0f} s ({count})", "DLJob")
             rep.restarted.append(dl.job.id)
@@ -668,7 +738,7 @@ class Reconciler:
         policy = dl.spec.clean_pod_policy
         for p in pods:
             if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and _phase(p) not in FINISHED):
-                self.kube.delete_pod(dl.namespace, meta(p)["name"])
+                self._delete_pod(dl.namespace, meta(p)["name"])
 
     def _requeue(
         self,
@@ -702,7 +772,7 @@ class Reconciler:
             rep,
         )
         for p in pods:
-            self.kube.delete_pod(dl.namespace, p)
+            self._delete_pod(dl.namespace, p)
         self.kube.event(dl.obj, reason, why, "DLJob", "Warning")
         rep.preempted.append(dl.job.id)
 

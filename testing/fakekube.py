@@ -78,6 +78,11 @@ class FakeKube:
         merged = {**(self.jobs[name].get("status") or {}), **status}
         self.jobs[name]["status"] = {k: v for k, v in merged.items() if v is not None}
 
+    def delete_dljob(self, namespace: str, name: str) -> None:
+        self.jobs.pop(name, None)
+        for n in [n for n, p in self.pods.items() if (p["metadata"].get("labels") or {}).get("qosmos.io/job") == name]:
+            self.delete_pod(namespace, n)  # the garbage collector, through ownerReferences
+
     def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
         self.vc_status[name] = status
 

@@ -176,7 +176,7 @@ def test_spec_fields_are_the_issues() -> None:
     assert set(job["properties"]) == {
         "virtualCluster", "kind", "modelType", "globalBatchSize", "iterations", "gpus", "gpusPerNode", "cpus",
         "memory", "qosClass", "gpuModels", "template", "backoffLimit", "rendezvous", "priority",
-        "podFailurePolicy", "cleanPodPolicy",
+        "podFailurePolicy", "cleanPodPolicy", "suspend", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
     }  # fmt: skip
     assert job["required"] == ["virtualCluster"]
     template = job["properties"]["template"]

@@ -148,3 +148,50 @@ def test_clean_pod_policy_on_success(policy: str, kept: bool) -> None:
     r.exit(0)
     r.step()
     assert r.status["phase"] == "Succeeded" and ("j-0-0" in r.kube.pods) is kept
+
+
+def test_suspend_holds_a_queued_job_stops_a_running_one_and_resume_queues_it() -> None:
+    r = Run(suspend=True)
+    r.step()
+    assert r.status["phase"] == "Queued" and r.status["conditions"][0]["reason"] == "Suspended"
+    assert r.kube.pods == {}
+    r.kube.jobs["j"]["spec"]["suspend"] = False
+    r.step()
+    r.run_current()
+    r.step()
+    assert r.status["phase"] == "Running"
+    r.kube.jobs["j"]["spec"]["suspend"] = True
+    rep = r.step()
+    assert rep.preempted == ["team/j"] and r.status["phase"] == "Queued"
+    assert r.status["conditions"][0]["reason"] == "Suspended"
+    assert r.kube.deletions == [("j-0-0", None)]  # stopped with its own grace period
+    assert "deletionTimestamp" in r.kube.pods["j-0-0"]["metadata"]
+    r.step()
+    assert r.status["phase"] == "Queued"  # held, and its old pod still books n0
+    r.kube.terminate()
+    r.kube.jobs["j"]["spec"]["suspend"] = False
+    assert r.step().admitted == ["team/j"] and r.live() == ["j-1-0"]
+
+
+def test_active_deadline_fails_the_job_and_stops_its_pods() -> None:
+    r = Run(activeDeadlineSeconds=600)  # created at 03:00:00, T0 is 03:04:05: 355 s left
+    r.step()
+    r.run_current()
+    rep = r.step()
+    assert r.status["phase"] == "Running" and rep.wake_at == pytest.approx(T0 + 355)
+    r.step(400)
+    assert r.status["phase"] == "Failed" and r.status["conditions"][0]["reason"] == "DeadlineExceeded"
+    assert r.kube.deletions == [("j-0-0", None)]
+
+
+def test_ttl_after_finished_deletes_the_dljob() -> None:
+    r = Run(ttlSecondsAfterFinished=100)
+    r.step()
+    r.run_current()
+    r.step()
+    r.exit(0)
+    r.step()
+    assert r.status["phase"] == "Succeeded"
+    assert r.step(50).wake_at == pytest.approx(r.now + 49)
+    r.step(60)
+    assert "j" not in r.kube.jobs
