@@ -192,15 +192,18 @@ def test_failed_pod_restarts_the_gang_then_fails(api: Api) -> None:
     api.dljob(ns, "flaky", "fail", 2, run=None, gpusPerNode=1, backoffLimit=1)
     wait_for(lambda: api.phase(ns, "flaky") == "Running", 60, "Running")
     api.core.patch_namespaced_pod_status("flaky-0-0", ns, {"status": {"phase": "Failed"}})
-    wait_for(lambda: sorted(p.metadata.name for p in api.pods(ns, "flaky")) == ["flaky-1-0", "flaky-1-1"], 60, "gang 1")
+    # gang 1 after the 10 s back-off; attempt 0's failed pod is kept for kubectl logs, its peer stopped
+    want = ["flaky-0-0", "flaky-1-0", "flaky-1-1"]
+    wait_for(lambda: sorted(p.metadata.name for p in api.pods(ns, "flaky")) == want, 60, "gang 1")
     assert _status(api.get(ns, "flaky"))["restarts"] == 1
     wait_for(lambda: api.phase(ns, "flaky") == "Running", 60, "Running again")
     api.core.patch_namespaced_pod_status("flaky-1-1", ns, {"status": {"phase": "Failed"}})
     wait_for(lambda: api.phase(ns, "flaky") == "Failed", 60, "Failed")
     st = _status(api.get(ns, "flaky"))
     assert st["restarts"] == 1 and st["completionTime"]
-    # the healthy pod was stopped: nothing of the failed gang holds GPUs
-    wait_for(lambda: [p.metadata.name for p in api.pods(ns, "flaky")] == ["flaky-1-1"], 30, "pods stopped")
+    # the healthy pod was stopped: nothing of the failed gang holds GPUs; the failed pods stay for their logs
+    want = ["flaky-0-0", "flaky-1-1"]
+    wait_for(lambda: sorted(p.metadata.name for p in api.pods(ns, "flaky")) == want, 30, "pods stopped")
 
 
 def test_a_gang_whose_node_is_deleted_goes_back_to_the_queue(api: Api) -> None:
