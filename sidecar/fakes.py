@@ -7,6 +7,7 @@ unit tests, and by the node tests for resctrl (the test VM has no RDT).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 CID = "{:064x}"  # container IDs: 64 hex digits
 
@@ -152,3 +153,32 @@ def make_kubelet_tree(
         (d / "cpu.stat").write_text("usage_usec 2000000\nnr_periods 10\nnr_throttled 3\nthrottled_usec 5000\n")
         (d / "cgroup.threads").write_text("".join(f"{t}\n" for t in tasks))
     return root
+
+
+def v1_pod(
+    uid: str,
+    ann: dict[str, str],
+    qos: str,
+    limit: str | None = None,
+    request: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> Any:
+    """A Running pod as the kubernetes client returns it (one container ``main`` with these CPU limit and
+    request), managed by the agent unless ``labels`` say otherwise."""
+    from kubernetes import client
+    from qosmos.sidecar.state import MANAGED_LABEL, MANAGED_VALUE
+
+    res = client.V1ResourceRequirements(
+        limits={"cpu": limit} if limit else None, requests={"cpu": request} if request else None
+    )
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            uid=uid,
+            name=uid,
+            namespace="ns",
+            annotations=ann,
+            labels={MANAGED_LABEL: MANAGED_VALUE} if labels is None else labels,
+        ),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="main", resources=res)]),
+        status=client.V1PodStatus(phase="Running", qos_class=qos, pod_ip="10.244.0.9"),
+    )

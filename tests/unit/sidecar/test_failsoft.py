@@ -14,28 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.sidecar.actuators import CgroupV1Cpu
 from qosmos.sidecar.agent import AgentOptions, NodeAgent, parse_cpu_quantity, pod_info
 from qosmos.sidecar.cgroups import CgroupLayout, container_children, parse_cpuset
-from qosmos.sidecar.fakes import make_v1_tree
+from qosmos.sidecar.fakes import make_v1_tree, v1_pod
 from qosmos.sidecar.fs import FakeKernelFS
 from qosmos.sidecar.sources import DeclaredBandwidthSource, DeclaredGpuSource, GpuSource, NvmlGpuSource
 
 T_UID, C_UID, B_UID = "aaaa-train", "bbbb-cpujob", "cccc-badpod"
-MANAGED = {"qosmos.io/node-agent": "managed"}
-
-
-def _pod(uid: str, ann: dict[str, str], qos: str, limit: str | None = None, request: str | None = None) -> client.V1Pod:
-    res = client.V1ResourceRequirements(
-        limits={"cpu": limit} if limit else None, requests={"cpu": request} if request else None
-    )
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(uid=uid, name=uid, namespace="ns", labels=MANAGED, annotations=ann),
-        spec=client.V1PodSpec(containers=[client.V1Container(name="main", resources=res)]),
-        status=client.V1PodStatus(phase="Running", qos_class=qos, pod_ip="10.244.0.9"),
-    )
 
 
 def _cpus(layout: CgroupLayout, uid: str) -> set[int]:
@@ -56,8 +43,8 @@ class Node:
         self.bw = tmp / "bw.json"
         self.now = [0.0]
         self.pods = [
-            _pod(T_UID, {"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"}, "BestEffort"),
-            _pod(C_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "4", "1"),
+            v1_pod(T_UID, {"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"}, "BestEffort"),
+            v1_pod(C_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "4", "1"),
         ]
         options = AgentOptions(step_seconds=1000, warmup_seconds=0, **opt)
         self.agent = NodeAgent("n1", None, self.layout, CgroupV1Cpu(FakeKernelFS()), gpu,
@@ -157,7 +144,7 @@ def test_a_failing_gpu_source_is_no_measurement_and_the_throttle_is_released(
 def test_a_pod_with_a_bad_quantity_is_skipped_with_an_event(tmp_path: Path, bad: str) -> None:
     node = Node(tmp_path, None)
     node.engage()
-    broken = _pod(B_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", bad)
+    broken = v1_pod(B_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", bad)
     node.bandwidth(0.5)
     node.agent.reconcile([broken, *node.pods])
     assert _cpus(node.layout, C_UID) == {0, 1, 2, 3}  # the pass went on and released
@@ -175,14 +162,14 @@ def test_quantities_are_the_apis() -> None:
     with pytest.raises(InvalidInput, match="cpu quantity"):
         parse_cpu_quantity("1Kq")
     # limits.cpu: 1Ki (1024 cores) is a valid pod: its job gets the node, no pass aborts
-    info = pod_info(_pod(C_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "1Ki", "1500m"))
+    info = pod_info(v1_pod(C_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "1Ki", "1500m"))
     assert info is not None and info.limit_cores == 1024.0 and info.request_cores == 1.5 and info.min_cores == 2
 
 
 def test_a_1ki_limit_does_not_stop_the_pass(tmp_path: Path) -> None:
     node = Node(tmp_path, None)
     node.engage()
-    huge = _pod(B_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "1Ki")
+    huge = v1_pod(B_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "1Ki")
     node.bandwidth(0.5)
     node.agent.reconcile([huge, *node.pods])
     assert _cpus(node.layout, C_UID) == {0, 1, 2, 3}

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 from qosmos.predictors.soda_cpu import plateau_curve
 from qosmos.sidecar.actuators import ResctrlMba, make_actuator
 from qosmos.sidecar.agent import AgentOptions, NodeAgent
 from qosmos.sidecar.cgroups import detect_layout, parse_cpuset
-from qosmos.sidecar.fakes import kubelet_pod_path, make_kubelet_tree, make_resctrl_tree
+from qosmos.sidecar.fakes import kubelet_pod_path, make_kubelet_tree, make_resctrl_tree, v1_pod
 from qosmos.sidecar.fs import FakeKernelFS, JournalFS
 from qosmos.sidecar.journal import Journal, state_path
 from qosmos.sidecar.restore import restore
@@ -31,24 +30,12 @@ from typer.testing import CliRunner
 
 T_UID, C_UID, D_UID = "aaaa-1111-train", "bbbb-2222-cpujob", "dddd-4444-cpujob"
 PODS = {T_UID: ("besteffort", 1), C_UID: ("burstable", 2), D_UID: ("burstable", 1)}
-MANAGED = {"qosmos.io/node-agent": "managed"}
-
-
-def _pod(uid: str, ann: dict[str, str], qos: str, limit: str | None = None, request: str | None = None) -> client.V1Pod:
-    res = client.V1ResourceRequirements(
-        limits={"cpu": limit} if limit else None, requests={"cpu": request} if request else None
-    )
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(uid=uid, name=uid, namespace="ns", labels=MANAGED, annotations=ann),
-        spec=client.V1PodSpec(containers=[client.V1Container(name="main", resources=res)]),
-        status=client.V1PodStatus(phase="Running", qos_class=qos, pod_ip="10.244.0.9"),
-    )
 
 
 PODSPECS = [
-    _pod(T_UID, {"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"}, "BestEffort"),
-    _pod(C_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "4", "1"),
-    _pod(D_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "2", "1"),
+    v1_pod(T_UID, {"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"}, "BestEffort"),
+    v1_pod(C_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "4", "1"),
+    v1_pod(D_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "2", "1"),
 ]
 
 
@@ -367,8 +354,8 @@ def test_real_v1_cgroups_throttled_then_restored_byte_for_byte(real_v1_tree: Any
     before = files()
     journal = Journal.load(state_path(tmp_path / "state"))
     pods = [
-        _pod(T_UID, {"qosmos.io/job-kind": "training", "qosmos.io/soda-cores": "1"}, "BestEffort"),
-        _pod(C_UID, {"qosmos.io/job-kind": "cpu"}, "BestEffort"),
+        v1_pod(T_UID, {"qosmos.io/job-kind": "training", "qosmos.io/soda-cores": "1"}, "BestEffort"),
+        v1_pod(C_UID, {"qosmos.io/job-kind": "cpu"}, "BestEffort"),
     ]
     _bw(tmp_path, 0.9)
     agent = NodeAgent("n1", None, layout, make_actuator("cpu", "cgroup-v1", fs=JournalFS(HostFS(), journal)),

@@ -7,14 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.predictors.soda_cpu import plateau_curve
 from qosmos.sidecar.actuators import CgroupV1Cpu, ResctrlMba
 from qosmos.sidecar.agent import AgentOptions, NodeAgent, parse_cpu_quantity, pod_info
 from qosmos.sidecar.cgroups import CgroupLayout, container_children, parse_cpuset
 from qosmos.sidecar.cli import load_history
-from qosmos.sidecar.fakes import make_resctrl_tree
+from qosmos.sidecar.fakes import make_resctrl_tree, v1_pod
 from qosmos.sidecar.fs import FakeKernelFS
 from qosmos.sidecar.sources import DeclaredBandwidthSource, DeclaredGpuSource, ResctrlMbmSource
 from qosmos.sidecar.state import BEST_CORES_ANNOTATION, PodInfo
@@ -160,35 +159,14 @@ def test_resctrl_mbm_rate(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the agent on a fake node
 
 
-def _pod(
-    uid: str,
-    labels: dict[str, str],
-    ann: dict[str, str],
-    qos: str,
-    cpu_limit: str | None = None,
-    cpu_request: str | None = None,
-) -> client.V1Pod:
-    res = client.V1ResourceRequirements(
-        limits={"cpu": cpu_limit} if cpu_limit else None, requests={"cpu": cpu_request} if cpu_request else None
-    )
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(uid=uid, name=uid, namespace="ns", labels=labels, annotations=ann),
-        spec=client.V1PodSpec(containers=[client.V1Container(name="main", resources=res)]),
-        status=client.V1PodStatus(phase="Running", qos_class=qos, pod_ip="10.244.0.9"),
-    )
-
-
-MANAGED = {"qosmos.io/node-agent": "managed"}
-
-
 @pytest.fixture
 def node(v1_tree: Callable[..., Path], tmp_path: Path) -> dict[str, object]:
     root = v1_tree({T_UID: ("besteffort", 1), C_UID: ("burstable", 2), U_UID: ("besteffort", 1)})
     layout = CgroupLayout(root, 1, "cgroupfs")
     pods = [
-        _pod(T_UID, MANAGED, {"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"}, "BestEffort"),
-        _pod(C_UID, MANAGED, {"qosmos.io/job-kind": "cpu"}, "Burstable", "4", "1"),
-        _pod(U_UID, {}, {}, "BestEffort"),
+        v1_pod(T_UID, {"qosmos.io/job-kind": "training", "qosmos.io/model-category": "CV"}, "BestEffort"),
+        v1_pod(C_UID, {"qosmos.io/job-kind": "cpu"}, "Burstable", "4", "1"),
+        v1_pod(U_UID, {}, "BestEffort", labels={}),
     ]
     return {"root": root, "layout": layout, "pods": pods, "gpu": tmp_path / "gpu.json", "bw": tmp_path / "bw.json"}
 
