@@ -15,6 +15,21 @@ from typing import Any
 DEFAULT_VCS = ({"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}},)
 
 
+def gpu_node(name: str, gpus: int = 8, taints: list[dict[str, str]] | None = None, **labels: str) -> dict[str, Any]:
+    """A Ready V100M32 node with ``gpus`` GPUs, 96 cores and 768 Gi, as the operator reads Node objects."""
+    obj: dict[str, Any] = {
+        "metadata": {"name": name, "labels": {"qosmos.io/gpu-model": "V100M32", **labels}},
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "768Gi"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    if taints:
+        obj["spec"]["taints"] = taints
+    return obj
+
+
 class FakeKube:
     def __init__(
         self,
@@ -129,4 +144,4 @@ class FakeKube:
         self.events.append((obj["metadata"]["name"], reason, message))
 
 
-__all__ = ["FakeKube"]
+__all__ = ["FakeKube", "gpu_node"]

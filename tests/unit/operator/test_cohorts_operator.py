@@ -14,7 +14,7 @@ from qosmos.operator.crds import LABEL_VC, VirtualClusterSpec
 from qosmos.operator.durations import Durations
 from qosmos.operator.reconcile import Reconciler
 from qosmos.operator.translate import job_from_dljob, parse_time, rfc3339
-from qosmos.testing.fakekube import FakeKube
+from qosmos.testing.fakekube import FakeKube, gpu_node
 
 T0 = parse_time("2026-01-02T03:04:05Z") or 0.0
 
@@ -34,17 +34,6 @@ def dljob(name: str, vc: str, created: float, gpus: int = 8, **spec: Any) -> dic
     }
 
 
-def node(name: str, pool: str, gpus: int = 8) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"qosmos.io/gpu-model": "V100M32", "pool": pool}},
-        "spec": {},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "768Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
 def vc(name: str, pool: str, cohort: str | None = "team", **spec: Any) -> dict[str, Any]:
     s: dict[str, Any] = {"nodeSelector": {"pool": pool}, "policy": "fifo", "placement": "consolidate", **spec}
     if cohort is not None:
@@ -57,7 +46,7 @@ class Cluster:
 
     def __init__(self, **spec: Any) -> None:
         self.kube = FakeKube(
-            [node("n0", "a"), node("n1", "b")],
+            [gpu_node("n0", pool="a"), gpu_node("n1", pool="b")],
             vcs=[vc("va", "a", quota={"gpus": 8}, **spec), vc("vb", "b", quota={"gpus": 8}, **spec)],
         )
         self.now = T0

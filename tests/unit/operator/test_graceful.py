@@ -10,6 +10,7 @@ from qosmos.operator.durations import Durations
 from qosmos.operator.reconcile import Reconciler
 from qosmos.operator.translate import parse_time
 from qosmos.testing.fakekube import FakeKube
+from qosmos.testing.fakekube import gpu_node as node
 
 T0 = parse_time("2026-01-02T03:04:05Z") or 0.0
 
@@ -22,17 +23,6 @@ def dljob(name: str, created: str, gpus: int = 8) -> dict[str, Any]:
                      "creationTimestamp": created},
         "spec": {"virtualCluster": "vc-a", "gpus": gpus, "gpusPerNode": gpus},
     }  # fmt: skip
-
-
-def node(name: str, gpus: int = 8) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"qosmos.io/gpu-model": "V100M32"}},
-        "spec": {},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "768Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
 
 
 class Pass:

@@ -12,7 +12,7 @@ from qosmos.operator.durations import Durations
 from qosmos.operator.lifecycle import consecutive_failures, exit_codes, failure_action, restart_delay
 from qosmos.operator.reconcile import Reconciler
 from qosmos.operator.translate import parse_time
-from qosmos.testing.fakekube import FakeKube
+from qosmos.testing.fakekube import FakeKube, gpu_node
 
 T0 = parse_time("2026-01-02T03:04:05Z") or 0.0
 
@@ -55,18 +55,9 @@ def dljob(**spec: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def node() -> dict[str, Any]:
-    return {
-        "metadata": {"name": "n0", "labels": {"qosmos.io/gpu-model": "V100M32"}},
-        "spec": {},
-        "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "768Gi"},
-                   "conditions": [{"type": "Ready", "status": "True"}]},
-    }  # fmt: skip
-
-
 class Run:
     def __init__(self, **spec: Any) -> None:
-        self.kube = FakeKube([node()], [dljob(**spec)])
+        self.kube = FakeKube([gpu_node("n0")], [dljob(**spec)])
         self.now = T0
         self.rec = Reconciler(self.kube, durations=Durations(None), clock=lambda: self.now)  # type: ignore[arg-type]
 

@@ -31,6 +31,7 @@ from qosmos.operator.translate import (
     tolerates,
 )
 from qosmos.testing.fakekube import FakeKube
+from qosmos.testing.fakekube import gpu_node as node
 
 T0 = parse_time("2026-01-02T03:04:05Z") or 0.0
 
@@ -50,20 +51,6 @@ def dljob(name: str = "j", ns: str = "team", **spec: Any) -> dict[str, Any]:
         },
         "spec": base,
     }
-
-
-def node(name: str, gpus: int = 8, taints: list[dict[str, str]] | None = None, **labels: str) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "metadata": {"name": name, "labels": {"qosmos.io/gpu-model": "V100M32", **labels}},
-        "spec": {},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "768Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-    if taints:
-        obj["spec"]["taints"] = taints
-    return obj
 
 
 def env_of(container: dict[str, Any]) -> dict[str, str]:
