@@ -461,7 +461,8 @@ class Reconciler:
             if decided:
                 self._templates[keys[dl.job.id]] = refusal
         # the verdicts of jobs still waiting are kept (a restarted operator asks again, once)
-        self._templates = {k: v for k, v in self._templates.items() if k in set(keys.values())}
+        live = set(keys.values())
+        self._templates = {k: v for k, v in self._templates.items() if k in live}
         invalid: set[str] = set()
         for dl in waiting:
             refusal = self._templates.get(keys[dl.job.id])

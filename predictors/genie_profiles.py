@@ -116,13 +116,14 @@ def fit_measured(root: Path = MEASURED_ROOT) -> tuple[list[ThroughputProfile], l
     profiles: list[ThroughputProfile] = []
     curves: list[ComputeCurve] = []
     for folder in measured_sessions(root):
-        training = sorted(folder.rglob("training.csv"))
         by_model: dict[str, list] = defaultdict(list)
-        for f in training:
+        sessions_of: dict[str, set[Path]] = defaultdict(set)
+        for f in sorted(folder.rglob("training.csv")):
             for s in read_samples(f):
                 by_model[s.model].append(s)
+                sessions_of[s.model].add(f)
         for model in sorted(by_model):
-            sessions = len({f for f in training if any(s.model == model for s in read_samples(f))})
+            sessions = len(sessions_of[model])
             source = f"predictors/measured/{folder.name}: hack/gpu/run.sh, {sessions} session(s)"
             profiles.append(fit_profile(by_model[model], source=source).profile)
         inference = [s for f in sorted(folder.rglob("inference.csv")) for s in read_inference_samples(f)]

@@ -501,6 +501,7 @@ class NodeAgent:
             desired.mba = self.eliminator.mba_target(pids, peak=peak)
         if self.opt.tc_dev == VETH:  # per pod, on each pod's host veth
             caps = veth_caps([i for _, i, _ in managed], self.opt.link_mbit, enabled=self.opt.net_shaping)
+            self._veths = {u: d for u, d in self._veths.items() if u in caps}  # pods gone or uncapped: forgotten
             devs = {i.uid: dev for _, i, cg in managed if i.uid in caps and (dev := self._veth(i.uid, cg))}
             desired.veth = VethTarget(tuple(sorted((devs[u], mbit) for u, mbit in caps.items() if u in devs)))
         else:
