@@ -520,15 +520,18 @@ def veth_commands(dev: str, mbit: int) -> tuple[list[list[str]], list[list[str]]
     return ip, tc
 
 
-def remove_veth_cap(dev: str, tc: Callable[[Sequence[str]], Any], ip: Callable[[Sequence[str]], Any]) -> list[str]:
-    """Undo :func:`veth_commands` on ``dev`` (what of it is there; the veth may be gone with its pod)."""
+def remove_veth_cap(
+    dev: str, tc: Callable[[Sequence[str]], Any], ip: Callable[[Sequence[str]], Any], root: bool = True
+) -> list[str]:
+    """Undo :func:`veth_commands` on ``dev`` (what of it is there; the veth may be gone with its pod);
+    ``root=False`` leaves our root tbf to the caller (restore, which checks what the root is then)."""
     done = []
     r = tc(["qdisc", "show", "dev", dev])
     show = "" if getattr(r, "returncode", 0) else getattr(r, "stdout", "") or ""
     if has_ingress(show) and our_redirect(getattr(tc(["filter", "show", "dev", dev, "ingress"]), "stdout", "") or ""):
         tc(["qdisc", "del", "dev", dev, "handle", "ffff:", "ingress"])
         done.append(f"tc {dev}: ingress redirect removed")
-    if is_ours(root_qdisc(show)):
+    if root and is_ours(root_qdisc(show)):
         tc(["qdisc", "del", "dev", dev, "root", "handle", f"{HTB_HANDLE}:"])
         done.append(f"tc {dev}: tbf removed")
     if not getattr(ip(["ip", "link", "del", ifb_name(dev)]), "returncode", 0):

@@ -55,9 +55,7 @@ from qosmos.sidecar.cgroups import (
 )
 from qosmos.sidecar.fs import FS, HostFS, JournalFS
 from qosmos.sidecar.journal import Journal
-from qosmos.sidecar.netdev import Runner as NetRunner
 from qosmos.sidecar.netdev import host_veth
-from qosmos.sidecar.netdev import run as netdev_run
 from qosmos.sidecar.podresources import PodGpus
 from qosmos.sidecar.restore import RestoreReport, restore
 from qosmos.sidecar.sources import BandwidthSource, GpuSource, read_cpu_manager_state
@@ -295,7 +293,6 @@ class NodeAgent:
         self._warned: dict[str, str] = {}  # pod UID -> the last Warning it got (one Event per problem)
         self._tc_warned: dict[str, str] = {}
         self._veths: dict[str, str] = {}  # pod UID -> its host veth (--tc-dev veth)
-        self.netdev_runner: NetRunner = netdev_run
         self.events: list[tuple[str, str, str]] = []  # without an API: (pod UID, reason, type) not sent
         self.last_pass_end = float("-inf")  # for /healthz
         self.passes = 0
@@ -351,7 +348,7 @@ class NodeAgent:
         """The pod's host-side veth (found once per pod: a pod keeps its sandbox's network)."""
         if uid not in self._veths:
             pids = self.tasks(cg)
-            dev = host_veth(pids[0], self.netdev_runner) if pids else None
+            dev = host_veth(pids[0]) if pids else None
             if dev is None:
                 log.info("pod %s: no host veth found (no process yet, or not a veth CNI): not shaped", uid)
                 return None

@@ -27,7 +27,6 @@ from qosmos.sidecar.actuators import (
     has_ingress,
     ifb_name,
     is_ours,
-    our_redirect,
     remove_veth_cap,
     root_qdisc,
     run_ip,
@@ -163,9 +162,8 @@ def _restore_qdiscs(
             journal.qdiscs.pop(dev, None)
             continue
         text = getattr(show, "stdout", "") or ""
-        if has_ingress(text) and our_redirect(getattr(runner(["filter", "show", "dev", dev, "ingress"]), "stdout", "")):
-            report.restored += remove_veth_cap(dev, runner, ip)  # a per-pod cap: its redirect, tbf and ifb
-            text = getattr(runner(["qdisc", "show", "dev", dev]), "stdout", "") or ""
+        if has_ingress(text):  # a per-pod cap's redirect and ifb (when ours); its tbf root goes below
+            report.restored += remove_veth_cap(dev, runner, ip, root=False)
         if is_ours(root_qdisc(text)):
             r = runner(["qdisc", "del", "dev", dev, "root", "handle", f"{HTB_HANDLE}:"])
             if getattr(r, "returncode", 0):
