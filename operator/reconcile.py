@@ -431,12 +431,19 @@ class Reconciler:
             if not dl.spec.suspend:
                 continue
             held.add(dl.job.id)
-            cond = condition("False", "Suspended", "spec.suspend is true: not queued until it is false", now,
-                             dl.status.get("conditions"))  # fmt: skip
-            if not _same_condition(dl.status.get("conditions"), cond) or dl.phase != DLJobPhase.QUEUED.value:
-                self._patch(dl, {"phase": DLJobPhase.QUEUED.value, "conditions": [cond], "queuePosition": None,
-                                 "eta": None}, rep)  # fmt: skip
+            self._hold(dl, "Suspended", "spec.suspend is true: not queued until it is false", now, rep)
         return held
+
+    def _hold(self, dl: DL, reason: str, message: str, now: float, rep: PassReport) -> bool:
+        """A waiting DLJob kept out of its queue: Queued, ``Admitted=False`` with ``reason``, no position
+        or ETA. Written only when that changes; True when written."""
+        cond = condition("False", reason, message, now, dl.status.get("conditions"))
+        if _same_condition(dl.status.get("conditions"), cond) and dl.phase == DLJobPhase.QUEUED.value:
+            return False
+        self._patch(
+            dl, {"phase": DLJobPhase.QUEUED.value, "conditions": [cond], "queuePosition": None, "eta": None}, rep
+        )
+        return True
 
     # ---- templates -----------------------------------------------------------------------------
     def _check_templates(self, waiting: list[DL], now: float, rep: PassReport) -> set[str]:
@@ -469,11 +476,9 @@ class Reconciler:
             if refusal is None:
                 continue
             invalid.add(dl.job.id)
-            cond = condition("False", "InvalidTemplate", f"its pod template is refused: {refusal}", now,
-                             dl.status.get("conditions"))  # fmt: skip
-            if not _same_condition(dl.status.get("conditions"), cond) or dl.phase != DLJobPhase.QUEUED.value:
-                self._patch(dl, {"phase": DLJobPhase.QUEUED.value, "conditions": [cond]}, rep)
-                self.kube.event(dl.obj, "InvalidTemplate", cond["message"], "DLJob", "Warning")
+            message = f"its pod template is refused: {refusal}"
+            if self._hold(dl, "InvalidTemplate", message, now, rep):
+                self.kube.event(dl.obj, "InvalidTemplate", message, "DLJob", "Warning")
         return invalid
 
     # ---- inference services first (SODA §V-D2) ---------------------------------------------------
