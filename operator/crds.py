@@ -66,6 +66,8 @@ DEFAULT_POLICY = "swaf"
 DEFAULT_PLACEMENT = "cer"
 DEFAULT_BACKFILL = "none"
 DEFAULT_BACKOFF_LIMIT = 3  # each retry restarts the whole gang, so fewer than batch/v1 Job's 6
+DEFAULT_START_TIMEOUT_S = 600  # a gang not all Running after 10 minutes is stuck (image pull, taint, lost node)
+DEFAULT_NODE_LOST_S = 300  # as the taint manager's default tolerationSeconds for not-ready/unreachable
 
 PolicyName = Literal[POLICY_NAMES]  # type: ignore[valid-type]
 PlacementName = Literal[PLACEMENT_NAMES]  # type: ignore[valid-type]
@@ -266,6 +268,19 @@ class VirtualClusterSpec(_Model):
         default_factory=Preemption,  # type: ignore[arg-type]
         description="who may preempt whom for its jobs: reclaim within the cohort, lower priority within it",
         json_schema_extra={"default": {}},  # the apiserver fills in the fields' defaults
+    )
+    start_timeout_seconds: int = Field(
+        DEFAULT_START_TIMEOUT_S,
+        ge=1,
+        description="its DLJobs' default start deadline: an admitted gang not all Running this long after its pods "
+        "were created is stopped and requeued at the head of the queue (reason StartTimeout, with its pods' "
+        "waiting reasons), avoiding the nodes it did not start on; Failed after backoffLimit such requeues",
+    )
+    node_lost_seconds: int = Field(
+        DEFAULT_NODE_LOST_S,
+        ge=0,
+        description="its DLJobs' default grace for a node that stops being Ready: a gang on it longer than this "
+        "is requeued (reason NodeLost, not counted as a failure)",
     )
 
     @model_validator(mode="after")
@@ -519,6 +534,18 @@ class DLJobSpec(_Model):
         description="seconds from creation (time in the queue counts, as the training operator's runPolicy) "
         "after which the DLJob is Failed with reason DeadlineExceeded and its pods stopped",
     )
+    start_timeout_seconds: int | None = Field(
+        None,
+        ge=1,
+        description="seconds its admitted gang may take to be all Running (image pulls included) before it is "
+        "stopped and requeued (reason StartTimeout); unset: its VirtualCluster's startTimeoutSeconds (600)",
+    )
+    node_lost_seconds: int | None = Field(
+        None,
+        ge=0,
+        description="seconds a node of its running gang may be NotReady before the gang is requeued elsewhere "
+        "(reason NodeLost); unset: its VirtualCluster's nodeLostSeconds (300)",
+    )
     ttl_seconds_after_finished: int | None = Field(
         None, ge=0, description="the finished DLJob (and, through ownership, its pods) is deleted this long after"
     )
@@ -616,6 +643,12 @@ class DLJobStatus(_Model):
     )
     consecutive_failures: int | None = Field(
         None, ge=0, description="failed runs in a row (a run longer than 10 minutes resets it): the back-off"
+    )
+    start_timeouts: int | None = Field(
+        None, ge=0, description="times its gang did not start within its start timeout and was requeued"
+    )
+    avoid_nodes: Annotated[list[str], Field(max_length=4096)] | None = Field(
+        None, description="nodes its gang did not start on: not placed there again while other nodes fit it"
     )
     restart_after: datetime | None = Field(
         None, description="a failed gang is recreated at this time (back-off: 10 s doubling up to 6 min)"

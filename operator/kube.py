@@ -29,6 +29,10 @@ def _done(resp: Any) -> None:
     resp.release_conn()
 
 
+class Stale(Exception):
+    """A write made on a version of the object that is no longer the current one (HTTP 409)."""
+
+
 class Kube:
     def __init__(self, api_client: Any, namespace: str | None = None) -> None:
         from kubernetes import client
@@ -86,12 +90,30 @@ class Kube:
         return self._own_pods("qosmos.io/inference", "spec.nodeName=,status.phase=Pending")
 
     # ---- writes -------------------------------------------------------------------------------
-    def patch_dljob_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        _done(
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, "dljobs", name, {"status": status}, _preload_content=False
+    def patch_dljob_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> str | None:
+        """Merge ``status`` in; with ``resource_version`` only into that version of the object (the
+        apiserver's optimistic concurrency: :class:`Stale` when it changed since it was read). Returns
+        the object's new resourceVersion."""
+        from kubernetes.client.rest import ApiException
+
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            resp = self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, "dljobs", name, body, _preload_content=False
             )
-        )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Stale(f"DLJob {namespace}/{name} changed since resourceVersion {resource_version}") from exc
+            raise
+        try:
+            rv = orjson.loads(resp.read()).get("metadata", {}).get("resourceVersion")
+        finally:
+            resp.release_conn()
+        return str(rv) if rv is not None else None
 
     def delete_dljob(self, namespace: str, name: str) -> None:
         """Delete a DLJob (its ttlSecondsAfterFinished passed); the garbage collector takes its pods."""

@@ -55,7 +55,11 @@ UNBLOCK: dict[str, str] = {
     "CPU job gives way); it waits at the head of its queue and restarts from the beginning (unless it checkpoints)",
     "VirtualClusterMissing": "its spec.virtualCluster names no VirtualCluster: create it, or recreate the DLJob "
     "naming an existing one",
-    "NodeLost": "a node of its placement is gone: it is back in its queue (no restart counted) and will be placed anew",
+    "NodeLost": "a node of its placement is gone, or NotReady longer than nodeLostSeconds: it is back in its queue "
+    "(no restart counted) and will be placed anew",
+    "StartTimeout": "its gang was not all Running within startTimeoutSeconds (the message says what each pod waited "
+    "for: an image pull, a taint, the scheduler): requeued at the head of its queue away from those nodes "
+    "(status.avoidNodes), Failed after backoffLimit such requeues; fix the image or template, or raise the timeout",
     "InvalidPod": "the apiserver refused its pods (see the message): fix spec.template and recreate the DLJob",
     "Suspended": "spec.suspend is true: it is out of its queue (stopped with its pods' grace period if it ran); "
     "set spec.suspend to false and it is queued again",

@@ -4,7 +4,10 @@ status and its pods as read (no client, no clock: ``now`` is an argument).
 Restarts as batch/v1 Job restarts pods: exponential back-off between gang restarts (10 s doubling,
 capped at 6 minutes, reset after a run longer than 10 minutes) and exit-code rules in the shape of
 Job's ``podFailurePolicy`` (the first rule a failed container matches decides: FailJob, Ignore or
-Count; no match counts).
+Count; no match counts). A gang must be all Running within its start timeout (Kueue's
+``waitForPodsReady``): what its pods wait for is read from their status, and the nodes they never
+started on are avoided next time. A node that stops reporting Ready loses its gang after the
+node-lost grace.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from qosmos.operator.crds import FailureAction, PodFailurePolicy
+from qosmos.operator.translate import parse_time
 
 BACKOFF_BASE_S = 10.0
 BACKOFF_CAP_S = 360.0
@@ -58,6 +62,62 @@ def failure_action(
     return FailureAction.COUNT, None
 
 
+def start_deadline(admitted_at: float | None, restart_after: float | None, timeout_s: float) -> float | None:
+    """When a gang not yet all Running is overdue: its admission's (or, after a restart, its back-off's
+    end, when the gang was recreated) plus the start timeout. None without either."""
+    since = max((t for t in (admitted_at, restart_after) if t is not None), default=None)
+    return None if since is None else since + timeout_s
+
+
+def waiting_reasons(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Why each pod of a gang is not running, in the pod's own words: a container's waiting reason
+    (``ImagePullBackOff: Back-off pulling image ...``), the scheduler's (``Unschedulable: 0/3 nodes
+    ...``) or its phase. Running and finished pods say nothing."""
+    out = []
+    for p in pods:
+        name = str((p.get("metadata") or {}).get("name", "?"))
+        status = p.get("status") or {}
+        if status.get("phase") in ("Running", "Succeeded", "Failed"):
+            continue
+        said = []
+        for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+            w = (cs.get("state") or {}).get("waiting") or {}
+            if w.get("reason") and w.get("reason") not in ("ContainerCreating", "PodInitializing"):
+                said.append(f"{w['reason']}" + (f": {w['message']}" if w.get("message") else ""))
+        if not said:
+            for c in status.get("conditions") or []:
+                if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                    said.append(
+                        f"{c.get('reason') or 'NotScheduled'}" + (f": {c['message']}" if c.get("message") else "")
+                    )
+        if not said:
+            gated = (p.get("spec") or {}).get("schedulingGates")
+            said.append("SchedulingGated" if gated else f"{status.get('phase') or 'Pending'}")
+        out.append(f"{name}: {'; '.join(dict.fromkeys(said))}")
+    return out
+
+
+def unstarted_nodes(pods_by_node: Mapping[str, Iterable[Mapping[str, Any]] | None]) -> list[str]:
+    """The placement's nodes whose pod never ran (missing, or not Running/Succeeded/Failed): the gang's
+    next placement avoids them."""
+    return [
+        node
+        for node, pods in pods_by_node.items()
+        if not any((p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed") for p in pods or ())
+    ]
+
+
+def not_ready_since(node: Mapping[str, Any], now: float) -> float | None:
+    """Since when (epoch seconds) a node's Ready condition is False or Unknown (``now`` when it does not
+    say); None while Ready or while it reports no Ready condition yet."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            if c.get("status") == "True":
+                return None
+            return parse_time(c.get("lastTransitionTime")) or now
+    return None
+
+
 __all__ = [
     "BACKOFF_BASE_S",
     "BACKOFF_CAP_S",
@@ -65,5 +125,9 @@ __all__ = [
     "consecutive_failures",
     "exit_codes",
     "failure_action",
+    "not_ready_since",
     "restart_delay",
+    "start_deadline",
+    "unstarted_nodes",
+    "waiting_reasons",
 ]

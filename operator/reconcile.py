@@ -67,8 +67,17 @@ from qosmos.operator.crds import (
 )
 from qosmos.operator.durations import Durations
 from qosmos.operator.inference import pending_replica
-from qosmos.operator.kube import Kube
-from qosmos.operator.lifecycle import consecutive_failures, exit_codes, failure_action, restart_delay
+from qosmos.operator.kube import Kube, Stale
+from qosmos.operator.lifecycle import (
+    consecutive_failures,
+    exit_codes,
+    failure_action,
+    not_ready_since,
+    restart_delay,
+    start_deadline,
+    unstarted_nodes,
+    waiting_reasons,
+)
 from qosmos.operator.service import TurnClock, as_of_last_event
 from qosmos.operator.translate import (
     ANN_CARRY,
@@ -260,12 +269,13 @@ class Reconciler:
 
         # 2. admitted gangs, side by side: each writes only its own DLJob and pods (after a burst of
         # admissions, hundreds of gangs turn Running in one pass)
-        node_names = {meta(n)["name"] for n in nodes}
+        by_name = {str(meta(n)["name"]): n for n in nodes}
 
         def lifecycle(dl: DL) -> PassReport:
             sub = PassReport()
             try:
-                self._lifecycle(dl, pods_of.get(dl.job.id, []), now, sub, node_names)
+                vc = vc_specs.get(dl.spec.virtual_cluster) or VirtualClusterSpec()
+                self._lifecycle(dl, pods_of.get(dl.job.id, []), now, sub, by_name, vc)
             except Exception as exc:  # one DLJob's trouble must not stop the others
                 self._job_error(dl, exc, now, sub)
             return sub
@@ -539,21 +549,32 @@ class Reconciler:
         rep.writes += len(todo)
 
     # ---- gangs --------------------------------------------------------------------------------
-    def _lifecycle(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport, node_names: set[str]) -> None:
+    def _lifecycle(
+        self,
+        dl: DL,
+        pods: list[dict[str, Any]],
+        now: float,
+        rep: PassReport,
+        nodes: Mapping[str, dict[str, Any]],
+        vc: VirtualClusterSpec,
+    ) -> None:
         """An admitted DLJob: its pods follow its status, its status follows its pods. A gang whose node
-        is gone goes back to the queue (its pods could never run there again; no restart is counted,
-        the job did not fail) and the core places it anew."""
+        is gone, or NotReady past its nodeLostSeconds, goes back to the queue (its pods cannot run there;
+        no restart is counted, the job did not fail) and the core places it anew; one not all Running
+        within its startTimeoutSeconds goes back to the head of the queue (:meth:`_start_timeout`)."""
         st = dl.status
         attempt = attempt_of(st)
         gang = Gang.of_status(st)
         if gang is None:  # admitted without a placement: cannot happen from this operator; requeue
             self._requeue(dl, "admitted without a placement", now, rep)
             return
-        lost = [n for n in gang.node_names if n not in node_names]
+        lost = [n for n in gang.node_names if n not in nodes]
         if lost:
             self._requeue(dl, f"node {', '.join(lost)} of its placement is gone", now, rep, reason="NodeLost")
             return
         cur = {meta(p)["name"]: p for p in pods if _attempt(p) == attempt}
+        if self._node_lost(dl, gang, cur, nodes, vc, now, rep):
+            return
         for p in pods:
             old = _attempt(p) != attempt and not (_attempt(p) == attempt - 1 and _phase(p) == "Failed")
             if old and not meta(p).get("deletionTimestamp"):
@@ -598,7 +619,86 @@ class Reconciler:
         if not cur and backoff is not None and now < backoff:  # a failed gang's back-off: recreated then
             rep.wake(backoff)
             return
+        if dl.phase == DLJobPhase.ADMITTED.value:
+            timeout = dl.spec.start_timeout_seconds or vc.start_timeout_seconds
+            due = start_deadline(parse_time(st.get("admittedAt")), backoff, timeout)
+            if due is not None and now >= due:
+                self._start_timeout(dl, gang, [cur.get(n) for n in want], timeout, now, rep)
+                return
+            if due is not None:
+                rep.wake(due)
         self._ensure_gang(dl, gang, attempt, cur, rep)
+
+    def _node_lost(
+        self,
+        dl: DL,
+        gang: Gang,
+        cur: Mapping[str, dict[str, Any]],
+        nodes: Mapping[str, dict[str, Any]],
+        vc: VirtualClusterSpec,
+        now: float,
+        rep: PassReport,
+    ) -> bool:
+        """Requeue the gang (reason NodeLost) when a node of its placement has not been Ready for its
+        nodeLostSeconds, or sooner when a pod of it there already failed or went (the taint manager
+        evicts pods from an unreachable node): that is the node's loss, not the job's failure. True
+        when requeued; otherwise a pass is asked for when the grace ends."""
+        grace = dl.spec.node_lost_seconds if dl.spec.node_lost_seconds is not None else vc.node_lost_seconds
+        down = {n: t for n in dict.fromkeys(gang.node_names) if (t := not_ready_since(nodes[n], now)) is not None}
+        if not down:
+            return False
+        want = self._pods_now(dl)
+        hit = any(
+            node in down and (name not in cur or _phase(cur[name]) == "Failed")
+            for name, node in zip(want, gang.node_names, strict=True)
+        )
+        overdue = [n for n, t in down.items() if now >= t + grace]
+        if overdue or (hit and dl.phase == DLJobPhase.RUNNING.value):
+            names = overdue or list(down)
+            since = ", ".join(f"{n} since {rfc3339(down[n])}" for n in names)
+            self._requeue(dl, f"node not Ready ({since}; nodeLostSeconds {grace})", now, rep, reason="NodeLost")
+            return True
+        rep.wake(min(t + grace for t in down.values()))
+        return False
+
+    def _start_timeout(
+        self,
+        dl: DL,
+        gang: Gang,
+        pods: list[dict[str, Any] | None],
+        timeout: int,
+        now: float,
+        rep: PassReport,
+    ) -> None:
+        """The gang was not all Running within its start timeout (Kueue's waitForPodsReady): stopped and
+        requeued at the head of its queue with its pods' waiting reasons, the nodes it did not start on
+        avoided next time (``status.avoidNodes``); after backoffLimit such requeues, Failed."""
+        want = self._pods_now(dl)
+        said = waiting_reasons([p for p in pods if p is not None])
+        said += [f"{n}: not created" for n, p in zip(want, pods, strict=True) if p is None]
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for node, p in zip(gang.node_names, pods, strict=True):
+            by_node.setdefault(node, []).extend([p] if p is not None else [])
+        avoid = sorted(set(dl.status.get("avoidNodes") or ()) | set(unstarted_nodes(by_node)))
+        n = int(dl.status.get("startTimeouts") or 0)
+        why = f"not all {len(want)} pods Running within startTimeoutSeconds {timeout}: " + "; ".join(said)
+        why = why[:4000]
+        if n >= dl.spec.backoff_limit:
+            served = self._fold(dl, now)
+            why += f" (after {n} requeues: backoffLimit {dl.spec.backoff_limit})"
+            self._patch(dl, {"phase": DLJobPhase.FAILED.value, "completionTime": rfc3339(now), **served,
+                             "startTimeouts": n + 1, "avoidNodes": avoid, "restartAfter": None,
+                             "conditions": [condition("False", "StartTimeout", why, now,
+                                                      dl.status.get("conditions"))]}, rep)  # fmt: skip
+            for p in pods:
+                if p is not None and _phase(p) not in FINISHED:
+                    self._delete_pod(dl.namespace, meta(p)["name"])
+            self.kube.event(dl.obj, "StartTimeout", why, "DLJob", "Warning")
+            metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
+            rep.finished.append(dl.job.id)
+            return
+        self._requeue(dl, why, now, rep, reason="StartTimeout", head=True,
+                      extra={"startTimeouts": n + 1, "avoidNodes": avoid, "restartAfter": None})  # fmt: skip
 
     def _job_error(self, dl: DL, exc: Exception, now: float, rep: PassReport) -> None:
         """An API error on one DLJob: an invalid pod (422, e.g. a bad template) fails the DLJob; anything
@@ -755,6 +855,7 @@ class Reconciler:
         at: float | None = None,
         reason: str = "Preempted",
         head: bool = False,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         """Back to the queue (preempted or reclaimed): placement dropped, pods deleted. The service of the
         run it stops is folded into its status before ``startTime`` goes, and ``queuedSince`` says when
@@ -774,6 +875,7 @@ class Reconciler:
                 "preemptions": int(dl.status.get("preemptions") or 0) + 1,
                 "queueHead": True if head else None,
                 "conditions": [condition("False", reason, why, now, dl.status.get("conditions"))],
+                **(extra or {}),
             },
             rep,
         )
@@ -976,7 +1078,7 @@ class Reconciler:
             dl = by_id[w.job.id]
             start = forecast_starts.get(w.job.id)
             eta = None if start is None else now + start
-            message = w.message + _confined_text(dl.job, cluster)
+            message = w.message + _confined_text(dl, cluster)
             patch = self._wait_status(dl, reason_of(w.code), message, w, eta, now, rep, defer=True)
             if patch:
                 batch.append((dl, patch))
@@ -1013,7 +1115,12 @@ class Reconciler:
                     "conditions": [condition("True", reason, why, now, dl.status.get("conditions"))],
                 },
                 rep,
+                precondition=True,
             )
+        except Stale as exc:  # edited (or deleted and re-created) since this pass read it: decided again
+            log.info("admission of %s not written: %s; the next pass decides again", dl.job.id, exc)
+            rep.wake(now)
+            return rep
         except Exception:  # not admitted after all: the next pass decides again
             metrics.ERRORS.labels("admit").inc()
             log.exception("admission of %s not written", dl.job.id)
@@ -1188,12 +1295,19 @@ class Reconciler:
         return {"type": "Ready", "status": status, "reason": reason, "message": msg, "lastTransitionTime": since}
 
     # ---- writes -------------------------------------------------------------------------------
-    def _patch(self, dl: DL, status: dict[str, Any], rep: PassReport) -> None:
+    def _patch(self, dl: DL, status: dict[str, Any], rep: PassReport, precondition: bool = False) -> None:
         """A status merge patch, mirrored on the object this pass holds (a job that finished early in
         the pass frees its GPUs for the admissions later in the same pass); it carries the generation of
-        the spec it was decided on (``observedGeneration``) when that moved."""
+        the spec it was decided on (``observedGeneration``) when that moved. ``precondition``: written
+        only into the version of the DLJob the decision read (:class:`Stale` when another writer changed
+        it since: the next pass re-reads and re-decides instead of overwriting)."""
         status = _observed(dl, status)
-        self.kube.patch_dljob_status(dl.namespace, dl.name, status)
+        md = meta(dl.obj)
+        rv = self.kube.patch_dljob_status(
+            dl.namespace, dl.name, status, md.get("resourceVersion") if precondition else None
+        )
+        if rv is not None:  # this pass's own writes do not make its later preconditions fail
+            md["resourceVersion"] = rv
         merged = {**dl.status, **status}
         dl.obj["status"] = {k: v for k, v in merged.items() if v is not None}
         rep.writes += 1
@@ -1203,12 +1317,15 @@ def confine(waiting: list[DL], nodes: list[dict[str, Any]], cluster: ClusterStat
     """Each waiting DLJob confined to the nodes its pod template allows (``Job.pool``, a node pool of the
     pass's cluster): its ``nodeSelector`` and required node affinity, and the NoSchedule/NoExecute taints
     it does not tolerate (``translate.template_allows``), so the core places it only where the scheduler
-    will bind it. One pool per distinct constraint; none where every node is allowed."""
+    will bind it; and away from the nodes its gang did not start on (``status.avoidNodes``) while another
+    node of its VirtualCluster is allowed (on none but those, it tries them again). One pool per distinct
+    constraint; none where every node is allowed."""
     tainted = any(taints_narrow(n) for n in nodes)
-    pools: dict[tuple[str | None, bool], str | None] = {}
+    pools: dict[tuple[str | None, bool, tuple[str, ...], str], str | None] = {}
     for dl in waiting:
-        key = (constraints_of(dl.spec), dl.spec.gpus > 0)
-        if key[0] is None and not tainted:
+        avoid = tuple(sorted(dl.status.get("avoidNodes") or ()))
+        key = (constraints_of(dl.spec), dl.spec.gpus > 0, avoid, dl.job.vc if avoid else "")
+        if key[0] is None and not tainted and not avoid:
             continue
         if key not in pools:
             mask = np.ones(len(cluster.nodes), dtype=bool)
@@ -1216,6 +1333,10 @@ def confine(waiting: list[DL], nodes: list[dict[str, Any]], cluster: ClusterStat
                 i = cluster.index.get(str(meta(obj).get("name", "")))
                 if i is not None:
                     mask[i] = ok
+            away = mask.copy()
+            away[[cluster.index[n] for n in avoid if n in cluster.index]] = False
+            if (away & cluster.eligible(dl.job.vc)).any():
+                mask = away
             name = None if mask.all() else f"template:{dl.job.id}"
             if name is not None:
                 cluster.define_pool(name, mask)
@@ -1223,13 +1344,16 @@ def confine(waiting: list[DL], nodes: list[dict[str, Any]], cluster: ClusterStat
         dl.job.pool = pools[key]
 
 
-def _confined_text(job: Job, cluster: ClusterState) -> str:
-    """What a waiting job's message adds when its template narrows its nodes."""
+def _confined_text(dl: DL, cluster: ClusterState) -> str:
+    """What a waiting job's message adds when its template (or the nodes it did not start on) narrows
+    its nodes."""
+    job = dl.job
     if job.pool is None:
         return ""
     vc = cluster.eligible(job.vc)
     allowed = int((cluster.pools[job.pool] & vc).sum())
-    return f"; its pod template allows {allowed} of the {int(vc.sum())} nodes of {job.vc}"
+    what = "its pod template and status.avoidNodes allow" if dl.status.get("avoidNodes") else "its pod template allows"
+    return f"; {what} {allowed} of the {int(vc.sum())} nodes of {job.vc}"
 
 
 def _observed(dl: DL, status: dict[str, Any]) -> dict[str, Any]:

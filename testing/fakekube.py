@@ -10,7 +10,10 @@ Pods not yet on a node, or finished, go at once.
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
+
+from qosmos.operator.kube import Stale
 
 DEFAULT_VCS = ({"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}},)
 
@@ -39,7 +42,9 @@ class FakeKube:
     ) -> None:
         self._nodes = nodes
         self._vcs = list(DEFAULT_VCS) if vcs is None else vcs
-        self.jobs: dict[str, dict[str, Any]] = {j["metadata"]["name"]: j for j in jobs}
+        self._versions = itertools.count(1)
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.add(*jobs)
         self.pods: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
         self.status_patches: list[tuple[str, dict[str, Any]]] = []
@@ -52,7 +57,16 @@ class FakeKube:
 
     # -- test helpers ---------------------------------------------------------------------------
     def add(self, *jobs: dict[str, Any]) -> None:
-        self.jobs.update({j["metadata"]["name"]: j for j in jobs})
+        for j in jobs:
+            j["metadata"]["resourceVersion"] = str(next(self._versions))
+            self.jobs[j["metadata"]["name"]] = j
+
+    def edit(self, name: str, **spec: Any) -> None:
+        """Another writer (``kubectl edit``) changes the DLJob's spec: a new generation and version."""
+        md = self.jobs[name]["metadata"]
+        self.jobs[name]["spec"].update(spec)
+        md["generation"] = int(md.get("generation") or 1) + 1
+        md["resourceVersion"] = str(next(self._versions))
 
     def bind(self, name: str, node: str, phase: str = "Running") -> None:
         """The scheduler and kubelet: the pod on ``node`` in ``phase``."""
@@ -88,10 +102,17 @@ class FakeKube:
         return self.services.get(name)
 
     # -- writes ---------------------------------------------------------------------------------
-    def patch_dljob_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_dljob_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> str | None:
+        md = self.jobs[name]["metadata"]
+        if resource_version is not None and resource_version != md["resourceVersion"]:
+            raise Stale(f"DLJob {namespace}/{name} changed since resourceVersion {resource_version}")
         self.status_patches.append((name, status))
         merged = {**(self.jobs[name].get("status") or {}), **status}
         self.jobs[name]["status"] = {k: v for k, v in merged.items() if v is not None}
+        md["resourceVersion"] = str(next(self._versions))
+        return str(md["resourceVersion"])
 
     def delete_dljob(self, namespace: str, name: str) -> None:
         self.jobs.pop(name, None)

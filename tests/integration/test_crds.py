@@ -283,3 +283,27 @@ def test_inference_service_printer_columns(control_plane: ControlPlane, crds_app
         check=False,
     )  # fmt: skip
     assert rc.returncode != 0 and 'status.mode: Unsupported value: "TPU"' in rc.stderr, rc.stderr
+
+
+def test_an_admission_write_on_a_stale_version_is_refused(
+    control_plane: ControlPlane, crds_applied: str, k8s_namespace: str, k8s_api: object
+) -> None:
+    """Issue 20 §2 (concurrent writers): the operator's admission patch carries the resourceVersion it
+    decided on; after another writer's edit the apiserver refuses it (409), which ``Kube`` says as
+    ``Stale``, and the status stays as the other writer left it."""
+    from qosmos.operator.kube import Kube, Stale
+
+    cp, ns = control_plane, k8s_namespace
+    job = yaml.safe_load((EXAMPLES / "dljob-urgent.yaml").read_text())
+    job["metadata"]["name"] = "job-a"
+    assert _create(cp, ns, job).returncode == 0
+    kube = Kube(k8s_api, ns)
+    read = json.loads(cp.kubectl("get", "dljob", "job-a", "-n", ns, "-o", "json").stdout)["metadata"]["resourceVersion"]
+    new = kube.patch_dljob_status(ns, "job-a", {"phase": "Queued"}, read)  # nobody wrote between: accepted
+    assert new is not None and new != read
+    assert _patch(cp, ns, {"spec": {"gpus": 8}}) == (0, "")  # another writer: kubectl edit
+    with pytest.raises(Stale):
+        kube.patch_dljob_status(ns, "job-a", {"phase": "Admitted"}, new)
+    got = json.loads(cp.kubectl("get", "dljob", "job-a", "-n", ns, "-o", "json").stdout)
+    assert got["status"]["phase"] == "Queued" and got["spec"]["gpus"] == 8
+    assert kube.patch_dljob_status(ns, "job-a", {"phase": "Admitted"}) is not None  # no precondition: merged

@@ -159,14 +159,17 @@ def test_defaults_are_the_issues() -> None:
     pre = vc["preemption"]["properties"]
     assert (pre["withinVirtualCluster"]["default"], pre["reclaimWithinCohort"]["default"]) == ("Never", "Any")
     assert pre["withinVirtualCluster"]["enum"] == ["Never", "LowerPriority"]
+    assert (vc["startTimeoutSeconds"]["default"], vc["nodeLostSeconds"]["default"]) == (600, 300)
     job = at(schema(crds.DL_JOB), "spec")["properties"]
     assert (job["qosClass"]["default"], job["kind"]["default"]) == ("Normal", "training")
+    assert "default" not in job["startTimeoutSeconds"] and "default" not in job["nodeLostSeconds"]  # the VC's
 
 
 def test_spec_fields_are_the_issues() -> None:
     vc = at(schema(crds.VIRTUAL_CLUSTER), "spec")["properties"]
     assert set(vc) == {
         "nodeSelector", "policy", "placement", "backfill", "relaxFactor", "theta", "quota", "cohort", "preemption",
+        "startTimeoutSeconds", "nodeLostSeconds",
     }  # fmt: skip
     assert set(vc["quota"]["properties"]) == {"gpus", "borrowingLimit", "lendingLimit"}
     vcs = at(schema(crds.VIRTUAL_CLUSTER), "status")["properties"]
@@ -177,6 +180,7 @@ def test_spec_fields_are_the_issues() -> None:
         "virtualCluster", "kind", "modelType", "globalBatchSize", "iterations", "gpus", "gpusPerNode", "cpus",
         "memory", "qosClass", "gpuModels", "template", "backoffLimit", "rendezvous", "priority",
         "podFailurePolicy", "cleanPodPolicy", "suspend", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
+        "startTimeoutSeconds", "nodeLostSeconds",
     }  # fmt: skip
     assert job["required"] == ["virtualCluster"]
     template = job["properties"]["template"]

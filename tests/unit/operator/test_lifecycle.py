@@ -9,7 +9,16 @@ import pytest
 from pydantic import ValidationError
 from qosmos.operator.crds import DLJobSpec, FailureAction, PodFailurePolicy
 from qosmos.operator.durations import Durations
-from qosmos.operator.lifecycle import consecutive_failures, exit_codes, failure_action, restart_delay
+from qosmos.operator.lifecycle import (
+    consecutive_failures,
+    exit_codes,
+    failure_action,
+    not_ready_since,
+    restart_delay,
+    start_deadline,
+    unstarted_nodes,
+    waiting_reasons,
+)
 from qosmos.operator.reconcile import Reconciler
 from qosmos.operator.translate import parse_time
 from qosmos.testing.fakekube import FakeKube, gpu_node
@@ -56,8 +65,10 @@ def dljob(**spec: Any) -> dict[str, Any]:
 
 
 class Run:
-    def __init__(self, **spec: Any) -> None:
-        self.kube = FakeKube([gpu_node("n0")], [dljob(**spec)])
+    def __init__(
+        self, nodes: tuple[str, ...] = ("n0",), kube: type[FakeKube] = FakeKube, gpus: int = 8, **spec: Any
+    ) -> None:
+        self.kube = kube([gpu_node(n, gpus) for n in nodes], [dljob(**spec)])
         self.now = T0
         self.rec = Reconciler(self.kube, durations=Durations(None), clock=lambda: self.now)  # type: ignore[arg-type]
 
@@ -72,17 +83,29 @@ class Run:
     def live(self) -> list[str]:
         return sorted(n for n, p in self.kube.pods.items() if not p["metadata"].get("deletionTimestamp"))
 
-    def run_current(self) -> None:
+    def run_current(self, phase: str = "Running") -> None:
+        """kube-scheduler binds the new pods where the operator pinned them; the kubelet runs them (or,
+        ``Pending``, cannot start them)."""
         for name, p in self.kube.pods.items():
             if (p.get("status") or {}).get("phase") is None:
                 p["spec"].pop("schedulingGates", None)
-                self.kube.bind(name, "n0")
+                self.kube.bind(name, pinned(p), phase)
 
     def exit(self, code: int, container: str = "main") -> None:
         for p in self.kube.pods.values():
             if p["status"].get("phase") == "Running":
                 p["status"] = {"phase": "Failed" if code else "Succeeded", "containerStatuses": [
                     {"name": container, "state": {"terminated": {"exitCode": code}}}]}  # fmt: skip
+
+
+def pinned(pod: dict[str, Any]) -> str:
+    """The node the operator pinned a gang pod to (its required node affinity on the hostname)."""
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    for term in terms["nodeSelectorTerms"]:
+        for e in term.get("matchFields") or term.get("matchExpressions") or []:
+            if e["key"] in ("metadata.name", "kubernetes.io/hostname"):
+                return str(e["values"][0])
+    raise AssertionError(f"pod {pod['metadata']['name']} is not pinned")
 
 
 def test_a_failed_gang_is_recreated_after_a_doubling_back_off_keeping_the_failed_pod() -> None:
@@ -186,3 +209,159 @@ def test_ttl_after_finished_deletes_the_dljob() -> None:
     assert r.step(50).wake_at == pytest.approx(r.now + 49)
     r.step(60)
     assert "j" not in r.kube.jobs
+
+
+# ---- start deadline, node loss, concurrent writers ---------------------------------------------
+PULL = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope:1"'}}
+
+
+def test_waiting_reasons_are_the_pods_own_words() -> None:
+    pods = [
+        {"metadata": {"name": "a"}, "status": {"phase": "Pending", "containerStatuses": [{"name": "m", "state": PULL}]}},
+        {"metadata": {"name": "b"}, "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes: taint"}]}},
+        {"metadata": {"name": "c"}, "spec": {"schedulingGates": [{"name": "g"}]}, "status": {"phase": "Pending"}},
+        {"metadata": {"name": "d"}, "status": {"phase": "Running"}},
+    ]  # fmt: skip
+    assert waiting_reasons(pods) == [
+        'a: ImagePullBackOff: Back-off pulling image "nope:1"',
+        "b: Unschedulable: 0/1 nodes: taint",
+        "c: SchedulingGated",
+    ]
+    assert unstarted_nodes({"n0": pods[:1], "n1": pods[3:], "n2": []}) == ["n0", "n2"]
+    assert start_deadline(100.0, None, 600) == 700.0
+    assert start_deadline(100.0, 400.0, 600) == 1000.0  # a recreated gang's clock starts at its back-off's end
+    assert start_deadline(None, None, 600) is None
+    down = {
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}
+    }
+    assert not_ready_since(down, 5.0) == T0
+    assert not_ready_since(gpu_node("n"), 5.0) is None
+    assert not_ready_since({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, 5.0) == 5.0
+
+
+def _pull_backoff(r: Run) -> None:
+    for p in r.kube.pods.values():
+        if p["status"].get("phase") == "Pending" and not p["metadata"].get("deletionTimestamp"):
+            p["status"]["containerStatuses"] = [{"name": "main", "state": PULL}]
+
+
+def test_a_gang_that_does_not_start_is_requeued_at_the_head_away_from_its_node_then_failed() -> None:
+    # 16-GPU nodes: the old pod's node keeps room for the new gang, where consolidation would put it
+    r = Run(nodes=("n0", "n1"), gpus=16, startTimeoutSeconds=120, backoffLimit=1)
+    r.step()
+    first = pinned(r.kube.pods["j-0-0"])
+    r.run_current("Pending")
+    _pull_backoff(r)
+    rep = r.step(60)
+    assert r.status["phase"] == "Admitted" and rep.wake_at == pytest.approx(T0 + 1 + 120)
+    rep = r.step(61)  # 121 s after admission: requeued at the head, and placed again in the same pass
+    assert rep.preempted == ["team/j"] and rep.admitted == ["team/j"]
+    why = next(m for name, reason, m in r.kube.events if reason == "StartTimeout")
+    assert 'j-0-0: ImagePullBackOff: Back-off pulling image "nope:1"' in why and "startTimeoutSeconds 120" in why
+    requeue = next(st for name, st in r.kube.status_patches if st.get("phase") == "Queued")
+    assert requeue["queueHead"] is True and requeue["conditions"][0]["reason"] == "StartTimeout"
+    assert r.status["avoidNodes"] == [first] and r.status["startTimeouts"] == 1
+    assert "deletionTimestamp" in r.kube.pods["j-0-0"]["metadata"]  # the old pod gets its grace period
+    second = pinned(r.kube.pods["j-1-0"])
+    assert second != first  # the node it did not start on is avoided
+    r.run_current("Pending")
+    _pull_backoff(r)
+    r.step(121)
+    assert r.status["phase"] == "Failed" and r.status["conditions"][0]["reason"] == "StartTimeout"
+    assert "ImagePullBackOff" in r.status["conditions"][0]["message"] and "backoffLimit 1" in r.status[
+        "conditions"][0]["message"]  # fmt: skip
+    assert sorted(r.status["avoidNodes"]) == ["n0", "n1"]
+    assert "deletionTimestamp" in r.kube.pods["j-1-0"]["metadata"]  # stopped with its grace period
+
+
+def test_a_gang_that_starts_in_time_is_not_timed_out_and_one_node_is_tried_again() -> None:
+    r = Run(startTimeoutSeconds=120, backoffLimit=2)
+    r.step()
+    r.run_current()
+    r.step(100)
+    assert r.status["phase"] == "Running"
+    r.step(500)
+    assert r.status["phase"] == "Running"  # the deadline binds only until the gang runs
+    r2 = Run(startTimeoutSeconds=120, backoffLimit=2)  # one node: avoiding it would leave none
+    r2.step()
+    r2.run_current("Pending")
+    r2.step(121)
+    assert r2.status["startTimeouts"] == 1 and r2.status["avoidNodes"] == ["n0"]
+    assert r2.status["phase"] == "Queued"  # at the head, until its old pod's grace period ends
+    r2.kube.terminate()
+    assert r2.step().admitted == ["team/j"] and pinned(r2.kube.pods["j-1-0"]) == "n0"
+
+
+def test_the_virtual_clusters_start_timeout_is_the_default() -> None:
+    r = Run()
+    r.kube._vcs = [{"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "startTimeoutSeconds": 30}}]
+    r.step()
+    r.run_current("Pending")
+    r.step(29)
+    assert r.status["phase"] == "Admitted"
+    assert "startTimeouts" not in r.status
+    r.step(2)
+    assert r.status["startTimeouts"] == 1 and any(reason == "StartTimeout" for _, reason, _ in r.kube.events)
+
+
+def _not_ready(r: Run, node: str, since: float) -> None:
+    from qosmos.operator.translate import rfc3339
+
+    for n in r.kube._nodes:
+        if n["metadata"]["name"] == node:
+            n["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "lastTransitionTime": rfc3339(since)}]
+
+
+def test_a_running_gang_on_a_node_not_ready_past_node_lost_seconds_is_requeued_elsewhere() -> None:
+    r = Run(nodes=("n0", "n1"), nodeLostSeconds=100)
+    r.step()
+    node = pinned(r.kube.pods["j-0-0"])
+    r.run_current()
+    r.step()
+    _not_ready(r, node, r.now)
+    rep = r.step(30)
+    assert r.status["phase"] == "Running" and rep.wake_at == pytest.approx(r.now - 30 + 100)
+    rep = r.step(71)
+    assert rep.preempted == ["team/j"] and not r.status.get("restarts")
+    requeue = next(st for name, st in r.kube.status_patches if st.get("phase") == "Queued")
+    assert requeue["conditions"][0]["reason"] == "NodeLost" and node in requeue["conditions"][0]["message"]
+    # placed again in the same pass, not on the NotReady node
+    assert rep.admitted == ["team/j"] and pinned(r.kube.pods["j-1-0"]) != node
+
+
+def test_a_pod_evicted_from_a_not_ready_node_is_the_nodes_loss_not_a_restart() -> None:
+    r = Run(nodes=("n0", "n1"), nodeLostSeconds=1000)
+    r.step()
+    node = pinned(r.kube.pods["j-0-0"])
+    r.run_current()
+    r.step()
+    _not_ready(r, node, r.now)
+    r.kube.pods.pop("j-0-0")  # the taint manager evicted it before the grace ended
+    rep = r.step()
+    assert rep.preempted == ["team/j"] and rep.restarted == [] and not r.status.get("restarts")
+    assert any(reason == "NodeLost" for _, reason, _ in r.kube.events)
+
+
+class Racing(FakeKube):
+    """Another writer edits the DLJob right after the pass read it (once)."""
+
+    race = True
+
+    def dljobs(self) -> list[dict[str, Any]]:
+        out = super().dljobs()
+        if self.race and out and not out[0].get("status"):
+            self.race = False
+            self.edit("j", gpus=4, gpusPerNode=4)
+        return out
+
+
+def test_an_admission_is_written_only_on_the_version_it_was_decided_on() -> None:
+    r = Run(kube=Racing)
+    rep = r.step()
+    assert rep.admitted == [] and r.kube.pods == {}  # the admission of the 8-GPU version was refused
+    assert rep.wake_at == pytest.approx(r.now)  # decided again at once
+    rep = r.step()
+    assert rep.admitted == ["team/j"] and r.status["observedGeneration"] == 2
+    limits = r.kube.pods["j-1-0" if "j-1-0" in r.kube.pods else "j-0-0"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "4"  # admitted as edited
