@@ -69,6 +69,31 @@ def start_deadline(admitted_at: float | None, restart_after: float | None, timeo
     return None if since is None else since + timeout_s
 
 
+def started(pod: Mapping[str, Any]) -> bool:
+    """A gang pod that has started, as Kueue's waitForPodsReady counts: Succeeded, or Running and Ready
+    (a readiness probe holds it until, say, its rendezvous is done; a pod that reports no Ready
+    condition counts as ready once Running)."""
+    status = pod.get("status") or {}
+    if status.get("phase") == "Succeeded":
+        return True
+    if status.get("phase") != "Running":
+        return False
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    return ready is None or ready.get("status") == "True"
+
+
+def termination_message(pods: Iterable[Mapping[str, Any]], limit: int = 600) -> str | None:
+    """The last lines a failed container left (its termination message; with the gang pods'
+    ``FallbackToLogsOnError``, its log's tail), so the DLJob's condition says why, not only the code."""
+    for p in pods:
+        for cs in (p.get("status") or {}).get("containerStatuses") or []:
+            term = ((cs.get("state") or {}).get("terminated")) or ((cs.get("lastState") or {}).get("terminated"))
+            msg = str((term or {}).get("message") or "").strip()
+            if msg and (term or {}).get("exitCode"):
+                return msg[-limit:]
+    return None
+
+
 def waiting_reasons(pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """Why each pod of a gang is not running, in the pod's own words: a container's waiting reason
     (``ImagePullBackOff: Back-off pulling image ...``), the scheduler's (``Unschedulable: 0/3 nodes
@@ -77,7 +102,11 @@ def waiting_reasons(pods: Iterable[Mapping[str, Any]]) -> list[str]:
     for p in pods:
         name = str((p.get("metadata") or {}).get("name", "?"))
         status = p.get("status") or {}
-        if status.get("phase") in ("Running", "Succeeded", "Failed"):
+        if started(p) or status.get("phase") == "Failed":
+            continue
+        if status.get("phase") == "Running":
+            ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+            out.append(f"{name}: Running, not Ready" + (f": {ready['message']}" if ready.get("message") else ""))
             continue
         said = []
         for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
@@ -98,8 +127,9 @@ def waiting_reasons(pods: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def unstarted_nodes(pods_by_node: Mapping[str, Iterable[Mapping[str, Any]] | None]) -> list[str]:
-    """The placement's nodes whose pod never ran (missing, or not Running/Succeeded/Failed): the gang's
-    next placement avoids them."""
+    """The placement's nodes where no pod of the gang ever ran a container (missing, or Pending: the
+    image, the scheduler, the node): the gang's next placement avoids them. A pod Running but not
+    Ready is the program's doing, not the node's."""
     return [
         node
         for node, pods in pods_by_node.items()
@@ -128,6 +158,8 @@ __all__ = [
     "not_ready_since",
     "restart_delay",
     "start_deadline",
+    "started",
+    "termination_message",
     "unstarted_nodes",
     "waiting_reasons",
 ]

@@ -75,6 +75,8 @@ from qosmos.operator.lifecycle import (
     not_ready_since,
     restart_delay,
     start_deadline,
+    started,
+    termination_message,
     unstarted_nodes,
     waiting_reasons,
 )
@@ -605,7 +607,9 @@ class Reconciler:
             metrics.FINISHED.labels(dl.spec.virtual_cluster, "Succeeded").inc()
             rep.finished.append(dl.job.id)
             return
-        if all(p in ("Running", "Succeeded") for p in phases):
+        if all(n in cur and started(cur[n]) for n in want) or (
+            dl.phase == DLJobPhase.RUNNING.value and all(p in ("Running", "Succeeded") for p in phases)
+        ):  # Running once every pod is Running and Ready; a readiness probe failing later changes nothing
             if dl.phase != DLJobPhase.RUNNING.value:
                 self._patch(
                     dl, {"phase": DLJobPhase.RUNNING.value, "startTime": rfc3339(now), "restartAfter": None}, rep
@@ -687,7 +691,7 @@ class Reconciler:
             served = self._fold(dl, now)
             why += f" (after {n} requeues: backoffLimit {dl.spec.backoff_limit})"
             self._patch(dl, {"phase": DLJobPhase.FAILED.value, "completionTime": rfc3339(now), **served,
-                             "startTimeouts": n + 1, "avoidNodes": avoid, "restartAfter": None,
+                             "startTimeouts": n + 1, "avoidNodes": avoid or None, "restartAfter": None,
                              "conditions": [condition("False", "StartTimeout", why, now,
                                                       dl.status.get("conditions"))]}, rep)  # fmt: skip
             for p in pods:
@@ -698,7 +702,7 @@ class Reconciler:
             rep.finished.append(dl.job.id)
             return
         self._requeue(dl, why, now, rep, reason="StartTimeout", head=True,
-                      extra={"startTimeouts": n + 1, "avoidNodes": avoid, "restartAfter": None})  # fmt: skip
+                      extra={"startTimeouts": n + 1, "avoidNodes": avoid or None, "restartAfter": None})  # fmt: skip
 
     def _job_error(self, dl: DL, exc: Exception, now: float, rep: PassReport) -> None:
         """An API error on one DLJob: an invalid pod (422, e.g. a bad template) fails the DLJob; anything
@@ -789,8 +793,13 @@ class Reconciler:
         period); the service the failed gang received is folded into the status."""
         failed_pods = [p for p in pods if _phase(p) == "Failed"]
         failed = meta(failed_pods[0])["name"] if failed_pods else "a pod"
-        action, decided_by = failure_action(dl.spec.pod_failure_policy, exit_codes(failed_pods))
-        what = f"{failed} failed" + (f" (container {decided_by[0]} exited {decided_by[1]})" if decided_by else "")
+        codes = exit_codes(failed_pods)
+        action, decided_by = failure_action(dl.spec.pod_failure_policy, codes)
+        shown = decided_by or (codes[0] if codes else None)  # the rule's code, else the first
+        what = f"{failed} failed" + (f" (container {shown[0]} exited {shown[1]})" if shown else "")
+        said = termination_message(failed_pods)
+        if said is not None:
+            what += f": {said}"
         restarts = int(dl.status.get("restarts") or 0)
         if action is not FailureAction.FAIL_JOB and (
             action is FailureAction.IGNORE or restarts < dl.spec.backoff_limit

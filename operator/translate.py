@@ -662,6 +662,8 @@ def gang_pods(
         env = rendezvous_env(name, ns, spec, size, i, gpus, attempt)
         for c in [*containers, *(pspec.get("initContainers") or [])]:
             _with_env(c, env)
+            # a failed container's log tail becomes its termination message: the DLJob's condition says why
+            c.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
         first = containers[0]
         if i == 0:
             _with_port(first, spec.rendezvous.port)

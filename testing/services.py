@@ -14,8 +14,11 @@ no registry to pull one from. So, like kube-proxy's former userspace mode:
   EndpointSlices (round robin), ``default/kubernetes`` to the apiserver on loopback (its certificate
   names the VIP, so in-cluster clients verify it as usual);
 * a DNS responder on ``DNS_IP`` (reserved by a selectorless ``kube-system/kube-dns`` Service) answers
-  ``<service>.<namespace>.svc.<domain>`` with the ClusterIP, NXDOMAIN for any other name (there is no
-  upstream: nothing leaves the machine).
+  ``<service>.<namespace>.svc.<domain>`` with the ClusterIP, and as CoreDNS does for a headless
+  Service (``clusterIP: None``) that name with an endpoint's address and
+  ``<hostname>.<service>.<namespace>.svc.<domain>`` with the address of the endpoint of that
+  hostname (a pod with ``hostname`` and ``subdomain``: the rendezvous names of a DLJob's gang);
+  NXDOMAIN for any other name (there is no upstream: nothing leaves the machine).
 
 A poll of Services and EndpointSlices every ``interval`` seconds keeps it current. ``connections``
 counts relayed connections per Service (``namespace/name``).
@@ -76,6 +79,37 @@ def dns_reply(query: bytes, lookup: Callable[[str], str | None]) -> bytes | None
     # QR, the query's opcode and RD; AA (the cluster domain is ours), RA; NXDOMAIN (3) for unknown names
     rflags = 0x8000 | (flags & 0x0100) | 0x0400 | 0x0080 | (0 if ip is not None else 3)
     return struct.pack("!HHHHHH", qid, rflags, 1, 1 if answer else 0, 0, 0) + question + answer
+
+
+def _live(endpoint_slice: dict[str, Any]) -> list[dict[str, Any]]:
+    """The slice's endpoints not said to be unready (unset: unknown, taken as ready; a Service with
+    publishNotReadyAddresses has the controller say ready for every pod)."""
+    return [
+        ep for ep in endpoint_slice.get("endpoints") or [] if (ep.get("conditions") or {}).get("ready") is not False
+    ]
+
+
+def headless_names(services: list[dict[str, Any]], slices: list[dict[str, Any]], domain: str) -> dict[str, str]:
+    """CoreDNS's records of headless Services (``clusterIP: None``): ``<service>.<ns>.svc.<domain>`` ->
+    an endpoint's address, and ``<hostname>.<service>.<ns>.svc.<domain>`` -> the address of the
+    endpoint the EndpointSlice controller gave that hostname (a pod whose ``subdomain`` is the Service)."""
+    headless = {
+        (s["metadata"]["namespace"], s["metadata"]["name"]) for s in services if s["spec"].get("clusterIP") == "None"
+    }
+    names: dict[str, str] = {}
+    for sl in slices:
+        md = sl["metadata"]
+        owner = (md.get("labels") or {}).get("kubernetes.io/service-name")
+        if (md["namespace"], owner) not in headless:
+            continue
+        base = f"{owner}.{md['namespace']}.svc.{domain}"
+        for ep in _live(sl):
+            if not ep.get("addresses"):
+                continue
+            names.setdefault(base, ep["addresses"][0])
+            if ep.get("hostname"):
+                names[f"{ep['hostname']}.{base}"] = ep["addresses"][0]
+    return names
 
 
 class ServiceNetwork:
@@ -176,12 +210,11 @@ class ServiceNetwork:
             owner = (md.get("labels") or {}).get("kubernetes.io/service-name")
             if not owner:
                 continue
-            addrs = [a for ep in sl.get("endpoints") or [] if (ep.get("conditions") or {}).get("ready") is not False
-                     for a in ep["addresses"]]  # fmt: skip  # ready unset: unknown, taken as ready
+            addrs = [a for ep in _live(sl) for a in ep["addresses"]]
             for port in sl.get("ports") or []:
                 key = (md["namespace"], owner, port.get("name") or "")
                 ready.setdefault(key, []).extend((a, int(port["port"])) for a in addrs)
-        names: dict[str, str] = {}
+        names = headless_names(services, slices, self.domain)
         wanted: dict[tuple[str, int], tuple[str, list[Endpoint]]] = {}
         for svc in services:
             ns, name, ip = svc["metadata"]["namespace"], svc["metadata"]["name"], svc["spec"].get("clusterIP")

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 from qosmos.testing.node import wait_for
+from qosmos.testing.processes import OperatorProcess as Operator
 
-from .conftest import Operator, dev_cluster
+from .conftest import dev_cluster
 
 pytestmark = pytest.mark.integration
 

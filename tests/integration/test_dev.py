@@ -8,7 +8,6 @@ import os
 import shutil
 import ssl
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -19,12 +18,11 @@ import pytest
 from qosmos.dev.binaries import DEV_BINARIES, cache_bin_dir
 from qosmos.dev.cluster import operator_command
 from qosmos.dev.process import ProcessRef, start_ticks
+from qosmos.testing.processes import QOSMOS
 
 from .conftest import need_dev_binaries
 
 pytestmark = pytest.mark.integration
-
-QOSMOS = [sys.executable, "-P", "-m", "qosmos"]
 
 
 def _qosmos(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

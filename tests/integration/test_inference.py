@@ -31,9 +31,10 @@ from typing import Any
 
 import pytest
 from qosmos.testing.node import wait_for
+from qosmos.testing.processes import OperatorProcess as Operator
 from qosmos.testing.skips import skip_or_fail
 
-from .conftest import Operator, Recorder, dev_cluster
+from .conftest import Recorder, dev_cluster
 
 pytestmark = pytest.mark.integration
 

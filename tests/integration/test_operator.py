@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 from qosmos.testing.node import wait_for
+from qosmos.testing.processes import OperatorProcess as Operator
 
-from .conftest import Operator, Recorder, dev_cluster
+from .conftest import Recorder, dev_cluster
 
 pytestmark = pytest.mark.integration
 

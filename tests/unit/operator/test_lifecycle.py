@@ -16,6 +16,7 @@ from qosmos.operator.lifecycle import (
     not_ready_since,
     restart_delay,
     start_deadline,
+    started,
     unstarted_nodes,
     waiting_reasons,
 )
@@ -365,3 +366,38 @@ def test_an_admission_is_written_only_on_the_version_it_was_decided_on() -> None
     assert rep.admitted == ["team/j"] and r.status["observedGeneration"] == 2
     limits = r.kube.pods["j-1-0" if "j-1-0" in r.kube.pods else "j-0-0"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "4"  # admitted as edited
+
+
+def test_a_gang_is_running_once_ready_and_a_never_ready_one_times_out_saying_so() -> None:
+    """Kueue's waitForPodsReady: a readiness probe (e.g. rendezvous done) holds the start; a gang Running
+    but never Ready meets its start deadline, and its node is not avoided (the program's doing)."""
+    r = Run(startTimeoutSeconds=60, backoffLimit=0)
+    r.step()
+    r.run_current()
+    unready = {"type": "Ready", "status": "False", "message": "containers with unready status: [main]"}
+    r.kube.pods["j-0-0"]["status"]["conditions"] = [unready]
+    r.step(30)
+    assert r.status["phase"] == "Admitted"
+    r.step(31)
+    assert r.status["phase"] == "Failed" and r.status["conditions"][0]["reason"] == "StartTimeout"
+    assert "j-0-0: Running, not Ready: containers with unready status: [main]" in r.status["conditions"][0]["message"]
+    assert "avoidNodes" not in r.status  # it ran there: the node is not to blame
+    assert started({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+    assert not started({"status": {"phase": "Pending"}}) and started({"status": {"phase": "Succeeded"}})
+
+
+def test_a_failed_containers_last_words_are_in_the_condition() -> None:
+    r = Run(backoffLimit=0)
+    r.step()
+    r.run_current()
+    r.step()
+    pod = r.kube.pods["j-0-0"]
+    assert pod["spec"]["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    pod["status"] = {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+        "exitCode": 3, "message": "...\nrendezvous failed: DEADLINE_EXCEEDED connecting to j-0.j:1234"}}}]}  # fmt: skip
+    r.step()
+    msg = r.status["conditions"][0]["message"]
+    assert r.status["phase"] == "Failed" and "container main exited 3" in msg
+    assert msg.endswith(
+        "rendezvous failed: DEADLINE_EXCEEDED connecting to j-0.j:1234: after 0 restarts (backoffLimit)"
+    )

@@ -64,3 +64,35 @@ def test_what_is_not_a_query_gets_no_reply() -> None:
     assert dns_reply(q[:11], NAMES.get) is None  # short
     assert dns_reply(struct.pack("!H", 1) + struct.pack("!H", 0x8000) + q[4:], NAMES.get) is None  # a response
     assert dns_reply(q[:-3], NAMES.get) is None  # truncated question
+
+
+def test_headless_service_names_are_its_endpoints_and_their_hostnames() -> None:
+    """A DLJob's rendezvous names (issue 20 §1): ``<dljob>-0.<dljob>.<ns>.svc.cluster.local`` is rank 0's
+    pod address, as CoreDNS answers from the EndpointSlice's hostnames; a ClusterIP Service's slices
+    and unready endpoints give none."""
+    from qosmos.testing.services import headless_names
+
+    def svc(name: str, ip: str) -> dict[str, object]:
+        return {"metadata": {"namespace": "team", "name": name}, "spec": {"clusterIP": ip}}
+
+    def ep(addr: str, host: str | None = None, ready: bool | None = True) -> dict[str, object]:
+        out: dict[str, object] = {"addresses": [addr], "conditions": {} if ready is None else {"ready": ready}}
+        return {**out, "hostname": host} if host else out
+
+    def eps(owner: str, *endpoints: dict[str, object]) -> dict[str, object]:
+        md = {"namespace": "team", "name": f"{owner}-x", "labels": {"kubernetes.io/service-name": owner}}
+        return {"metadata": md, "endpoints": list(endpoints)}
+
+    services = [svc("train", "None"), svc("web", "10.0.0.9")]
+    slices = [
+        eps(
+            "train", ep("10.244.0.7", "train-0"), ep("10.244.0.8", "train-1", None), ep("10.244.0.9", "train-2", False)
+        ),
+        eps("web", ep("10.244.0.20", "web-0")),
+    ]
+    names = headless_names(services, slices, "cluster.local")  # type: ignore[arg-type]
+    assert names == {
+        "train.team.svc.cluster.local": "10.244.0.7",
+        "train-0.train.team.svc.cluster.local": "10.244.0.7",
+        "train-1.train.team.svc.cluster.local": "10.244.0.8",
+    }
