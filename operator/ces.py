@@ -57,7 +57,7 @@ from qosmos.extender.core.errors import InvalidInput
 from qosmos.operator import metrics
 from qosmos.operator.crds import DLJobPhase, DLJobSpec
 from qosmos.operator.kube import BOUND, Kube
-from qosmos.operator.translate import Gang, assign_nodes, key_of, meta, parse_time, pods_of, rfc3339
+from qosmos.operator.translate import Gang, assign_nodes, key_of, meta, nodes_of, parse_time, rfc3339
 from qosmos.predictors.ces import (
     HORIZON,
     SLOT_MIN,
@@ -351,7 +351,7 @@ def admitted_condition(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def gang_nodes(spec: DLJobSpec, largest_node_gpus: int) -> int:
     """Nodes a gang needs: its fixed pods, else its GPUs over the partition's largest node."""
-    fixed = pods_of(spec)
+    fixed = nodes_of(spec)
     if fixed:
         return fixed
     return max(1, math.ceil(spec.gpus / max(1, largest_node_gpus)))

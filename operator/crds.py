@@ -424,7 +424,8 @@ class Rendezvous(_Model):
 
 
 class DLJobSpec(_Model):
-    """A gang of pods (one per node of its placement) admitted together by its VirtualCluster's queue."""
+    """A gang of pods (one per node of its placement, or gpusPerNode/gpusPerPod per node) admitted together by
+    its VirtualCluster's queue."""
 
     model_config = ConfigDict(
         json_schema_extra=_validations(
@@ -436,6 +437,12 @@ class DLJobSpec(_Model):
                 ".gpusPerNode",
             ),
             cel("self.kind != 'cpu' || !has(self.gpusPerNode)", "a cpu DLJob has no gpusPerNode", ".gpusPerNode"),
+            cel("!has(self.gpusPerPod) || has(self.gpusPerNode)", "gpusPerPod needs gpusPerNode", ".gpusPerPod"),
+            cel(
+                "!has(self.gpusPerPod) || !has(self.gpusPerNode) || self.gpusPerNode % self.gpusPerPod == 0",
+                "gpusPerPod must divide gpusPerNode",
+                ".gpusPerPod",
+            ),
             cel("self.kind != 'cpu' || has(self.cpus)", "a cpu DLJob needs cpus", ".cpus"),
             cel(
                 "has(self.globalBatchSize) == has(self.iterations)",
@@ -465,6 +472,12 @@ class DLJobSpec(_Model):
     gpus: int = Field(0, ge=0, description="GPUs of the whole gang (0 for a cpu job)")
     gpus_per_node: int | None = Field(
         None, ge=1, description="GPUs of each pod (one pod per node); the placer chooses when unset"
+    )
+    gpus_per_pod: int | None = Field(
+        None,
+        ge=1,
+        description="GPUs of each pod when a node's GPUs go to several pods (as PyTorchJob's one pod per GPU): "
+        "gpusPerNode/gpusPerPod pods on each node of the placement; unset: one pod per node",
     )
     cpus: Quantity | None = Field(None, description="CPU request of each pod")
     memory: Quantity | None = Field(None, description="memory request of each pod")
@@ -592,13 +605,15 @@ class DLJobSpec(_Model):
 class DLJobPlacement(_Model):
     """Where the admitted gang runs."""
 
-    nodes: int = Field(ge=0, description="nodes of the gang (one pod each)")
+    nodes: int = Field(ge=0, description="distinct nodes of the gang")
     gpus_per_node: int = Field(ge=0, description="GPUs of each pod")
-    node_names: Annotated[list[str], Field(max_length=4096)] | None = Field(None, description="the nodes chosen")
+    node_names: Annotated[list[str], Field(max_length=4096)] | None = Field(
+        None, description="the node of each pod, in pod index order (a node twice: two of its pods there)"
+    )
     gpus_by_node: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=4096)] | None = Field(
         None, description="GPUs of each pod, in nodeNames order, when they differ (gpusPerNode is then the largest)"
     )
-    shape: str | None = Field(None, max_length=32, description="nodes x gpusPerNode, e.g. 2x8, for kubectl get")
+    shape: str | None = Field(None, max_length=32, description="pods x GPUs per pod, e.g. 2x8, for kubectl get")
 
 
 class DLJobStatus(_Model):

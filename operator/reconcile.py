@@ -1068,7 +1068,7 @@ class Reconciler:
             promised = parse_time(dl.status.get("eta"))
             if promised is not None:  # how far the last forecast was from the real start
                 metrics.ETA_ERROR.observe(now - promised)
-            gang = Gang.of_allocation(s.allocation, cluster)
+            gang = Gang.of_allocation(s.allocation, cluster).split(dl.spec.gpus_per_pod)
             if not gang.node_names:
                 log.warning("start of %s without an allocation skipped", s.job.id)
                 continue

@@ -81,7 +81,7 @@ def key_of(obj: Mapping[str, Any]) -> str:
 
 def job_from_dljob(obj: Mapping[str, Any], predicted_duration: float | None = None) -> Job:
     """A DLJob as the core's Job: GENIE's task, QoS class, GPUs (with gpusPerNode: that many nodes),
-    CPU and memory of the whole gang, submitted at its creation; the namespace is the user (tenant).
+    CPU and memory of the whole gang (every pod's), submitted at its creation; the namespace is the user (tenant).
     The service of its finished run segments (``attained``, ``executed``) and when it last went back
     to its queue (``enqueued``) come from its status; the current segment is :func:`with_service`'s."""
     m = meta(obj)
@@ -110,7 +110,7 @@ def job_from_dljob(obj: Mapping[str, Any], predicted_duration: float | None = No
         name=m.get("name", ""),
         predicted_duration=predicted_duration,
         gpu_models=tuple(spec.gpu_models or ()),
-        nodes=pods if spec.gpus and spec.gpus_per_node else 0,
+        nodes=nodes_of(spec) if spec.gpus and spec.gpus_per_node else 0,
         category=spec.model_type or "",
         executed=float(st.get("executedSeconds") or 0.0),
         attained=float(st.get("attainedServiceGpuSeconds") or 0.0),
@@ -153,13 +153,21 @@ def service_status(job: Job, start: float | None, now: float) -> dict[str, float
     return {"attainedServiceGpuSeconds": round(j.attained, 3), "executedSeconds": round(j.executed, 3)}
 
 
-def pods_of(spec: DLJobSpec) -> int:
-    """Pods of the gang when the spec fixes them (0: the placer chooses)."""
+def nodes_of(spec: DLJobSpec) -> int:
+    """Nodes of the gang when the spec fixes them (0: the placer chooses)."""
     if spec.kind == "cpu":
         return 1
     if spec.gpus_per_node:
         return spec.gpus // spec.gpus_per_node
     return 0
+
+
+def pods_of(spec: DLJobSpec) -> int:
+    """Pods of the gang when the spec fixes them (0: the placer chooses): one per node, or with
+    ``gpusPerPod`` that many GPUs each."""
+    if spec.gpus_per_pod and spec.gpus_per_node and spec.kind != "cpu":
+        return spec.gpus // spec.gpus_per_pod
+    return nodes_of(spec)
 
 
 # --------------------------------------------------------------------------- nodes -> ClusterState
@@ -235,7 +243,8 @@ def _free_ids(cluster: ClusterState, node: int, gpus: int) -> tuple[int, ...]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Gang:
-    """The pods of an admitted DLJob: one per node, with its GPUs (and the pod's CPU and memory)."""
+    """The pods of an admitted DLJob: one per node (or, :meth:`split`, several on a node), each with its
+    node and GPUs (and the pod's CPU and memory)."""
 
     node_names: tuple[str, ...]
     gpus: tuple[int, ...]  # per pod
@@ -247,7 +256,7 @@ class Gang:
     def placement(self) -> DLJobPlacement:
         gpn = self.uniform
         return DLJobPlacement(
-            nodes=len(self.node_names),
+            nodes=len(set(self.node_names)),
             gpus_per_node=gpn if gpn is not None else max(self.gpus, default=0),
             node_names=list(self.node_names),
             gpus_by_node=None if gpn is not None else list(self.gpus),
@@ -263,6 +272,20 @@ class Gang:
         by_node = p.get("gpusByNode")
         gpus = tuple(int(g) for g in by_node) if by_node else (int(p.get("gpusPerNode") or 0),) * len(names)
         return cls(names, gpus)
+
+    def split(self, gpus_per_pod: int | None) -> Gang:
+        """Each node's GPUs over pods of ``gpus_per_pod`` (``spec.gpusPerPod``: the placement is the core's,
+        the pods are Kubernetes'); unchanged without it. A remainder (a grant it does not divide, which
+        the CRD's rules rule out) is one smaller pod."""
+        if not gpus_per_pod:
+            return self
+        names: list[str] = []
+        gpus: list[int] = []
+        for node, g in zip(self.node_names, self.gpus, strict=True):
+            k, rest = divmod(g, gpus_per_pod)
+            names += [node] * k + ([node] if rest else [])
+            gpus += [gpus_per_pod] * k + ([rest] if rest else [])
+        return Gang(tuple(names), tuple(gpus))
 
     @classmethod
     def of_allocation(cls, alloc: Allocation | None, cluster: ClusterState) -> Gang:
@@ -617,7 +640,8 @@ def probe_gang(spec: DLJobSpec) -> Gang:
     need not exist: a dry run binds nothing)."""
     if spec.gpus and spec.gpus_per_node:
         n = spec.gpus // spec.gpus_per_node
-        return Gang(tuple(f"dry-run-{i}.invalid" for i in range(n)), (spec.gpus_per_node,) * n)
+        gang = Gang(tuple(f"dry-run-{i}.invalid" for i in range(n)), (spec.gpus_per_node,) * n)
+        return gang.split(spec.gpus_per_pod)
     return Gang(("dry-run-0.invalid",), (spec.gpus,))
 
 
@@ -731,6 +755,7 @@ __all__ = [
     "job_key",
     "node_ready",
     "node_usable",
+    "nodes_of",
     "parse_time",
     "pod_name",
     "pod_tolerations",

@@ -67,9 +67,9 @@ def dljob(**spec: Any) -> dict[str, Any]:
 
 class Run:
     def __init__(
-        self, nodes: tuple[str, ...] = ("n0",), kube: type[FakeKube] = FakeKube, gpus: int = 8, **spec: Any
+        self, nodes: tuple[str, ...] = ("n0",), kube: type[FakeKube] = FakeKube, node_gpus: int = 8, **spec: Any
     ) -> None:
-        self.kube = kube([gpu_node(n, gpus) for n in nodes], [dljob(**spec)])
+        self.kube = kube([gpu_node(n, node_gpus) for n in nodes], [dljob(**spec)])
         self.now = T0
         self.rec = Reconciler(self.kube, durations=Durations(None), clock=lambda: self.now)  # type: ignore[arg-type]
 
@@ -249,7 +249,7 @@ def _pull_backoff(r: Run) -> None:
 
 def test_a_gang_that_does_not_start_is_requeued_at_the_head_away_from_its_node_then_failed() -> None:
     # 16-GPU nodes: the old pod's node keeps room for the new gang, where consolidation would put it
-    r = Run(nodes=("n0", "n1"), gpus=16, startTimeoutSeconds=120, backoffLimit=1)
+    r = Run(nodes=("n0", "n1"), node_gpus=16, startTimeoutSeconds=120, backoffLimit=1)
     r.step()
     first = pinned(r.kube.pods["j-0-0"])
     r.run_current("Pending")
@@ -401,3 +401,23 @@ def test_a_failed_containers_last_words_are_in_the_condition() -> None:
     assert msg.endswith(
         "rendezvous failed: DEADLINE_EXCEEDED connecting to j-0.j:1234: after 0 restarts (backoffLimit)"
     )
+
+
+def test_gpus_per_pod_splits_a_nodes_gpus_over_pods_of_one_gang() -> None:
+    """PyTorchJob's one pod per GPU: the core places 1 node x 3 GPUs, the gang is 3 pods of 1 GPU there,
+    ranked 0..2, each booked (the node's other 5 GPUs stay free for the next job)."""
+    r = Run(gpus=3, gpusPerNode=3, gpusPerPod=1)
+    r.kube.add({**dljob(gpus=6, gpusPerNode=6), "metadata": {**dljob()["metadata"], "name": "k", "uid": "uid-k",
+                                                             "creationTimestamp": "2026-01-02T03:00:01Z"}})  # fmt: skip
+    rep = r.step()
+    assert rep.admitted == ["team/j"]  # k (6 GPUs) does not fit next to j's 3
+    assert sorted(r.kube.pods) == ["j-0-0", "j-0-1", "j-0-2"]
+    assert r.status["placement"] == {"nodes": 1, "gpusPerNode": 1, "nodeNames": ["n0"] * 3, "shape": "3x1"}
+    for i in range(3):
+        pod = r.kube.pods[f"j-0-{i}"]
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert (env["WORLD_SIZE"], env["RANK"], pod["spec"]["hostname"]) == ("3", str(i), f"j-{i}")
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1" and pinned(pod) == "n0"
+    r.run_current()
+    assert r.step().admitted == [] and r.status["phase"] == "Running"  # 3 booked: k still waits
+    assert DLJobSpec.model_validate({"virtualCluster": "v", "gpus": 8, "gpusPerNode": 4, "gpusPerPod": 2})
