@@ -670,9 +670,11 @@ def gang_pods(
     }
     base_ann = dict(tmeta.get("annotations") or {})
     base_ann[ANN_NODES] = ",".join(gang.node_names)
-    gpn = gang.uniform
-    if spec.gpus and gpn:
-        base_ann[ANN_PLACEMENT] = f"{len(gang.node_names)}x{gpn}"
+    per_node: dict[str, int] = {}
+    for node, g in zip(gang.node_names, gang.gpus, strict=True):
+        per_node[node] = per_node.get(node, 0) + g  # a split gang's pods of one node together
+    if spec.gpus and len(set(per_node.values())) == 1 and next(iter(per_node.values())):
+        base_ann[ANN_PLACEMENT] = f"{len(per_node)}x{next(iter(per_node.values()))}"  # the extender's shape
     if spec.gpu_models:
         base_ann[ANN_GPU_MODELS] = "|".join(spec.gpu_models)
     owner = owner_of(obj)

@@ -418,6 +418,7 @@ def test_gpus_per_pod_splits_a_nodes_gpus_over_pods_of_one_gang() -> None:
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
         assert (env["WORLD_SIZE"], env["RANK"], pod["spec"]["hostname"]) == ("3", str(i), f"j-{i}")
         assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1" and pinned(pod) == "n0"
+        assert pod["metadata"]["annotations"]["qosmos.io/placement"] == "1x3"  # the node shape, for the extender
     r.run_current()
     assert r.step().admitted == [] and r.status["phase"] == "Running"  # 3 booked: k still waits
     assert DLJobSpec.model_validate({"virtualCluster": "v", "gpus": 8, "gpusPerNode": 4, "gpusPerPod": 2})
