@@ -34,6 +34,7 @@ fi
 # (hack/image/build.sh; cached by content hash, a no-op when nothing it copies changed). Root only.
 if [ "$(id -u)" -eq 0 ] && command -v go >/dev/null 2>&1; then
   bash hack/image/build.sh
+  bash hack/image/jax/build.sh  # JAX on CPU for tests/e2e/test_training_e2e.py (a real framework in the gang pods)
 fi
 # ----------------------------------------------------------------------------------------------
 

@@ -109,14 +109,19 @@ class E2E:
         }
 
 
-@pytest.fixture(scope="module")
-def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+def need_node_host() -> None:
+    """Skip (fail in CI) where the host cannot run a kubelet node or build the binaries."""
     why = host_unsupported()
     if why:
         skip_or_fail(f"host cannot run a kubelet node: {why}")
     have_go = shutil.which("go") is not None or os.path.exists("/usr/local/go/bin/go")
     if not have_go and not binaries_present():
         skip_or_fail("Go toolchain absent: cannot build the kubelet/control plane (hack/node/build.sh)")
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    need_node_host()
     t0 = time.monotonic()
     images = build_images()
     workdir = tmp_path_factory.mktemp("e2e")

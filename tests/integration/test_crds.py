@@ -203,6 +203,9 @@ def test_spec_frozen_after_admission(control_plane: ControlPlane, crds_applied: 
     ):
         rc, err = _patch(cp, ns, body)
         assert rc != 0 and f"Forbidden: {field} cannot change once the DLJob is admitted" in err, err
+    # the run policy stays writable (suspend stops and requeues an admitted job; deadlines move)
+    assert _patch(cp, ns, {"spec": {"suspend": True, "activeDeadlineSeconds": 600}}) == (0, "")
+    assert _patch(cp, ns, {"spec": {"suspend": True, "gpus": 8}})[0] != 0  # but nothing else with it
     # metadata and status stay writable
     assert cp.kubectl("label", "dljob", "job-a", "-n", ns, "team=x").returncode == 0
     # a preempted, requeued job (phase back to Queued) may be edited again
