@@ -227,6 +227,7 @@ class Reconciler:
         self._starts = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-admit")
         self._observed = threading.Lock()
         self._deleted: set[str] = set()  # pods deleted in the current pass (each once)
+        self._leaving: set[str] = set()  # nodes with a pod terminating (as of the pass, and its deletions)
         # (uid, generation) -> the apiserver's refusal of its pod template's dry run (None: accepted)
         self._templates: dict[tuple[str, int], str | None] = {}
 
@@ -242,6 +243,9 @@ class Reconciler:
         pods = self.kube.gang_pods()
         pending = self.kube.pending_replica_pods()  # before the bound ones: one binding between is seen bound
         others = self.kube.other_bound_pods()
+        # nodes where a pod is still terminating (and, as the pass deletes more, those too): a new gang's
+        # pods are created there only once they are gone (see _ensure_gang)
+        self._leaving = {n for p in [*pods, *others] if meta(p).get("deletionTimestamp") and (n := _holding(p))}
         self.durations.load()
 
         vc_specs: dict[str, VirtualClusterSpec] = {}
@@ -294,7 +298,7 @@ class Reconciler:
                     if meta(p).get("deletionTimestamp"):
                         continue  # terminating already: its grace period runs
                     if dl.phase is None or dl.phase == DLJobPhase.QUEUED.value or _phase(p) not in FINISHED:
-                        self._delete_pod(dl.namespace, meta(p)["name"])
+                        self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
                         rep.writes += 1
 
         # the cluster: nodes, other pods, every admitted gang
@@ -390,12 +394,15 @@ class Reconciler:
         return rep
 
     # ---- run policy: suspend, activeDeadlineSeconds, ttlSecondsAfterFinished ---------------------
-    def _delete_pod(self, namespace: str, name: str) -> None:
+    def _delete_pod(self, namespace: str, name: str, node: str | None) -> None:
         """Delete a pod with its grace period, once a pass (a pod stopped by a requeue is still in the
-        pass's snapshot without its deletionTimestamp)."""
+        pass's snapshot without its deletionTimestamp); its node, if any, now has a pod leaving."""
         key = f"{namespace}/{name}"
         if key not in self._deleted:
             self._deleted.add(key)
+            if node:
+                with self._observed:
+                    self._leaving.add(node)
             self.kube.delete_pod(namespace, name)
 
     def _run_policy(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> bool:
@@ -581,7 +588,7 @@ class Reconciler:
             old = _attempt(p) != attempt and not (_attempt(p) == attempt - 1 and _phase(p) == "Failed")
             if old and not meta(p).get("deletionTimestamp"):
                 # older attempts go (once); the last failed attempt's failed pods stay for kubectl logs
-                self._delete_pod(dl.namespace, meta(p)["name"])
+                self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
                 rep.writes += 1
         want = [pod_name(dl.name, attempt, i) for i in range(len(gang.gpus))]  # names only: no manifests
         phases = [_phase(cur[n]) if n in cur else None for n in want]
@@ -696,7 +703,7 @@ class Reconciler:
                                                       dl.status.get("conditions"))]}, rep)  # fmt: skip
             for p in pods:
                 if p is not None and _phase(p) not in FINISHED:
-                    self._delete_pod(dl.namespace, meta(p)["name"])
+                    self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
             self.kube.event(dl.obj, "StartTimeout", why, "DLJob", "Warning")
             metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
             rep.finished.append(dl.job.id)
@@ -735,6 +742,13 @@ class Reconciler:
         """Create the gang's missing pods (gated), then remove the gate from every pod of the gang. A
         pod is never ungated before all its peers exist, so no half gang is ever scheduled (a gang of
         one pod is created without the gate: one write less per admission)."""
+        if not cur and self._leaving.intersection(gang.node_names):
+            # the devices it was given are still held by pods terminating there (a preempted job's,
+            # checkpointing in its grace period): no pod of it is pinned onto them before they are gone;
+            # their deletion is a watch event, and the next pass creates the gang
+            log.info("gang of %s waits for pods terminating on %s", dl.job.id, ", ".join(sorted(
+                self._leaving.intersection(gang.node_names))))  # fmt: skip
+            return
         manifests = gang_pods(dl.obj, gang, attempt, self._node_vc)
         missing = [pod for pod in manifests if pod["metadata"]["name"] not in cur]
         # the headless Service (rank 0's DNS name) with the pods, before any is ungated: side by side
@@ -820,7 +834,7 @@ class Reconciler:
             self._patch(dl, patch, rep)
             for p in pods:
                 if _phase(p) not in FINISHED:
-                    self._delete_pod(dl.namespace, meta(p)["name"])
+                    self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
             count = f"{restarts + 1}/{dl.spec.backoff_limit}" if counted else "not counted: podFailurePolicy Ignore"
             self.kube.event(dl.obj, "Restarted", f"{what}: gang recreated in {delay:.0f} s ({count})", "DLJob")
             rep.restarted.append(dl.job.id)
@@ -853,7 +867,7 @@ class Reconciler:
         policy = dl.spec.clean_pod_policy
         for p in pods:
             if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and _phase(p) not in FINISHED):
-                self._delete_pod(dl.namespace, meta(p)["name"])
+                self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
 
     def _requeue(
         self,
@@ -870,7 +884,7 @@ class Reconciler:
         run it stops is folded into its status before ``startTime`` goes, and ``queuedSince`` says when
         it went back: ``at``, the event the decision was made for (the simulator's preemption instant),
         else now. Its next gang is a new attempt (new pod names)."""
-        pods = self._pods_now(dl)  # before the status drops the placement
+        pods = self._placed_pods(dl)  # before the status drops the placement
         served = self._fold(dl, now)
         self._patch(
             dl,
@@ -888,8 +902,8 @@ class Reconciler:
             },
             rep,
         )
-        for p in pods:
-            self._delete_pod(dl.namespace, p)
+        for p, node in pods:
+            self._delete_pod(dl.namespace, p, node)
         self.kube.event(dl.obj, reason, why, "DLJob", "Warning")
         rep.preempted.append(dl.job.id)
 
@@ -903,10 +917,15 @@ class Reconciler:
         return served
 
     def _pods_now(self, dl: DL) -> list[str]:
+        return [name for name, _ in self._placed_pods(dl)]
+
+    @staticmethod
+    def _placed_pods(dl: DL) -> list[tuple[str, str]]:
+        """(pod name, node it is pinned to) of the current gang, from the status."""
         gang = Gang.of_status(dl.status)
         if gang is None:
             return []
-        return [pod_name(dl.name, attempt_of(dl.status), i) for i in range(len(gang.gpus))]
+        return [(pod_name(dl.name, attempt_of(dl.status), i), n) for i, n in enumerate(gang.node_names)]
 
     # ---- cohorts -------------------------------------------------------------------------------
     def _members(
@@ -1402,6 +1421,15 @@ def _on_pass_clock(job: Job, now: float) -> Job:
 def _gpus(r: RunningJob) -> int:
     """GPUs a running job holds (a GENIE policy may have chosen another count than requested)."""
     return r.allocation.gpus if r.allocation is not None else r.job.gpus
+
+
+def _node(pod: Mapping[str, Any]) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName") or None
+
+
+def _holding(pod: Mapping[str, Any]) -> str | None:
+    """The node whose devices the pod holds until it is gone (bound and not finished), else None."""
+    return _node(pod) if _phase(pod) not in FINISHED else None
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

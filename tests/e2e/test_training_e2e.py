@@ -350,11 +350,15 @@ def test_preempted_and_suspended_jobs_checkpoint_in_their_grace_period_and_resum
         assert st["phase"] == "Succeeded", st
         first = env.checkpoint_step(ns, "victim")
         assert first is not None and first >= 100, f"no checkpoint after the preemption: {first}\n{env.debug(ns)}"
-        # no pod of the preemptor was bound before the victim's pods were gone (kubelet done with them)
-        victim_gone = [watch.gone(f"victim-0-{i}") for i in range(2)]
-        assert all(t is not None for t in victim_gone), watch.events
+        # no pod of the preemptor was created (pinned to the node), let alone bound, before the victim's
+        # pods were gone (the kubelet done with them)
+        gone = [watch.gone(f"victim-0-{i}") for i in range(2)]
+        assert all(t is not None for t in gone), watch.events
+        last_gone = max(t for t in gone if t is not None)
+        created = min(t for t, typ, n, _ in watch.events if typ == "ADDED" and n.startswith("urgent-"))
+        assert created >= last_gone, (created, gone)
         bound = _bind_times(env, ns, "urgent")
-        assert bound and min(bound.values()) >= int(max(victim_gone)) - 1, (bound, victim_gone)  # type: ignore[type-var]
+        assert bound and min(bound.values()) >= int(last_gone) - 1, (bound, gone)
 
         # re-admitted after the preemptor: it resumes from the checkpoint
         env.wait_phase(ns, "victim", ("Running",), 240)

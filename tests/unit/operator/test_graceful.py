@@ -113,3 +113,30 @@ def test_a_dry_run_that_cannot_reach_the_apiserver_decides_nothing() -> None:
 
     kube.dry_run_pod = unreachable  # type: ignore[method-assign]
     assert Pass(kube)().admitted == ["team/a"]  # not held: the template was not judged
+
+
+def test_a_preemptors_gang_is_created_only_once_the_preempted_pods_are_gone() -> None:
+    """Issue 20 §2: the gang admitted in the pass that preempted a running job gets its status (the
+    placement is decided), but no pod of it is pinned onto the node while the preempted job's pods are
+    terminating there (checkpointing in their grace period); once they are gone, the next pass creates
+    it."""
+    vcs = [{"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate",
+                                                   "preemption": {"withinVirtualCluster": "LowerPriority"}}}]  # fmt: skip
+    kube = FakeKube([node("n0")], [dljob("low", "2026-01-02T03:00:00Z")], vcs)
+    step = Pass(kube)
+    assert step().admitted == ["team/low"]
+    step.run("low")
+    step()
+    high = dljob("high", "2026-01-02T03:05:00Z")
+    high["spec"]["priority"] = 10
+    kube.add(high)
+    rep = step()
+    assert rep.preempted == ["team/low"] and rep.admitted == ["team/high"]
+    assert kube.jobs["high"]["status"]["placement"]["nodeNames"] == ["n0"]
+    assert [n for n in kube.pods if n.startswith("high")] == []  # low-0-0 still terminates on n0
+    assert "deletionTimestamp" in kube.pods["low-0-0"]["metadata"]
+    step()
+    assert [n for n in kube.pods if n.startswith("high")] == []
+    kube.terminate()  # low's pod is gone: the kubelet freed the devices
+    step()
+    assert sorted(n for n in kube.pods if n.startswith("high")) == ["high-0-0"]
