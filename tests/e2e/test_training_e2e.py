@@ -388,6 +388,49 @@ def test_preempted_and_suspended_jobs_checkpoint_in_their_grace_period_and_resum
         watch.close()
 
 
+def test_a_quota_reclaim_stops_a_borrower_with_its_grace_period_and_it_resumes(training: Training) -> None:
+    """Cohorts (issue 21 §3) on the real node: VirtualCluster ``train`` (quota 4) borrows the idle quota
+    of ``lender`` (quota 4, same cohort, no nodes of its own) for an 8-GPU job; a 4-GPU job of the
+    lender reclaims it: the borrower's processes get SIGTERM and checkpoint in their grace period, the
+    lender's job runs, and the borrower, re-admitted, resumes from its checkpoint and succeeds."""
+    env = training
+    ns = env.namespace()
+    lender = {
+        "apiVersion": "qosmos.io/v1alpha1",
+        "kind": "VirtualCluster",
+        "metadata": {"name": "lender"},
+        "spec": {"nodeSelector": {"qosmos.io/pool": "none"}, "policy": "fifo", "cohort": "co", "quota": {"gpus": 4}},
+    }
+    env.kubectl("patch", "virtualcluster", VC, "--type=merge", "-p",
+                json.dumps({"spec": {"cohort": "co", "quota": {"gpus": 4}}}))  # fmt: skip
+    env.apply(lender)
+    try:
+        slow = {"TRAIN_STEPS": "3000", "TRAIN_STEP_SLEEP": "0.02"}
+        env.apply(env.train_job(ns, "borrower", 2, gpus_per_pod=4, env=slow))
+        env.wait_phase(ns, "borrower", ("Running",), 240)
+        wait_for(lambda: _steps_logged(env, ns, "borrower-0-0") >= 100, 240, "borrower past step 100", every=1.0)
+        claim = env.train_job(ns, "claim", 1, gpus_per_pod=4, env={"TRAIN_STEPS": "100"})
+        claim["spec"]["virtualCluster"] = "lender"
+        env.apply(claim)
+        st = env.wait_phase(ns, "claim", ("Succeeded", "Failed"), 300)
+        assert st["phase"] == "Succeeded", f"{st}\n{env.debug(ns)}"
+        saved = env.checkpoint_step(ns, "borrower")
+        assert saved is not None and saved >= 100, f"no checkpoint after the reclaim: {saved}\n{env.debug(ns)}"
+        events = json.loads(env.kubectl("get", "events", "-n", ns, "--field-selector",
+                                        "involvedObject.name=borrower", "-o", "json").stdout)["items"]  # fmt: skip
+        assert any(e["reason"] == "Preempted" and "reclaim" in e["message"].lower() for e in events), [
+            (e["reason"], e["message"]) for e in events]  # fmt: skip
+        st = env.wait_phase(ns, "borrower", ("Succeeded", "Failed"), 600)
+        assert st["phase"] == "Succeeded", f"{st}\n{env.debug(ns)}"
+        assert f"resumed from step={saved}" in env.logs(ns, f"borrower-{int(st.get('preemptions') or 0)}-0")
+    finally:
+        env.kubectl("delete", "dljobs", "--all", "-n", ns, "--wait=false", check=False)
+        env.kubectl("delete", "virtualcluster", "lender", check=False)
+        env.kubectl("patch", "virtualcluster", VC, "--type=merge", "-p",
+                    json.dumps({"spec": {"cohort": None, "quota": None}}))  # fmt: skip
+        wait_for(lambda: not env.pods(ns, "borrower") and not env.pods(ns, "claim"), 120, "the cohort test's pods gone")
+
+
 def test_a_stuck_gang_times_out_frees_its_gpus_and_fails_with_the_image_error(training: Training) -> None:
     """A DLJob whose image is not on the node (pull policy Never) never starts: at its start deadline
     it is requeued (StartTimeout), then Failed after its backoffLimit with the image error in its
