@@ -290,12 +290,13 @@ def _bind_times(env: Training, ns: str, job: str) -> dict[str, float]:
 
 
 class PodWatch:
-    """Every pod ADDED/DELETED event of a namespace with the wall time it was seen (a watch thread)."""
+    """Every pod event of a namespace with the wall time it was seen and the pod's phase (a watch thread)."""
 
     def __init__(self, env: Training, ns: str) -> None:
         from kubernetes import client, watch
 
         self.events: list[tuple[float, str, str, str]] = []  # (time, type, name, uid)
+        self.phases: list[tuple[float, str, str]] = []  # (time, name, phase)
         self._api = env.cp.api_client()
         self._core = client.CoreV1Api(self._api)
         self._watch = watch.Watch()
@@ -312,7 +313,9 @@ class PodWatch:
                                              timeout_seconds=5):  # fmt: skip
                     obj = ev["object"]
                     rv = obj.metadata.resource_version
-                    self.events.append((time.time(), ev["type"], obj.metadata.name, obj.metadata.uid))
+                    now = time.time()
+                    self.events.append((now, ev["type"], obj.metadata.name, obj.metadata.uid))
+                    self.phases.append((now, obj.metadata.name, str(obj.status.phase if obj.status else "")))
                     if self._stop.is_set():
                         break
 
@@ -322,8 +325,11 @@ class PodWatch:
         self._thread.join(10)
         self._api.close()
 
-    def gone(self, name: str) -> float | None:
-        return next((t for t, typ, n, _ in self.events if typ == "DELETED" and n == name), None)
+    def ended(self, name: str) -> float | None:
+        """When the pod's containers were all done (a terminal phase), or its object gone if sooner."""
+        done = [t for t, n, ph in self.phases if n == name and ph in ("Succeeded", "Failed")]
+        done += [t for t, typ, n, _ in self.events if typ == "DELETED" and n == name]
+        return min(done, default=None)
 
 
 def _steps_logged(env: Training, ns: str, pod: str) -> int:
@@ -351,8 +357,8 @@ def test_preempted_and_suspended_jobs_checkpoint_in_their_grace_period_and_resum
         first = env.checkpoint_step(ns, "victim")
         assert first is not None and first >= 100, f"no checkpoint after the preemption: {first}\n{env.debug(ns)}"
         # no pod of the preemptor was created (pinned to the node), let alone bound, before the victim's
-        # pods were gone (the kubelet done with them)
-        gone = [watch.gone(f"victim-0-{i}") for i in range(2)]
+        # pods were done (their containers exited: a terminal phase, the devices free)
+        gone = [watch.ended(f"victim-0-{i}") for i in range(2)]
         assert all(t is not None for t in gone), watch.events
         last_gone = max(t for t in gone if t is not None)
         created = min(t for t, typ, n, _ in watch.events if typ == "ADDED" and n.startswith("urgent-"))
@@ -405,7 +411,7 @@ def test_a_quota_reclaim_stops_a_borrower_with_its_grace_period_and_it_resumes(t
                 json.dumps({"spec": {"cohort": "co", "quota": {"gpus": 4}}}))  # fmt: skip
     env.apply(lender)
     try:
-        slow = {"TRAIN_STEPS": "3000", "TRAIN_STEP_SLEEP": "0.02"}
+        slow = {"TRAIN_STEPS": "1200", "TRAIN_STEP_SLEEP": "0.02"}
         env.apply(env.train_job(ns, "borrower", 2, gpus_per_pod=4, env=slow))
         env.wait_phase(ns, "borrower", ("Running",), 240)
         wait_for(lambda: _steps_logged(env, ns, "borrower-0-0") >= 100, 240, "borrower past step 100", every=1.0)
