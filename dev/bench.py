@@ -5,7 +5,8 @@ cluster (real apiserver, scheduler, extender, KWOK nodes), never on mocks.
   operator process's CPU and peak memory (from /proc), all DLJobs Succeeded or the run fails.
 - fidelity: a trace slice submitted at its (compressed) arrival times with its run times as
   ``qosmos.io/run-duration``, then the same slice replayed by ``qosmos simulate`` on the same nodes;
-  how often the live cluster starts job pairs in the simulator's order, and how far JCTs differ.
+  how often the live cluster starts job pairs in the simulator's order, and how far JCTs differ; and
+  how far the operator's ETAs (``status.eta``) were from the real starts (:func:`eta_summary`).
 
 Times of the live side are taken by this process's DLJob watch (sub-second; the objects' own
 timestamps have one-second resolution).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import math
 import os
 import random
@@ -27,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,8 @@ OPENB_PODS = "openb_pod_list_default.csv"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PHASES = ("Queued", "Admitted", "Running", "Succeeded", "Failed")
 ORDER_GAP_S = 10.0  # pairs whose simulated starts differ by less are not judged (the issue's rule)
+ETA_LEAD_S = 60.0  # the second ETA judged: the last one seen at or before start - this (issue 21 §5)
+ETA_HISTORY = 50  # ETAs judged separately once this many jobs had finished (the predictor's history)
 
 
 # --------------------------------------------------------------------------- the live side
@@ -51,11 +56,23 @@ ORDER_GAP_S = 10.0  # pairs whose simulated starts differ by less are not judged
 
 @dataclass(slots=True)
 class Seen:
-    """When this process first saw a DLJob in each phase (time.time())."""
+    """When this process first saw a DLJob in each phase (time.time()), and every ETA it saw:
+    ``etas`` holds (seen at, ``status.eta`` as Unix seconds or None when unset), one entry per change."""
 
     created: float = math.nan
     phases: dict[str, float] = field(default_factory=dict)
     obj: dict[str, Any] = field(default_factory=dict)
+    etas: list[tuple[float, float | None]] = field(default_factory=list)
+
+
+def parse_eta(value: object) -> float | None:
+    """``status.eta`` (RFC 3339) as Unix seconds; None when unset or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 class DLJobWatch:
@@ -99,11 +116,14 @@ class DLJobWatch:
     def _record(self, obj: dict[str, Any], at: float) -> None:
         name = obj["metadata"]["name"]
         phases = self.phases_of(obj)
+        eta = parse_eta((obj.get("status") or {}).get("eta"))
         with self.lock:
             s = self.seen.setdefault(name, Seen())
             s.obj = obj
             for phase in phases:
                 s.phases.setdefault(phase, at)
+            if (s.etas[-1][1] if s.etas else None) != eta:
+                s.etas.append((at, eta))
 
     def _list(self) -> str:
         fn, args = self.list_call()
@@ -151,7 +171,7 @@ class DLJobWatch:
 
     def snapshot(self) -> dict[str, Seen]:
         with self.lock:
-            return {k: Seen(v.created, dict(v.phases), v.obj) for k, v in self.seen.items()}
+            return {k: Seen(v.created, dict(v.phases), v.obj, list(v.etas)) for k, v in self.seen.items()}
 
 
 @dataclass(slots=True)
@@ -577,6 +597,71 @@ def mean_relative_jct_difference(sim: Sequence[float], live: Sequence[float]) ->
     return float(np.mean(np.abs(v[ok] - s[ok]) / s[ok])) if ok.any() else math.nan
 
 
+def eta_points(
+    etas: Sequence[tuple[float, float | None]], start: float, lead: float = ETA_LEAD_S
+) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """The two ETAs of a job judged against its start, each as (seen at, ETA) or None: the first ETA
+    its watch saw (at submission) and the last value ``status.eta`` had at or before ``start − lead``
+    (None when it was unset then, or the job started less than ``lead`` s after its first event)."""
+    first = next(((at, eta) for at, eta in etas if eta is not None), None)
+    before = None
+    if math.isfinite(start):
+        last = [(at, eta) for at, eta in etas if at <= start - lead]
+        if last and (eta := last[-1][1]) is not None:
+            before = (last[-1][0], eta)
+    return first, before
+
+
+def finished_by(ends: Sequence[float], t: float) -> int:
+    """How many jobs had finished at or before ``t`` (``ends`` in any order; NaN never finished)."""
+    return sum(1 for e in ends if e <= t)
+
+
+def _eta_stats(rows: Sequence[Mapping[str, Any]], which: str, history: int) -> dict[str, Any]:
+    """Median |ETA − start| (s) and median |ETA − start| / wait over the rows whose ``which`` ETA
+    exists and was seen once ``history`` jobs had finished."""
+    err, rel, signed = [], [], []
+    for r in rows:
+        e = r[f"eta_{which}_error"]
+        if not math.isfinite(e) or r[f"eta_{which}_history"] < history:
+            continue
+        err.append(abs(e))
+        signed.append(e)
+        if r["wait"] > 0:
+            rel.append(abs(e) / r["wait"])
+
+    def med(v: list[float]) -> float | None:
+        return round(float(np.median(v)), 4) if v else None
+
+    return {
+        "jobs_with_eta": len(err),
+        "median_abs_error_s": med(err),
+        "median_abs_error_of_wait": med(rel),  # per job |ETA − start| / (start − submit), jobs that waited
+        "mean_error_s": round(float(np.mean(signed)), 2) if signed else None,  # < 0: early on average
+        "early": sum(1 for e in signed if e < 0),
+    }
+
+
+def eta_summary(
+    rows: Sequence[Mapping[str, Any]], history: int = ETA_HISTORY, lead: float = ETA_LEAD_S
+) -> dict[str, Any]:
+    """The ETA errors of a fidelity run (rows as :func:`bench_fidelity` writes them: ``wait`` =
+    start − submit; ``eta_submit_*`` / ``eta_before_*``: the ETA at submission and the one ``lead`` s
+    before the start, with ``_error`` = ETA − start (NaN without one) and ``_history`` = jobs finished
+    when it was seen). ``all``: every ETA; ``after_history``: only ETAs seen once ``history`` jobs had
+    finished (the predictor had that many observations), the slice the target is judged on."""
+    return {
+        "lead_s": lead,
+        "history": history,
+        "jobs_that_waited": sum(1 for r in rows if r["wait"] > 0),
+        "all": {"at_submit": _eta_stats(rows, "submit", 0), "before_start": _eta_stats(rows, "before", 0)},
+        "after_history": {
+            "at_submit": _eta_stats(rows, "submit", history),
+            "before_start": _eta_stats(rows, "before", history),
+        },
+    }
+
+
 def bench_fidelity(
     trace: str,
     jobs: int = 40,
@@ -596,10 +681,15 @@ def bench_fidelity(
     timeout: float = 3600.0,
     out: Path | None = None,
     seed: int = 0,
+    eta_history: int = ETA_HISTORY,
+    eta_lead_s: float = ETA_LEAD_S,
     progress: Progress | None = None,
     tick: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """The slice live on a ``qosmos dev`` cluster of ``nodes`` × ``gpus_per_node``, then simulated."""
+    """The slice live on a ``qosmos dev`` cluster of ``nodes`` × ``gpus_per_node``, then simulated;
+    every job's ETAs against its real start (:func:`eta_summary`)."""
+    if eta_history < 0 or not eta_lead_s >= 0:
+        raise InvalidInput("eta_history/eta_lead_s", (eta_history, eta_lead_s), "must be >= 0")
     opts = DevOptions(
         dir=Path(tempfile.mkdtemp(prefix="qosmos-bench-fidelity-")) / "cluster",
         nodes=nodes,
@@ -640,32 +730,42 @@ def bench_fidelity(
         if out is None:
             shutil.rmtree(opts.dir.parent, ignore_errors=True)
     rows = []
+    ends = [min(s.phases.get("Succeeded", math.inf), s.phases.get("Failed", math.inf)) for s in seen.values()]
     for j in sl:
         s = seen.get(j.name, Seen())
         live_start = s.phases.get("Admitted", math.nan) - t0
         live_end = s.phases.get("Succeeded", math.nan) - t0
         live_submit = s.created - t0
         sm = sim.get(j.name, {"submit": math.nan, "start": math.nan, "end": math.nan})
-        rows.append(
-            {
-                "id": j.name,
-                "gpus": j.gpus,
-                "run_s": j.run_s,
-                "submit": j.submit,
-                "live_submit": live_submit,
-                "live_start": live_start,
-                "live_end": live_end,
-                "sim_start": sm["start"],
-                "sim_end": sm["end"],
-                "live_jct": live_end - live_submit,
-                "sim_jct": sm["end"] - sm["submit"],
-            }
-        )
+        row: dict[str, Any] = {
+            "id": j.name,
+            "gpus": j.gpus,
+            "run_s": j.run_s,
+            "submit": j.submit,
+            "live_submit": live_submit,
+            "live_start": live_start,
+            "live_end": live_end,
+            "sim_start": sm["start"],
+            "sim_end": sm["end"],
+            "live_jct": live_end - live_submit,
+            "sim_jct": sm["end"] - sm["submit"],
+            "wait": live_start - live_submit,
+        }
+        points = eta_points(s.etas, live_start + t0, eta_lead_s)
+        for which, point in zip(("submit", "before"), points, strict=True):
+            at, eta = point if point is not None else (math.nan, math.nan)
+            row[f"eta_{which}"] = eta - t0
+            row[f"eta_{which}_seen"] = at - t0
+            row[f"eta_{which}_error"] = eta - t0 - live_start  # < 0: the ETA was early
+            row[f"eta_{which}_history"] = finished_by(ends, at) if point is not None else -1
+        rows.append(row)
     if out is not None:
         with open(out / "fidelity.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()} for r in rows)
+        with open(out / "etas.json", "w") as f:  # every status.eta seen, (seen at, ETA) from the first create
+            json.dump({k: [[at - t0, None if e is None else e - t0] for at, e in v.etas] for k, v in seen.items()}, f)
     order, pairs = pair_order_agreement([r["sim_start"] for r in rows], [r["live_start"] for r in rows])
     jct = mean_relative_jct_difference([r["sim_jct"] for r in rows], [r["live_jct"] for r in rows])
     lag = [r["live_submit"] - r["submit"] for r in rows]
@@ -688,6 +788,11 @@ def bench_fidelity(
             "live": round(float(np.nanmean([r["live_jct"] for r in rows])), 2),
             "sim": round(float(np.nanmean([r["sim_jct"] for r in rows])), 2),
         },
-        "targets": {"pair_order_agreement": ">= 0.95", "mean_relative_jct_difference": "<= 0.05"},
+        "eta": eta_summary(rows, eta_history, eta_lead_s),
+        "targets": {
+            "pair_order_agreement": ">= 0.95",
+            "mean_relative_jct_difference": "<= 0.05",
+            "eta.after_history.*.median_abs_error_of_wait": "<= 0.25",
+        },
         "out": str(out) if out is not None else None,
     }

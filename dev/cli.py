@@ -321,11 +321,21 @@ def bench_fidelity_cmd(
     ] = None,
     seed: Annotated[int, typer.Option(help="seed of generated traces (builtin:helios-synth)")] = 0,
     timeout: Annotated[float, typer.Option(help="longest wait for the live side, seconds")] = 3600.0,
+    eta_history: Annotated[
+        int,
+        typer.Option(
+            min=0, help="ETAs seen once this many jobs had finished are also summarized apart (eta.after_history)"
+        ),
+    ] = 50,
+    eta_lead: Annotated[
+        float, typer.Option(min=0.0, help="the second ETA judged: the last one seen this many seconds before the start")
+    ] = 60.0,
     as_json: JsonOpt = False,
 ) -> None:
     """The same trace slice live on qosmos dev (arrival times, run times as qosmos.io/run-duration) and
     replayed by qosmos simulate: the share of job pairs started in the same order and the mean relative
-    JCT difference."""
+    JCT difference; and the ETA error of every job (status.eta at submission and --eta-lead s before its
+    start, against its real start; per job in fidelity.csv)."""
     from qosmos.dev.bench import bench_fidelity
 
     res = _bench_run(
@@ -347,6 +357,8 @@ def bench_fidelity_cmd(
         timeout=timeout,
         out=out,
         seed=seed,
+        eta_history=eta_history,
+        eta_lead_s=eta_lead,
     )
     typer.echo(json.dumps(res, indent=None if as_json else 2))
     if res["succeeded"] != res["jobs"]:

@@ -2,7 +2,11 @@
 cluster's own finished DLJobs. The observations are kept in a ConfigMap, so a restarted operator
 replays them into a fresh predictor and predicts as before (the predictor retrains itself as the
 history grows, its documented schedule; before any history it predicts nothing and QSSF orders such
-jobs last, in arrival order)."""
+jobs last, in arrival order).
+
+The ETA forecast reads :meth:`Durations.predict_run`, fed the same observations: a job's run time
+given the time it has already run, from its QSSF-similar jobs, with their spread where they are few
+(``qosmos.predictors.runtime.SimilarElapsed``, seed 004 §VI-A)."""
 
 from __future__ import annotations
 
@@ -37,10 +41,12 @@ def _job(row: dict[str, Any]) -> tuple[Job, float, float]:
 class Durations:
     def __init__(self, kube: Kube | None, namespace: str = "default", predictor: str = "qssf") -> None:
         from qosmos.predictors import make_duration_predictor
+        from qosmos.predictors.runtime import SimilarElapsed
 
         self.kube = kube
         self.namespace = namespace
         self.predictor: DurationPredictor = make_duration_predictor(predictor)
+        self.elapsed = SimilarElapsed()  # the ETA forecast's run times (predict_run)
         self.rows: list[dict[str, Any]] = []
         self.loaded = False
         self.dirty = False
@@ -57,6 +63,7 @@ class Durations:
             for row in rows:
                 job, duration, end = _job(row)
                 self.predictor.observe(job, duration, end)
+                self.elapsed.observe(job, duration, end)
             self.rows = list(rows)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning(
@@ -67,6 +74,7 @@ class Durations:
 
     def observe(self, job: Job, duration: float, end: float) -> None:
         self.predictor.observe(job, duration, end)
+        self.elapsed.observe(job, duration, end)
         self.rows.append(_row(job, duration, end))
         self.rows = self.rows[-MAX_OBSERVATIONS:]
         self.dirty = True
@@ -75,6 +83,12 @@ class Durations:
         # the predictor wants its clock in order; a wall clock stepped back (NTP) must not stop QSSF
         self._now = max(self._now, now)
         return self.predictor.predict(job, self._now)
+
+    def predict_run(self, job: Job, now: float, elapsed: float) -> float | None:
+        """The ETA forecast's run time of ``job`` given that it has run ``elapsed`` seconds (0: not
+        started): > ``elapsed``, or None before any history."""
+        self._now = max(self._now, now)
+        return self.elapsed.predict(job, self._now, elapsed)
 
     def save(self) -> None:
         if self.dirty and self.kube is not None:

@@ -973,8 +973,12 @@ class Reconciler:
             return None
         return due if math.isfinite(due) else None
 
-    def _predict(self, job: Job, now: float) -> float | None:
+    def _predict(self, job: Job, now: float, elapsed: float | None = None) -> float | None:
+        """QSSF's run time of ``job`` (queue order, backfilling); with ``elapsed``: the ETA forecast's,
+        given that it has run that long (seed 004 §VI-A, ``Durations.predict_run``)."""
         try:
+            if elapsed is not None:
+                return self.durations.predict_run(job, now, elapsed)
             return self.durations.predict(job, now)
         except Exception:  # the predictor's failure: the job has no prediction (QSSF orders it last)
             metrics.ERRORS.labels("predict").inc()
@@ -1045,8 +1049,27 @@ class Reconciler:
             live = [r for r in held if r.job.id not in gone]
             live += [RunningJob(s.job, 0.0, estimate(s.job, s.allocation), s.allocation) for s in res.starts]
             rest = [j for j in waiting if j.id not in started]
+
+            def run_time(job: Job, elapsed: float) -> float | None:  # running jobs: given their elapsed time
+                return self._predict(job, now, elapsed)
+
+            def eta_estimate(job: Job, alloc: Allocation | None) -> float:
+                d = run_time(job, 0.0)
+                return math.inf if d is None else d
+
             try:
-                return forecast(rt, rest, live, cluster, 0.0, estimate, carry=res.carry, max_work=FORECAST_WORK)
+                return forecast(
+                    rt,
+                    rest,
+                    live,
+                    cluster,
+                    0.0,
+                    eta_estimate,
+                    carry=res.carry,
+                    max_work=FORECAST_WORK,
+                    run_time=run_time,
+                    cohort=members,
+                )
             except Exception:  # advice only: a failed forecast leaves the ETAs unset
                 metrics.ERRORS.labels("forecast").inc()
                 log.exception("ETA forecast of VirtualCluster %s failed", name)

@@ -1,8 +1,9 @@
 """Predicted starts (ETA) of a partition's waiting jobs: the admission cycle run forward from live state.
 
-From the cluster as it is, running jobs end at their expected ends (predicted remaining time), each
-end is an event, and at each event the partition's queue gets one pass of :func:`admit` — the same
-function the simulator's event loop and the operator call — whose starts are booked to end after
+From the cluster as it is, running jobs end at their expected ends (:func:`running_end`: with a
+``run_time`` predictor, start + the run time predicted given the time already run, seed 004 §VI-A),
+each end is an event, and at each event the partition's queue gets one pass of :func:`admit` — the
+same function the simulator's event loop and the operator call — whose starts are booked to end after
 their estimated run time. A job's ETA is the time of the pass that starts it. Nothing arrives in the
 forecast (only the current queue), and jobs without an expected end never release what they hold:
 the jobs that would need those resources get no ETA. Preemptive policies reorder running jobs at
@@ -14,11 +15,27 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from qosmos.extender.core.admission import Carry, Estimate, PartitionRuntime, RunningJob, admit
 from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.cohorts import CohortMember
 from qosmos.extender.core.types import Job
+
+RunTime = Callable[[Job, float], float | None]
+"""(job, elapsed seconds) -> its whole run time given that it has run that long, or None: unknown."""
+
+
+def running_end(r: RunningJob, now: float, run_time: RunTime | None = None) -> float:
+    """When running job ``r`` is expected to end, seen at ``now``. With ``run_time``: a job that has run
+    e = now − start seconds ends at start + run_time(job, e) (seed 004 §VI-A: the run time predicted
+    given the elapsed time, which a predictor keeps above e, so an overdue job is not expected to end
+    now); without it or without a prediction, at its expected end. Never before ``now``."""
+    if run_time is not None:
+        total = run_time(r.job, max(now - r.start, 0.0))
+        if total is not None and not math.isnan(total):
+            return max(r.start + total, now)
+    return max(r.expected_end, now)
 
 
 def forecast(
@@ -32,10 +49,15 @@ def forecast(
     carry: Carry | None = None,
     max_passes: int = 500,
     max_work: int = 50_000,
+    run_time: RunTime | None = None,
+    cohort: Sequence[CohortMember] = (),
 ) -> dict[str, float]:
     """Job id -> predicted start, for the waiting jobs that start within ``max_passes`` passes and
     ``max_work`` job decisions in all (the queue length summed over the passes): a forecast is
-    advice, never worth stalling admission."""
+    advice, never worth stalling admission. ``running`` end at :func:`running_end` (``run_time``:
+    the elapsed-time predictor); jobs the forecast starts end after ``estimate``. ``cohort``: the
+    partition's cohort members as its admission pass got them (their nodes shared as there; their own
+    jobs stay as they are)."""
     rt = runtime
     if rt.policy.preemptive or not waiting:
         return {}
@@ -44,11 +66,13 @@ def forecast(
     st = cluster.copy()
     queue = list(waiting)
     live = list(running)
+    if run_time is not None:
+        live = [dataclasses.replace(r, expected_end=running_end(r, now, run_time)) for r in live]
     ends: list[tuple[float, int, RunningJob]] = []
     seq = 0
     for r in live:
         if math.isfinite(r.expected_end):
-            heapq.heappush(ends, (max(r.expected_end, now), seq, r))
+            heapq.heappush(ends, (running_end(r, now), seq, r))
             seq += 1
     eta: dict[str, float] = {}
     t = now
@@ -56,7 +80,7 @@ def forecast(
     work = 0
     for _ in range(max_passes):
         work += len(queue)
-        res = admit(sim, queue, live, st, t, carry=carry, estimate=estimate, explain=False)
+        res = admit(sim, queue, live, st, t, carry=carry, estimate=estimate, explain=False, cohort=cohort)
         carry = res.carry
         started = {s.job.id for s in res.starts}
         for s in res.starts:
@@ -81,4 +105,4 @@ def forecast(
     return eta
 
 
-__all__ = ["forecast"]
+__all__ = ["RunTime", "forecast", "running_end"]

@@ -319,3 +319,23 @@ def test_partition_validation() -> None:
     with pytest.raises(InvalidInput, match="cohort"):
         Partition("a", policy="soda", cohort="c")
     assert Partition("a", gpu_quota=3).nominal_gpus == 3
+
+
+def test_the_eta_forecast_of_a_cohort_member_shares_its_nodes_as_its_pass_did() -> None:
+    """The forecast runs admit on a copy of the pass's cluster, whose nodes that pass shared in the
+    cohort: without the members it would ask for a sharing of one (an error: no ETA for any cohort
+    member); with them, the waiting job's ETA is when a's running job ends on the shared nodes."""
+    from qosmos.extender.core.forecast import forecast
+
+    c = ClusterState(nodes("a0", "b0"))
+    pa, pb = part("a"), part("b")
+    ra = [hold(c, Job("R", 0, 4, vc="a"), "a0", 0), hold(c, Job("S", 0, 4, vc="a"), "b0", 0)]
+    members = [CohortMember(pb, [], [])]
+    rt = PartitionRuntime(pa)
+    waiting = [Job("W", 5, 4, vc="a")]
+    res = admit(rt, waiting, ra, c, 10, cohort=members, estimate=lambda j, a: 100.0)
+    assert not res.starts  # both nodes busy
+    eta = forecast(rt, waiting, ra, c, 10, lambda j, a: 100.0, cohort=members)
+    assert eta == {"W": 1000}
+    with pytest.raises(InvalidInput):
+        forecast(rt, waiting, ra, c, 10, lambda j, a: 100.0)

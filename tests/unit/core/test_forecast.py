@@ -6,7 +6,7 @@ import math
 
 from qosmos.extender.core.admission import Partition, PartitionRuntime, RunningJob
 from qosmos.extender.core.cluster import ClusterState
-from qosmos.extender.core.forecast import forecast
+from qosmos.extender.core.forecast import forecast, running_end
 from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant
 
 
@@ -50,3 +50,32 @@ def test_a_running_job_without_expected_end_holds_its_gpus_for_ever() -> None:
 def test_preemptive_policies_are_not_forecast() -> None:
     rt, cluster, running = setup(policy="srtf")
     assert forecast(rt, [Job("A", 1.0, 4, vc="p", duration=5)], running, cluster, 0.0, runs) == {}
+
+
+def test_a_running_job_is_expected_to_end_at_its_run_time_given_the_time_it_has_run() -> None:
+    """Seed 004 §VI-A: J0 started at -30 and was predicted to run 10 s; now (0) it has run 30 s. Without
+    the elapsed-time predictor it is assumed to end now; with it, it ends at start + run_time(job, 30)."""
+    rt, cluster, running = setup()
+    running[0].start, running[0].expected_end = -30.0, -20.0
+    a = Job("A", 1.0, 4, vc="p", duration=5)
+    seen: list[tuple[str, float]] = []
+
+    def run_time(job: Job, elapsed: float) -> float | None:
+        seen.append((job.id, elapsed))
+        return elapsed + 25.0 if job.id == "J0" else None
+
+    assert forecast(rt, [a], running, cluster, 0.0, runs) == {"A": 0.0}  # the overdue job "ends now"
+    assert forecast(rt, [a], running, cluster, 0.0, runs, run_time=run_time) == {"A": 25.0}
+    assert seen == [("J0", 30.0)]
+    assert running[0].expected_end == -20.0  # the caller's running jobs are not changed
+
+
+def test_running_end_rules() -> None:
+    job = Job("J0", 0.0, 2, vc="p")
+    r = RunningJob(job, -30.0, -20.0, None)
+    assert running_end(r, 0.0) == 0.0  # no predictor: its expected end, never before now
+    assert running_end(r, 0.0, lambda j, e: 55.0) == 25.0  # start + the run time given 30 s run
+    assert running_end(r, 0.0, lambda j, e: None) == 0.0  # no prediction: as without a predictor
+    assert running_end(r, 0.0, lambda j, e: math.inf) == math.inf  # never ends: never releases
+    early = RunningJob(job, 10.0, 50.0, None)  # starts after now (a pass's own start): elapsed 0
+    assert running_end(early, 0.0, lambda j, e: 5.0 + e) == 15.0

@@ -11,6 +11,9 @@ import pytest
 from qosmos.dev.bench import (
     SliceJob,
     dljob_manifest,
+    eta_points,
+    eta_summary,
+    finished_by,
     mean_relative_jct_difference,
     openb_jobs,
     pair_order_agreement,
@@ -82,3 +85,60 @@ def test_openb_jobs_and_their_dljobs() -> None:
     assert m["spec"]["template"]["metadata"]["annotations"]["qosmos.io/run-duration"] == "12.500s"
     with pytest.raises(InvalidInput, match="only"):
         openb_jobs(10**6)
+
+
+def test_eta_points_first_eta_and_the_last_one_a_lead_before_the_start() -> None:
+    etas = [(1.0, None), (2.0, 100.0), (50.0, 130.0), (70.0, 140.0), (95.0, None)]
+    first, before = eta_points(etas, 150.0, 60.0)
+    assert first == (2.0, 100.0)  # the first ETA set, not the empty status before it
+    assert before == (70.0, 140.0)  # the last value at or before 150 - 60 = 90
+    assert eta_points(etas, 160.0, 60.0)[1] is None  # at 100 the ETA had been cleared
+    assert eta_points(etas, 40.0, 60.0) == ((2.0, 100.0), None)  # started under a minute after its first ETA
+    assert eta_points([(1.0, None)], 10.0) == (None, None)
+    assert eta_points(etas, math.nan)[1] is None  # never started
+
+
+def test_finished_by_counts_ends_at_or_before() -> None:
+    assert finished_by([1.0, 5.0, math.inf, math.nan], 5.0) == 2
+    assert finished_by([], 5.0) == 0
+
+
+def _row(wait: float, submit_error: float, submit_history: int, before_error: float = math.nan) -> dict[str, float]:
+    return {
+        "wait": wait,
+        "eta_submit_error": submit_error,
+        "eta_submit_history": submit_history,
+        "eta_before_error": before_error,
+        "eta_before_history": submit_history if math.isfinite(before_error) else -1,
+    }
+
+
+def test_eta_summary_medians_in_seconds_and_of_the_wait_on_the_judged_slice() -> None:
+    rows = [
+        _row(100.0, -60.0, 10, -30.0),  # before the history: in "all" only
+        _row(100.0, -20.0, 50, -10.0),
+        _row(200.0, 10.0, 60),
+        _row(80.0, 40.0, 70, 8.0),
+        _row(0.5, math.nan, 80),  # no ETA (started at once): not counted
+    ]
+    res = eta_summary(rows, history=50, lead=60.0)
+    sub = res["after_history"]["at_submit"]
+    assert sub["jobs_with_eta"] == 3
+    assert sub["median_abs_error_s"] == 20.0  # |-20|, |10|, |40|
+    assert sub["median_abs_error_of_wait"] == pytest.approx(0.2)  # 0.2, 0.05, 0.5
+    assert sub["mean_error_s"] == pytest.approx(10.0) and sub["early"] == 1
+    before = res["after_history"]["before_start"]
+    assert before["jobs_with_eta"] == 2 and before["median_abs_error_s"] == pytest.approx(9.0)
+    assert before["median_abs_error_of_wait"] == pytest.approx((0.1 + 0.1) / 2)
+    every = res["all"]["at_submit"]
+    assert every["jobs_with_eta"] == 4 and every["median_abs_error_s"] == pytest.approx(30.0)
+    assert res["all"]["before_start"]["jobs_with_eta"] == 3
+    assert res["jobs_that_waited"] == 5 and res["history"] == 50 and res["lead_s"] == 60.0
+    empty = eta_summary([_row(10.0, math.nan, 0)])["all"]["at_submit"]
+    assert empty == {
+        "jobs_with_eta": 0,
+        "median_abs_error_s": None,
+        "median_abs_error_of_wait": None,
+        "mean_error_s": None,
+        "early": 0,
+    }

@@ -51,3 +51,21 @@ def test_an_unreadable_history_starts_afresh() -> None:
     d = Durations(store, "ns")
     d.load()
     assert d.rows == [] and d.predict(job("x", 0.0), 0.0) is None
+
+
+def test_the_eta_run_times_condition_on_the_elapsed_time_and_survive_a_restart() -> None:
+    store: Any = ConfigMaps()
+    first = Durations(store, "ns")
+    first.load()
+    assert first.predict_run(job("train-x", 0.0), 0.0, 0.0) is None  # no history: no ETA
+    for i, d in enumerate([15.0, 60.0, 15.0, 60.0]):
+        first.observe(job(f"train-{i}", 0.0), d, 100.0 + i)
+    first.save()
+    qssf = first.predict(job("train-c", 400.0), 400.0)
+    thin = first.predict_run(job("train-c", 400.0), 400.0, 0.0)
+    assert thin is not None and qssf is not None and thin > 37.5 + 10  # the spread of 4 jobs, not their mean
+    assert first.predict_run(job("train-c", 400.0), 400.0, 20.0) == 60.0  # it has outlived the 15 s jobs
+    again = Durations(store, "ns")
+    again.load()
+    assert again.predict_run(job("train-c", 400.0), 400.0, 0.0) == thin
+    assert again.predict_run(job("train-c", 400.0), 400.0, 70.0) > 70.0  # never "ends now"
