@@ -58,6 +58,9 @@ def test_bench_fidelity_compares_the_live_slice_with_qosmos_simulate(tmp_path: P
     with open(out / "fidelity.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 8
+    # every job's ETA error is reported (issue 21 §5): per job in the CSV, summarized in the JSON
+    assert {"eta_submit", "eta_submit_error", "eta_before", "eta_before_error"} <= set(rows[0]), rows[0]
+    assert {"all", "after_history"} <= set(r["eta"]) and r["eta"]["jobs_that_waited"] >= 1, r["eta"]
     for row in rows:
         run = float(row["run_s"])
         # KWOK runs the pods exactly run_s after they start; the simulator runs the job exactly run_s
