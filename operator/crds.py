@@ -50,6 +50,8 @@ CATEGORY = "qosmos"  # `kubectl get qosmos` lists both kinds
 LABEL_VC = "qosmos.io/vc"  # the node label the operator keeps in sync and the extender reads
 LABEL_JOB = "qosmos.io/job"  # the pod label naming its DLJob
 LABEL_INFERENCE = "qosmos.io/inference"  # the pod label naming its InferenceService
+# on a finished DLJob with nothing left to do (no live pod, no TTL): out of the operator's working set
+LABEL_FINISHED = "qosmos.io/finished"
 ANN_QPS = "qosmos.io/qps"  # an InferenceService's query rate when it has no spec.load.prometheus
 MAX_INFERENCE_REPLICAS = 256
 DEFAULT_PROMETHEUS_INTERVAL_S = 10.0

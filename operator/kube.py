@@ -7,6 +7,7 @@ whatever it had started.
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -14,7 +15,7 @@ import time
 from typing import Any
 
 import orjson
-from qosmos.operator.crds import GROUP, VERSION
+from qosmos.operator.crds import GROUP, LABEL_FINISHED, VERSION
 
 log = logging.getLogger("qosmos.operator")
 
@@ -29,16 +30,39 @@ def _done(resp: Any) -> None:
     resp.release_conn()
 
 
+class OwnWrites:
+    """The resourceVersions of the operator's own recent DLJob status writes: a watch event carrying
+    one of them is the echo of a write the pass already mirrored, not news (bounded, oldest dropped;
+    set/deque operations are atomic under the GIL, and a miss only costs a pass)."""
+
+    def __init__(self, keep: int = 20_000) -> None:
+        self._order: collections.deque[str] = collections.deque()
+        self._seen: set[str] = set()
+        self.keep = keep
+
+    def add(self, rv: str | None) -> None:
+        if rv is None:
+            return
+        self._seen.add(rv)
+        self._order.append(rv)
+        while len(self._order) > self.keep:
+            self._seen.discard(self._order.popleft())
+
+    def __contains__(self, rv: object) -> bool:
+        return rv in self._seen
+
+
 class Stale(Exception):
     """A write made on a version of the object that is no longer the current one (HTTP 409)."""
 
 
 class Kube:
-    def __init__(self, api_client: Any, namespace: str | None = None) -> None:
+    def __init__(self, api_client: Any, namespace: str | None = None, own: OwnWrites | None = None) -> None:
         from kubernetes import client
 
         self.api = api_client
         self.namespace = namespace
+        self.own = own if own is not None else OwnWrites()
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(maxsize=EVENT_BUFFER)
@@ -54,13 +78,26 @@ class Kube:
         )
 
     def dljobs(self) -> list[dict[str, Any]]:
+        """The working set: every DLJob but the finished ones retired with ``qosmos.io/finished`` (the
+        apiserver filters them out, so a pass does not grow with history)."""
+        sel = f"!{LABEL_FINISHED}"
         if self.namespace:
             resp = self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, "dljobs", _preload_content=False
+                GROUP, VERSION, self.namespace, "dljobs", label_selector=sel, _preload_content=False
             )
         else:
-            resp = self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", _preload_content=False)
+            resp = self.custom.list_cluster_custom_object(
+                GROUP, VERSION, "dljobs", label_selector=sel, _preload_content=False
+            )
         return self._items(resp)
+
+    def label_dljob(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
+        """Merge ``labels`` into a DLJob's metadata (a metadata-only write: the spec rule passes at once)."""
+        _done(
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "dljobs", name, {"metadata": {"labels": labels}}, _preload_content=False
+            )
+        )
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._items(self.core.list_node(_preload_content=False))
@@ -113,7 +150,9 @@ class Kube:
             rv = orjson.loads(resp.read()).get("metadata", {}).get("resourceVersion")
         finally:
             resp.release_conn()
-        return str(rv) if rv is not None else None
+        out = str(rv) if rv is not None else None
+        self.own.add(out)  # its watch event is this write's echo
+        return out
 
     def delete_dljob(self, namespace: str, name: str) -> None:
         """Delete a DLJob (its ttlSecondsAfterFinished passed); the garbage collector takes its pods."""

@@ -57,6 +57,7 @@ from qosmos.extender.core.services import ServiceReplica, place_services
 from qosmos.extender.core.types import Allocation, Job
 from qosmos.operator import metrics
 from qosmos.operator.crds import (
+    LABEL_FINISHED,
     LABEL_JOB,
     LABEL_VC,
     CleanPodPolicy,
@@ -301,6 +302,8 @@ class Reconciler:
                         self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
                         rep.writes += 1
 
+        self._retire([dl for dl in jobs if dl.phase in FINISHED], pods_of, rep)
+
         # the cluster: nodes, other pods, every admitted gang
         try:
             cluster = ClusterState(core_nodes(nodes, assignment)) if nodes else None
@@ -442,6 +445,22 @@ class Reconciler:
             self._requeue(dl, "spec.suspend is true: stopped (its pods get their grace period) until resumed",
                           now, rep, reason="Suspended")  # fmt: skip
         return False
+
+    def _retire(self, finished: list[DL], pods_of: Mapping[str, list[dict[str, Any]]], rep: PassReport) -> None:
+        """Finished DLJobs with nothing left to do (no pod still running, no ttlSecondsAfterFinished to
+        wait for) get ``qosmos.io/finished``: the next passes' list leaves them out, so a pass's work
+        does not grow with history. A failed label write is retried by the next pass."""
+        for dl in finished:
+            if dl.spec.ttl_seconds_after_finished is not None:
+                continue  # still the pass's to delete
+            if any(_phase(p) not in FINISHED for p in pods_of.get(dl.job.id, [])):
+                continue  # its pods are still being stopped (or kept running: cleanPodPolicy None)
+            try:
+                self.kube.label_dljob(dl.namespace, dl.name, {LABEL_FINISHED: "true"})
+                rep.writes += 1
+            except Exception as exc:  # an optimisation: the job just stays in the working set for now
+                metrics.ERRORS.labels("retire").inc()
+                log.warning("DLJob %s not retired from the working set: %s", dl.job.id, exc)
 
     def _suspended(self, waiting: list[DL], now: float, rep: PassReport) -> set[str]:
         """Waiting DLJobs with ``spec.suspend``: out of their queue, saying so (once)."""

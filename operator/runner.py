@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import kopf
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.operator import inference, metrics
-from qosmos.operator.crds import GROUP, LABEL_JOB, VERSION
+from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_JOB, VERSION
+from qosmos.operator.kube import OwnWrites
 
 if TYPE_CHECKING:
     from qosmos.operator.ces import CESOptions
@@ -57,11 +58,19 @@ class PokeOnlyDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+def echo(body: Any, own: OwnWrites) -> bool:
+    """A DLJob watch event that only echoes a status write a pass made (and mirrored) itself: its
+    resourceVersion is one the apiserver returned to that write. Another writer's change after it
+    has a new resourceVersion, so it is never taken for an echo."""
+    return ((body.get("metadata") or {}).get("resourceVersion")) in own
+
+
 class Trigger:
     """Asks for a pass; many asks before the worker wakes make one pass."""
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
+        self.own = OwnWrites()  # the passes' own DLJob status writes (their Kube records them)
 
     def poke(self, **_: Any) -> None:
         self.event.set()
@@ -75,8 +84,13 @@ def build_registry(trigger: Trigger, opts: RunOptions) -> kopf.OperatorRegistry:
     async def poke(**_: Any) -> None:
         trigger.poke()
 
-    # every event that can change a decision: jobs, partitions, gang pods' phases, nodes
-    kopf.on.event(GROUP, VERSION, "dljobs", registry=registry)(poke)
+    async def poke_on_dljob(body: Any, **_: Any) -> None:
+        if not echo(body, trigger.own):
+            trigger.poke()
+
+    # every event that can change a decision: jobs (not the echoes of the passes' own status writes,
+    # not retired finished ones), partitions, gang pods' phases, nodes
+    kopf.on.event(GROUP, VERSION, "dljobs", labels={LABEL_FINISHED: kopf.ABSENT}, registry=registry)(poke_on_dljob)
     kopf.on.event(GROUP, VERSION, "virtualclusters", registry=registry)(poke)
     kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT}, registry=registry)(poke)
     nodes = NodeChanges()
@@ -149,7 +163,7 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
     from qosmos.operator.reconcile import Reconciler
 
     api = _api_client(opts.kubeconfig)
-    kube = Kube(api, opts.namespace)
+    kube = Kube(api, opts.namespace, own=trigger.own)
     rec = Reconciler(kube, modeldb=opts.modeldb, durations=Durations(kube, opts.history_namespace))
     power = None
     if opts.ces is not None:  # a CES step after each pass, in this worker: no pass admits onto a node going to sleep

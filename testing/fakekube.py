@@ -87,7 +87,15 @@ class FakeKube:
         return copy.deepcopy(self._nodes)
 
     def dljobs(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(list(self.jobs.values()))
+        """The working set, as the apiserver's label selector ``!qosmos.io/finished`` returns it."""
+        return copy.deepcopy(
+            [j for j in self.jobs.values() if "qosmos.io/finished" not in (j["metadata"].get("labels") or {})]
+        )
+
+    def label_dljob(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
+        md = self.jobs[name]["metadata"]
+        md["labels"] = {k: v for k, v in {**(md.get("labels") or {}), **labels}.items() if v is not None}
+        md["resourceVersion"] = str(next(self._versions))
 
     def gang_pods(self) -> list[dict[str, Any]]:
         return copy.deepcopy(list(self.pods.values()))

@@ -422,3 +422,36 @@ def test_gpus_per_pod_splits_a_nodes_gpus_over_pods_of_one_gang() -> None:
     r.run_current()
     assert r.step().admitted == [] and r.status["phase"] == "Running"  # 3 booked: k still waits
     assert DLJobSpec.model_validate({"virtualCluster": "v", "gpus": 8, "gpusPerNode": 4, "gpusPerPod": 2})
+
+
+def test_a_finished_job_with_nothing_left_leaves_the_working_set() -> None:
+    """Issue 21 §1: once Succeeded with its pods done, the DLJob is labelled qosmos.io/finished and the
+    next pass's list (the apiserver's label selector) no longer holds it; one with a TTL to wait for, or
+    with pods still running (cleanPodPolicy None), stays."""
+    r = Run()
+    r.step()
+    r.run_current()
+    r.step()
+    r.exit(0)
+    r.step()
+    assert r.status["phase"] == "Succeeded"
+    assert r.kube.jobs["j"]["metadata"]["labels"] == {"qosmos.io/finished": "true"}
+    assert r.kube.dljobs() == []
+    ttl = Run(ttlSecondsAfterFinished=100)
+    ttl.step()
+    ttl.run_current()
+    ttl.step()
+    ttl.exit(0)
+    ttl.step()
+    assert "labels" not in ttl.kube.jobs["j"]["metadata"] and len(ttl.kube.dljobs()) == 1
+    kept = Run(cleanPodPolicy="None", backoffLimit=0, gpus=2, gpusPerNode=2, gpusPerPod=1)
+    kept.step()
+    kept.run_current()
+    kept.step()
+    kept.kube.pods["j-0-0"]["status"] = {"phase": "Failed"}
+    kept.step()
+    assert kept.status["phase"] == "Failed" and kept.kube.pods["j-0-1"]["status"]["phase"] == "Running"
+    assert "labels" not in kept.kube.jobs["j"]["metadata"]  # its other pod still runs (kept: None)
+    kept.kube.pods["j-0-1"]["status"] = {"phase": "Succeeded"}
+    kept.step()
+    assert kept.kube.jobs["j"]["metadata"]["labels"] == {"qosmos.io/finished": "true"}

@@ -38,3 +38,20 @@ def test_a_heartbeat_is_not_a_change_but_what_the_pass_reads_is() -> None:
         assert nc.changed("MODIFIED", beat)  # and back
     assert nc.changed("DELETED", beat)
     assert nc.changed("ADDED", beat)  # forgotten on deletion
+
+
+def test_the_echo_of_a_passs_own_status_write_does_not_ask_for_a_pass() -> None:
+    """Issue 21 §1: the operator's own status-only writes do not trigger a pass; another writer's
+    change after them does (it has a new resourceVersion), and the memory is bounded."""
+    from qosmos.operator.kube import OwnWrites
+    from qosmos.operator.runner import echo
+
+    own = OwnWrites(keep=3)
+    for rv in ("11", "12", "13"):
+        own.add(rv)
+    own.add(None)
+    assert echo({"metadata": {"resourceVersion": "12"}}, own)
+    assert not echo({"metadata": {"resourceVersion": "14"}}, own)  # kubectl edit after it
+    assert not echo({"metadata": {}}, own)
+    own.add("15")
+    assert "11" not in own and "15" in own  # the oldest went
