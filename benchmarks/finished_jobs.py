@@ -1,0 +1,133 @@
+"""Does a reconcile pass grow with history? Pass time and memory with N finished DLJobs in the cluster.
+
+    python benchmarks/finished_jobs.py --steps 0 10000 50000 --active 20
+
+A ``qosmos dev`` cluster (4 fake 8-GPU KWOK nodes, no operator of its own) with one VirtualCluster and
+``--active`` queued DLJobs; then, step by step, finished DLJobs are added until the cluster holds each
+``--steps`` count: created, their status set to Succeeded (two writes each) and, as the operator does
+once a finished DLJob has nothing left to do, labelled ``qosmos.io/finished=true``. At each step an
+in-process ``Reconciler`` (the operator's pass, on a real client) runs ``--passes`` passes; the JSON
+line per step gives the median pass time, the pass's peak Python allocation (tracemalloc), the
+process's RSS, the time of the pass's DLJob list (label selector ``!qosmos.io/finished``) and, for
+comparison, of a list of every DLJob and of a pass that reads them all (``unretired_pass_p50_s``: the
+pass as it was before finished DLJobs were retired, 3 passes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, dljob_manifest
+from qosmos.dev.cluster import DevOptions, _Quiet, down, up
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, nargs="+", default=[0, 10_000, 50_000], help="finished DLJobs at each step")
+    ap.add_argument("--active", type=int, default=20, help="queued DLJobs the passes work on")
+    ap.add_argument("--passes", type=int, default=7, help="passes measured at each step (after 2 warm-up passes)")
+    ap.add_argument("--workers", type=int, default=16, help="clients creating the finished DLJobs side by side")
+    a = ap.parse_args()
+    from kubernetes import client, config
+    from qosmos.operator.crds import LABEL_FINISHED
+    from qosmos.operator.durations import Durations
+    from qosmos.operator.kube import Kube
+    from qosmos.operator.reconcile import Reconciler
+
+    tmp = Path(tempfile.mkdtemp(prefix="qosmos-finished-jobs-"))
+    opts = DevOptions(dir=tmp / "cluster", nodes=4, pools=(), detached=False, operator=False)
+    state, _ = up(opts, _Quiet())
+    try:
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=state.kubeconfig, client_configuration=cfg)
+        cfg.connection_pool_maxsize = 64
+        api = client.ApiClient(cfg)
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        time.sleep(2)  # the namespace's default ServiceAccount
+        vc = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VirtualCluster", "metadata": {"name": "vc-a"},
+              "spec": {"policy": "fifo", "placement": "consolidate"}}  # fmt: skip
+        custom.create_cluster_custom_object(GROUP, VERSION, "virtualclusters", vc)
+        for i in range(a.active):  # more than the 32 GPUs hold: some run, the rest queue
+            body = dljob_manifest(f"active-{i}", gpus=8, run_s=3600)
+            body["spec"]["virtualCluster"] = "vc-a"
+            custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "dljobs", body)
+
+        def finished(i: int) -> None:
+            body = dljob_manifest(f"done-{i}", gpus=1, run_s=5)
+            body["spec"]["virtualCluster"] = "vc-a"
+            body["metadata"]["labels"] = {LABEL_FINISHED: "true"}
+            custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "dljobs", body, _preload_content=False)
+            status = {"status": {"phase": "Succeeded", "completionTime": "2026-11-26T00:00:00Z"}}
+            custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, NAMESPACE, "dljobs", f"done-{i}", status, _preload_content=False
+            )
+
+        class Unretired(Kube):
+            """The pass as it was before finished DLJobs were retired: it lists every DLJob."""
+
+            def dljobs(self) -> list[dict[str, Any]]:
+                return self._items(self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs",
+                                                                          _preload_content=False))  # fmt: skip
+
+        kube = Kube(api)
+        rec = Reconciler(kube, durations=Durations(None))
+        old = Reconciler(Unretired(api), durations=Durations(None))
+        old._retire = lambda *_: None  # type: ignore[method-assign]  # nor did it label them
+        have = 0
+        for target in sorted(a.steps):
+            t = time.perf_counter()
+            with ThreadPoolExecutor(a.workers) as pool:
+                list(pool.map(finished, range(have, target)))
+            create_s = time.perf_counter() - t
+            have = max(have, target)
+            for _ in range(2):
+                rec.run_pass()
+            times = []
+            tracemalloc.start()
+            for _ in range(a.passes):
+                times.append(rec.run_pass().seconds)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            unretired = [old.run_pass().seconds for _ in range(3)]
+            t = time.perf_counter()
+            listed = len(kube.dljobs())
+            list_s = time.perf_counter() - t
+            t = time.perf_counter()
+            resp: Any = custom.list_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, "dljobs", _preload_content=False
+            )
+            every = len(json.loads(resp.data)["items"])
+            list_all_s = time.perf_counter() - t
+            print(json.dumps({
+                "finished": have, "created_in_s": round(create_s, 1), "pass_p50_s": round(statistics.median(times), 4),
+                "pass_max_s": round(max(times), 4), "pass_peak_alloc_mb": round(peak / 2**20, 1),
+                "rss_mb": round(rss_mb(), 1), "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "listed_by_pass": listed, "pass_list_s": round(list_s, 4), "every_dljob": every,
+                "list_every_dljob_s": round(list_all_s, 3), "unretired_pass_p50_s": round(statistics.median(unretired), 3),
+            }), flush=True)  # fmt: skip
+    finally:
+        down(opts.dir, grace=5)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
