@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from qosmos.dev.cluster import DevOptions, Progress, _Quiet, down, up
 from qosmos.dev.fakenodes import ALL_NODE_CSV, OPENB_DIR, shared_dir
 from qosmos.dev.kwok import RUN_DURATION_ANNOTATION
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.operator.translate import parse_time
 
 GROUP, VERSION = "qosmos.io", "v1alpha1"
 NAMESPACE = "bench"
@@ -63,16 +63,6 @@ class Seen:
     phases: dict[str, float] = field(default_factory=dict)
     obj: dict[str, Any] = field(default_factory=dict)
     etas: list[tuple[float, float | None]] = field(default_factory=list)
-
-
-def parse_eta(value: object) -> float | None:
-    """``status.eta`` (RFC 3339) as Unix seconds; None when unset or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 class DLJobWatch:
@@ -116,7 +106,7 @@ class DLJobWatch:
     def _record(self, obj: dict[str, Any], at: float) -> None:
         name = obj["metadata"]["name"]
         phases = self.phases_of(obj)
-        eta = parse_eta((obj.get("status") or {}).get("eta"))
+        eta = parse_time((obj.get("status") or {}).get("eta"))
         with self.lock:
             s = self.seen.setdefault(name, Seen())
             s.obj = obj
