@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, dljob_manifest
-from qosmos.dev.cluster import DevOptions, _Quiet, down, up
+from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, bare_cluster, dljob_manifest
 
 
 def timed(fn: Callable[[str], Any], names: list[str], workers: int) -> dict[str, float]:
@@ -51,19 +47,7 @@ def main() -> None:
     ap.add_argument("--writes", type=int, default=500, help="writes of each kind")
     ap.add_argument("--workers", type=int, default=16, help="clients side by side")
     a = ap.parse_args()
-    from kubernetes import client, config
-
-    tmp = Path(tempfile.mkdtemp(prefix="qosmos-apiserver-writes-"))
-    opts = DevOptions(dir=tmp / "cluster", nodes=4, pools=(), detached=False, operator=False)
-    state, _ = up(opts, _Quiet())
-    try:
-        cfg = client.Configuration()
-        config.load_kube_config(config_file=state.kubeconfig, client_configuration=cfg)
-        cfg.connection_pool_maxsize = 64
-        api = client.ApiClient(cfg)
-        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-        time.sleep(2)  # the namespace's default ServiceAccount
+    with bare_cluster("qosmos-apiserver-writes-") as (_, core, custom):
         names = [f"j{i}" for i in range(a.writes)]
 
         def pod(name: str) -> dict[str, Any]:
@@ -99,9 +83,6 @@ def main() -> None:
             ),
         }
         print(json.dumps({"writes": a.writes, "workers": a.workers, **out}))
-    finally:
-        down(opts.dir, grace=5)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

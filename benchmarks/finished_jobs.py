@@ -18,17 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import shutil
 import statistics
-import tempfile
 import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, dljob_manifest
-from qosmos.dev.cluster import DevOptions, _Quiet, down, up
+from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, bare_cluster, dljob_manifest
 
 
 def rss_mb() -> float:
@@ -46,23 +42,12 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=7, help="passes measured at each step (after 2 warm-up passes)")
     ap.add_argument("--workers", type=int, default=16, help="clients creating the finished DLJobs side by side")
     a = ap.parse_args()
-    from kubernetes import client, config
     from qosmos.operator.crds import LABEL_FINISHED
     from qosmos.operator.durations import Durations
     from qosmos.operator.kube import Kube
     from qosmos.operator.reconcile import Reconciler
 
-    tmp = Path(tempfile.mkdtemp(prefix="qosmos-finished-jobs-"))
-    opts = DevOptions(dir=tmp / "cluster", nodes=4, pools=(), detached=False, operator=False)
-    state, _ = up(opts, _Quiet())
-    try:
-        cfg = client.Configuration()
-        config.load_kube_config(config_file=state.kubeconfig, client_configuration=cfg)
-        cfg.connection_pool_maxsize = 64
-        api = client.ApiClient(cfg)
-        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-        time.sleep(2)  # the namespace's default ServiceAccount
+    with bare_cluster("qosmos-finished-jobs-") as (api, _, custom):
         vc = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VirtualCluster", "metadata": {"name": "vc-a"},
               "spec": {"policy": "fifo", "placement": "consolidate"}}  # fmt: skip
         custom.create_cluster_custom_object(GROUP, VERSION, "virtualclusters", vc)
@@ -124,9 +109,6 @@ def main() -> None:
                 "listed_by_pass": listed, "pass_list_s": round(list_s, 4), "every_dljob": every,
                 "list_every_dljob_s": round(list_all_s, 3), "unretired_pass_p50_s": round(statistics.median(unretired), 3),
             }), flush=True)  # fmt: skip
-    finally:
-        down(opts.dir, grace=5)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -228,6 +228,31 @@ def dev_cluster(opts: DevOptions, progress: Progress) -> Iterator[tuple[Any, dic
         down(opts.dir, grace=5)
 
 
+@contextlib.contextmanager
+def bare_cluster(prefix: str, nodes: int = 4, pool: int = 64) -> Iterator[tuple[Any, Any, Any]]:
+    """A ``qosmos dev`` cluster of ``nodes`` fake nodes without an operator, with the bench namespace
+    (and its default ServiceAccount): (API client with ``pool`` connections, CoreV1Api,
+    CustomObjectsApi); torn down and its folder removed afterwards. The benchmarks that measure the
+    apiserver or an in-process pass start from it."""
+    from kubernetes import client, config
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    opts = DevOptions(dir=tmp / "cluster", nodes=nodes, pools=(), detached=False, operator=False)
+    state, _ = up(opts, _Quiet())
+    try:
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=state.kubeconfig, client_configuration=cfg)
+        cfg.connection_pool_maxsize = pool
+        api = client.ApiClient(cfg)
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        time.sleep(2)  # the namespace's default ServiceAccount
+        yield api, core, custom
+    finally:
+        down(opts.dir, grace=5)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _prepare(api_client: Any, policy: str, placement: str, backfill: str, gpus: int, timeout: float = 300.0) -> float:
     """The namespace and one VirtualCluster over every node, Ready with all ``gpus`` (the operator has
     labelled every node for it): jobs applied then measure admission, not the VirtualCluster's set-up.
