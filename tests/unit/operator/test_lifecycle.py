@@ -314,13 +314,19 @@ def _not_ready(r: Run, node: str, since: float) -> None:
             n["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "lastTransitionTime": rfc3339(since)}]
 
 
-def test_a_running_gang_on_a_node_not_ready_past_node_lost_seconds_is_requeued_elsewhere() -> None:
-    r = Run(nodes=("n0", "n1"), nodeLostSeconds=100)
+def _running_on_a_node_gone_not_ready(lost_s: int) -> tuple[Run, str]:
+    """A gang running on one of two nodes, whose node has just stopped being Ready."""
+    r = Run(nodes=("n0", "n1"), nodeLostSeconds=lost_s)
     r.step()
     node = pinned(r.kube.pods["j-0-0"])
     r.run_current()
     r.step()
     _not_ready(r, node, r.now)
+    return r, node
+
+
+def test_a_running_gang_on_a_node_not_ready_past_node_lost_seconds_is_requeued_elsewhere() -> None:
+    r, node = _running_on_a_node_gone_not_ready(100)
     rep = r.step(30)
     assert r.status["phase"] == "Running" and rep.wake_at == pytest.approx(r.now - 30 + 100)
     rep = r.step(71)
@@ -332,12 +338,7 @@ def test_a_running_gang_on_a_node_not_ready_past_node_lost_seconds_is_requeued_e
 
 
 def test_a_pod_evicted_from_a_not_ready_node_is_the_nodes_loss_not_a_restart() -> None:
-    r = Run(nodes=("n0", "n1"), nodeLostSeconds=1000)
-    r.step()
-    node = pinned(r.kube.pods["j-0-0"])
-    r.run_current()
-    r.step()
-    _not_ready(r, node, r.now)
+    r, _ = _running_on_a_node_gone_not_ready(1000)
     r.kube.pods.pop("j-0-0")  # the taint manager evicted it before the grace ended
     rep = r.step()
     assert rep.preempted == ["team/j"] and rep.restarted == [] and not r.status.get("restarts")
