@@ -35,13 +35,23 @@ def consecutive_failures(previous: int, ran_seconds: float | None) -> int:
     return previous + 1
 
 
+def _terminated(container_status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A container's termination record: its current state's, else its last one's ({} when neither)."""
+    cs = container_status
+    return ((cs.get("state") or {}).get("terminated")) or ((cs.get("lastState") or {}).get("terminated")) or {}
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The condition of type ``kind`` in a pod's or node's status, None when it reports none."""
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+
+
 def exit_codes(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
     """(container, exit code) of every container that terminated with a non-zero code."""
     out = []
     for p in pods:
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
-            term = ((cs.get("state") or {}).get("terminated")) or ((cs.get("lastState") or {}).get("terminated"))
-            code = (term or {}).get("exitCode")
+            code = _terminated(cs).get("exitCode")
             if isinstance(code, int) and code != 0:
                 out.append((str(cs.get("name") or ""), code))
     return out
@@ -78,7 +88,7 @@ def started(pod: Mapping[str, Any]) -> bool:
         return True
     if status.get("phase") != "Running":
         return False
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    ready = _condition(status, "Ready")
     return ready is None or ready.get("status") == "True"
 
 
@@ -87,9 +97,9 @@ def termination_message(pods: Iterable[Mapping[str, Any]], limit: int = 600) -> 
     ``FallbackToLogsOnError``, its log's tail), so the DLJob's condition says why, not only the code."""
     for p in pods:
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
-            term = ((cs.get("state") or {}).get("terminated")) or ((cs.get("lastState") or {}).get("terminated"))
-            msg = str((term or {}).get("message") or "").strip()
-            if msg and (term or {}).get("exitCode"):
+            term = _terminated(cs)
+            msg = str(term.get("message") or "").strip()
+            if msg and term.get("exitCode"):
                 return msg[-limit:]
     return None
 
@@ -105,7 +115,7 @@ def waiting_reasons(pods: Iterable[Mapping[str, Any]]) -> list[str]:
         if started(p) or status.get("phase") == "Failed":
             continue
         if status.get("phase") == "Running":
-            ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+            ready = _condition(status, "Ready") or {}
             out.append(f"{name}: Running, not Ready" + (f": {ready['message']}" if ready.get("message") else ""))
             continue
         said = []
@@ -140,12 +150,10 @@ def unstarted_nodes(pods_by_node: Mapping[str, Iterable[Mapping[str, Any]] | Non
 def not_ready_since(node: Mapping[str, Any], now: float) -> float | None:
     """Since when (epoch seconds) a node's Ready condition is False or Unknown (``now`` when it does not
     say); None while Ready or while it reports no Ready condition yet."""
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            if c.get("status") == "True":
-                return None
-            return parse_time(c.get("lastTransitionTime")) or now
-    return None
+    ready = _condition(node.get("status") or {}, "Ready")
+    if ready is None or ready.get("status") == "True":
+        return None
+    return parse_time(ready.get("lastTransitionTime")) or now
 
 
 __all__ = [

@@ -299,7 +299,7 @@ class Reconciler:
                     if meta(p).get("deletionTimestamp"):
                         continue  # terminating already: its grace period runs
                     if dl.phase is None or dl.phase == DLJobPhase.QUEUED.value or _phase(p) not in FINISHED:
-                        self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
+                        self._stop(dl.namespace, p)
                         rep.writes += 1
 
         self._retire([dl for dl in jobs if dl.phase in FINISHED], pods_of, rep)
@@ -407,6 +407,10 @@ class Reconciler:
                 with self._observed:
                     self._leaving.add(node)
             self.kube.delete_pod(namespace, name)
+
+    def _stop(self, namespace: str, pod: Mapping[str, Any]) -> None:
+        """:meth:`_delete_pod` of a pod object: its node has a pod leaving while it still holds devices."""
+        self._delete_pod(namespace, meta(pod)["name"], _holding(pod))
 
     def _run_policy(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> bool:
         """The DLJob's run policy before its lifecycle; True when the DLJob was deleted (its TTL ran out).
@@ -601,15 +605,15 @@ class Reconciler:
             self._requeue(dl, f"node {', '.join(lost)} of its placement is gone", now, rep, reason="NodeLost")
             return
         cur = {meta(p)["name"]: p for p in pods if _attempt(p) == attempt}
-        if self._node_lost(dl, gang, cur, nodes, vc, now, rep):
+        want = [pod_name(dl.name, attempt, i) for i in range(len(gang.gpus))]  # names only: no manifests
+        if self._node_lost(dl, gang, want, cur, nodes, vc, now, rep):
             return
         for p in pods:
             old = _attempt(p) != attempt and not (_attempt(p) == attempt - 1 and _phase(p) == "Failed")
             if old and not meta(p).get("deletionTimestamp"):
                 # older attempts go (once); the last failed attempt's failed pods stay for kubectl logs
-                self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
+                self._stop(dl.namespace, p)
                 rep.writes += 1
-        want = [pod_name(dl.name, attempt, i) for i in range(len(gang.gpus))]  # names only: no manifests
         phases = [_phase(cur[n]) if n in cur else None for n in want]
         if "Failed" in phases or (dl.phase == DLJobPhase.RUNNING.value and None in phases):
             self._failed(dl, [cur[n] for n in want if n in cur], now, rep)
@@ -653,7 +657,7 @@ class Reconciler:
             timeout = dl.spec.start_timeout_seconds or vc.start_timeout_seconds
             due = start_deadline(parse_time(st.get("admittedAt")), backoff, timeout)
             if due is not None and now >= due:
-                self._start_timeout(dl, gang, [cur.get(n) for n in want], timeout, now, rep)
+                self._start_timeout(dl, gang, want, [cur.get(n) for n in want], timeout, now, rep)
                 return
             if due is not None:
                 rep.wake(due)
@@ -663,6 +667,7 @@ class Reconciler:
         self,
         dl: DL,
         gang: Gang,
+        want: list[str],
         cur: Mapping[str, dict[str, Any]],
         nodes: Mapping[str, dict[str, Any]],
         vc: VirtualClusterSpec,
@@ -677,7 +682,6 @@ class Reconciler:
         down = {n: t for n in dict.fromkeys(gang.node_names) if (t := not_ready_since(nodes[n], now)) is not None}
         if not down:
             return False
-        want = self._pods_now(dl)
         hit = any(
             node in down and (name not in cur or _phase(cur[name]) == "Failed")
             for name, node in zip(want, gang.node_names, strict=True)
@@ -695,6 +699,7 @@ class Reconciler:
         self,
         dl: DL,
         gang: Gang,
+        want: list[str],
         pods: list[dict[str, Any] | None],
         timeout: int,
         now: float,
@@ -702,8 +707,8 @@ class Reconciler:
     ) -> None:
         """The gang was not all Running within its start timeout (Kueue's waitForPodsReady): stopped and
         requeued at the head of its queue with its pods' waiting reasons, the nodes it did not start on
-        avoided next time (``status.avoidNodes``); after backoffLimit such requeues, Failed."""
-        want = self._pods_now(dl)
+        avoided next time (``status.avoidNodes``); after backoffLimit such requeues, Failed. ``want``: the
+        gang's pod names, ``pods`` those pods as read (None: not created)."""
         said = waiting_reasons([p for p in pods if p is not None])
         said += [f"{n}: not created" for n, p in zip(want, pods, strict=True) if p is None]
         by_node: dict[str, list[dict[str, Any]]] = {}
@@ -722,7 +727,7 @@ class Reconciler:
                                                       dl.status.get("conditions"))]}, rep)  # fmt: skip
             for p in pods:
                 if p is not None and _phase(p) not in FINISHED:
-                    self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
+                    self._stop(dl.namespace, p)
             self.kube.event(dl.obj, "StartTimeout", why, "DLJob", "Warning")
             metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
             rep.finished.append(dl.job.id)
@@ -853,7 +858,7 @@ class Reconciler:
             self._patch(dl, patch, rep)
             for p in pods:
                 if _phase(p) not in FINISHED:
-                    self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
+                    self._stop(dl.namespace, p)
             count = f"{restarts + 1}/{dl.spec.backoff_limit}" if counted else "not counted: podFailurePolicy Ignore"
             self.kube.event(dl.obj, "Restarted", f"{what}: gang recreated in {delay:.0f} s ({count})", "DLJob")
             rep.restarted.append(dl.job.id)
@@ -886,7 +891,7 @@ class Reconciler:
         policy = dl.spec.clean_pod_policy
         for p in pods:
             if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and _phase(p) not in FINISHED):
-                self._delete_pod(dl.namespace, meta(p)["name"], _holding(p))
+                self._stop(dl.namespace, p)
 
     def _requeue(
         self,
@@ -934,9 +939,6 @@ class Reconciler:
         dl.job.attained = served["attainedServiceGpuSeconds"]
         dl.job.executed = served["executedSeconds"]
         return served
-
-    def _pods_now(self, dl: DL) -> list[str]:
-        return [name for name, _ in self._placed_pods(dl)]
 
     @staticmethod
     def _placed_pods(dl: DL) -> list[tuple[str, str]]:
