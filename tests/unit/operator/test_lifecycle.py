@@ -92,6 +92,14 @@ class Run:
                 p["spec"].pop("schedulingGates", None)
                 self.kube.bind(name, pinned(p), phase)
 
+    def run_to_exit(self, code: int) -> None:
+        """Admitted, its pods running, then their containers exit with ``code`` (a pass after each)."""
+        self.step()
+        self.run_current()
+        self.step()
+        self.exit(code)
+        self.step()
+
     def exit(self, code: int, container: str = "main") -> None:
         for p in self.kube.pods.values():
             if p["status"].get("phase") == "Running":
@@ -157,11 +165,7 @@ def test_fail_job_exit_code_fails_at_once_and_ignore_is_not_counted() -> None:
 @pytest.mark.parametrize(("policy", "kept"), [("Running", True), ("All", False), ("None", True)])
 def test_clean_pod_policy_on_success(policy: str, kept: bool) -> None:
     r = Run(cleanPodPolicy=policy)
-    r.step()
-    r.run_current()
-    r.step()
-    r.exit(0)
-    r.step()
+    r.run_to_exit(0)
     assert r.status["phase"] == "Succeeded" and ("j-0-0" in r.kube.pods) is kept
 
 
@@ -201,11 +205,7 @@ def test_active_deadline_fails_the_job_and_stops_its_pods() -> None:
 
 def test_ttl_after_finished_deletes_the_dljob() -> None:
     r = Run(ttlSecondsAfterFinished=100)
-    r.step()
-    r.run_current()
-    r.step()
-    r.exit(0)
-    r.step()
+    r.run_to_exit(0)
     assert r.status["phase"] == "Succeeded"
     assert r.step(50).wake_at == pytest.approx(r.now + 49)
     r.step(60)
@@ -430,20 +430,12 @@ def test_a_finished_job_with_nothing_left_leaves_the_working_set() -> None:
     next pass's list (the apiserver's label selector) no longer holds it; one with a TTL to wait for, or
     with pods still running (cleanPodPolicy None), stays."""
     r = Run()
-    r.step()
-    r.run_current()
-    r.step()
-    r.exit(0)
-    r.step()
+    r.run_to_exit(0)
     assert r.status["phase"] == "Succeeded"
     assert r.kube.jobs["j"]["metadata"]["labels"] == {"qosmos.io/finished": "true"}
     assert r.kube.dljobs() == []
     ttl = Run(ttlSecondsAfterFinished=100)
-    ttl.step()
-    ttl.run_current()
-    ttl.step()
-    ttl.exit(0)
-    ttl.step()
+    ttl.run_to_exit(0)
     assert "labels" not in ttl.kube.jobs["j"]["metadata"] and len(ttl.kube.dljobs()) == 1
     kept = Run(cleanPodPolicy="None", backoffLimit=0, gpus=2, gpusPerNode=2, gpusPerPod=1)
     kept.step()
