@@ -37,6 +37,7 @@ from qosmos.dev.cluster import DevOptions, Progress, _Quiet, down, up
 from qosmos.dev.fakenodes import ALL_NODE_CSV, OPENB_DIR, shared_dir
 from qosmos.dev.kwok import RUN_DURATION_ANNOTATION
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.operator.crds import LABEL_JOB
 from qosmos.operator.translate import parse_time
 
 GROUP, VERSION = "qosmos.io", "v1alpha1"
@@ -324,6 +325,36 @@ def _quantiles(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
+def gang_starts(api_client: Any, namespace: str, label: str) -> dict[str, float]:
+    """When each job's whole gang was running: the latest ``status.startTime`` of its pods (KWOK writes
+    it when it starts a pod: a server-side time, whatever a watch saw late or missed), by the job name
+    the pods carry in ``label``. Whole seconds (metav1.Time). Read once the jobs are done: finished pods
+    stay (cleanPodPolicy Running keeps them; a Job keeps its pods)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    out: dict[str, float] = {}
+    cont: str | None = None
+    while True:
+        resp = core.list_namespaced_pod(namespace, label_selector=label, limit=1000, _continue=cont,
+                                        _preload_content=False)  # fmt: skip
+        data = json.loads(resp.data)
+        for p in data.get("items") or []:
+            job = ((p.get("metadata") or {}).get("labels") or {}).get(label)
+            t = parse_time((p.get("status") or {}).get("startTime"))
+            if job and t is not None:
+                out[job] = max(out.get(job, t), t)
+        cont = (data.get("metadata") or {}).get("continue")
+        if not cont:
+            return out
+
+
+def start_latency(seen: Mapping[str, Seen], starts: Mapping[str, float]) -> dict[str, float | None]:
+    """Quantiles of (gang start - creation) over the jobs whose gang started, with their count."""
+    lat = [starts[n] - s.created for n, s in seen.items() if n in starts and math.isfinite(s.created)]
+    return {**_quantiles(lat), "jobs": len(lat)}
+
+
 # --------------------------------------------------------------------------- bench operator
 
 
@@ -443,6 +474,7 @@ def bench_operator(
                 by_comp = {k: round(p.cpu_s() - comp0[k], 1) for k, p in comps.items()}
                 peak = proc.peak_rss_mb()
                 seen = watch.snapshot()
+                starts = gang_starts(api_client, NAMESPACE, LABEL_JOB)
     finally:
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -460,6 +492,8 @@ def bench_operator(
         "vc_ready_s": round(vc_ready, 1),  # before the jobs: the operator labelling every node for the VC
         "apply_s": round(applied, 3),
         **admission_stats(seen, t0),
+        # from the pods' own start times: what bench operator --against kueue compares on both sides
+        "apply_to_gang_start_s": start_latency(seen, starts),
         "operator": {"cpu_s": round(cpu, 2), "peak_rss_mb": round(peak, 1), "pid": proc.pid},
         # where the machine's CPU went from the first create to the last finish (the whole cluster
         # shares this machine's cores: on 2 cores the apiserver and KWOK's 1,523 node heartbeats count)

@@ -412,8 +412,15 @@ def bench_scenario_cmd(
         Path, typer.Option(help="Kueue generator file (test/performance/scheduler/configs/*/generator.yaml)")
     ],
     scale: Annotated[float, typer.Option(help="fraction of each workload set to create, in (0, 1]")] = 1.0,
-    policy: PolicyOpt = "fifo",
+    policy: PolicyOpt = "priority",
     placement: PlacementOpt = "consolidate",
+    backfill: Annotated[
+        str,
+        typer.Option(
+            help="behind a blocked head: none (Kueue's StrictFIFO), easy (the nearest to its BestEffortFIFO that "
+            "keeps the head's start), relaxed, adaptive"
+        ),
+    ] = "easy",
     with_kueue: Annotated[
         bool,
         typer.Option(
@@ -442,6 +449,7 @@ def bench_scenario_cmd(
         scale=scale,
         policy=policy,
         placement=placement,
+        backfill=backfill,
         timeout=timeout,
         with_kueue=with_kueue,
         out=out,

@@ -1,23 +1,28 @@
-"""One reconcile pass of the operator: read every object, run the core's admission cycle per
-VirtualCluster, apply its decisions. Level-triggered and stateless between passes (the objects are
-the truth), so a restarted operator continues where the last one stopped.
+"""One reconcile pass of the operator, in two halves (issue 21 §2): :class:`Planner` decides and
+:class:`~qosmos.operator.writes.Applier` writes. ``Reconciler.run_pass`` reads a :class:`Snapshot`
+(every object the pass needs, in one list each; new pod templates dry-run), ``Planner.plan(snapshot,
+now)`` returns the writes (pure: no client, no clock, no threads), the applier executes them. Level-
+triggered and stateless between passes (the objects are the truth), so a restarted operator continues
+where the last one stopped.
 
-Order of a pass:
+Order of a plan (its stages; the sequences of one stage are applied side by side):
 1. nodes: each in the first VirtualCluster (by name) whose nodeSelector matches; label
    ``qosmos.io/vc`` kept in sync (the extender reads it);
 2. admitted gangs: pods of the current attempt created (gated) and ungated, pods of earlier
    attempts deleted; all pods Running -> Running, all Succeeded -> Succeeded (duration observed for
    QSSF), a Failed pod -> the gang is recreated (``status.restarts`` + 1) up to backoffLimit, then
-   Failed;
+   Failed; the run policy (suspend, deadlines, TTL), start deadlines and node loss;
 3. admission per VirtualCluster (``core.admission.admit``, the function the simulator calls), each
    within its quota; VirtualClusters of one cohort (``spec.cohort``) are given to each other's pass
    (``core.cohorts``): it places on the union of their nodes, borrows the others' idle quota and
-   reclaims lent GPUs by preempting borrowers, all decided by the core. Starts
-   are written to the DLJob's status FIRST (phase Admitted, placement), then the gang's pods are
-   created gated with the extender's annotations, then ungated all together; preempted jobs go back
-   to Queued (the service of their run folded into their status); every waiting job gets the core's
-   reason as its ``Admitted=False`` condition. Preemptive policies see the running jobs' service as of
-   the partition's latest event (``qosmos.operator.service``), as the simulator's event loop does.
+   reclaims lent GPUs by preempting borrowers, all decided by the core. A start is one sequence: the
+   DLJob's status FIRST (phase Admitted, placement; only into the version the decision read), then the
+   gang's pods gated with the extender's annotations and its headless Service, then the gates all
+   together; preempted jobs go back to Queued (the service of their run folded into their status);
+   every waiting job gets the core's reason as its ``Admitted=False`` condition. Preemptive policies
+   see the running jobs' service as of the partition's latest event (``qosmos.operator.service``), as
+   the simulator's event loop does;
+4. the VirtualClusters' statuses.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import json
 import logging
 import math
 import re
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -68,7 +72,7 @@ from qosmos.operator.crds import (
 )
 from qosmos.operator.durations import Durations
 from qosmos.operator.inference import pending_replica
-from qosmos.operator.kube import Kube, Stale
+from qosmos.operator.kube import Kube
 from qosmos.operator.lifecycle import (
     consecutive_failures,
     exit_codes,
@@ -112,6 +116,22 @@ from qosmos.operator.translate import (
     segment_start,
     service_status,
     taints_narrow,
+)
+from qosmos.operator.writes import (
+    AnnotateVC,
+    Applier,
+    CreatePod,
+    DeleteDLJob,
+    DeletePod,
+    EnsureService,
+    Event,
+    LabelDLJob,
+    LabelNode,
+    PatchStatus,
+    PatchVCStatus,
+    Plan,
+    Recorder,
+    Ungate,
 )
 
 log = logging.getLogger("qosmos.operator")
@@ -185,112 +205,131 @@ class PassReport:
     seconds: float = 0.0
     wake_at: float | None = None  # the earliest turn end of a running job (preemptive policies): pass then
     terminating: int = 0  # gang pods no current gang owns that still hold devices (booked until gone)
+    vc_of: dict[str, str] = field(default_factory=dict)  # admitted job -> its VirtualCluster (metrics)
 
     def wake(self, at: float) -> None:
         """Ask for a pass at ``at`` (a turn end, a restart's back-off)."""
         self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
 
-    def merge(self, other: PassReport) -> None:
-        """Add what a part of the pass did on another thread (its own report: no shared counters)."""
-        self.admitted += other.admitted
-        self.preempted += other.preempted
-        self.finished += other.finished
-        self.restarted += other.restarted
-        self.pods_created += other.pods_created
-        self.replicas_booked += other.replicas_booked
-        self.writes += other.writes
-        if other.wake_at is not None:
-            self.wake(other.wake_at)
+
+@dataclass(slots=True)
+class Snapshot:
+    """What one pass reads, as read (the plan's only input besides the clock and its memory): the
+    DLJobs already parsed (one validation each), the objects otherwise untouched."""
+
+    vcs: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+    jobs: list[DL]
+    pods: list[dict[str, Any]]  # gang pods
+    pending: list[dict[str, Any]] = field(default_factory=list)  # inference replica pods not bound yet
+    others: list[dict[str, Any]] = field(default_factory=list)  # other bound, non-terminal pods
 
 
-class Reconciler:
-    """Holds only caches (policy runtimes, GENIE tables) and the duration history; every decision is
-    re-derived from the objects each pass."""
+def parse_dljobs(objs: list[dict[str, Any]]) -> list[DL]:
+    """The DLJobs as the pass's domain objects; one the model refuses is skipped, saying why."""
+    jobs: list[DL] = []
+    for obj in objs:
+        try:
+            spec = DLJobSpec.model_validate(obj.get("spec") or {})
+            jobs.append(DL(obj, spec, job_from_dljob(obj)))
+        except (ValueError, InvalidInput) as exc:
+            log.warning("DLJob %s skipped: %s", key_of(obj), exc)
+            metrics.ERRORS.labels("translate").inc()
+    return jobs
 
-    def __init__(
-        self,
-        kube: Kube,
-        modeldb: ModelDB | None = None,
-        durations: Durations | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.kube = kube
+
+def _own(dl: DL) -> DL:
+    """The plan's copy of a DLJob: it mirrors its own status writes on it, never on the snapshot."""
+    obj = {**dl.obj, "metadata": dict(meta(dl.obj)), "status": dict(dl.status)}
+    return DL(obj, dl.spec, dataclasses.replace(dl.job))
+
+
+@dataclass(slots=True)
+class Memory:
+    """What the planner remembers between passes; none of it is a decision's only source (a restarted
+    operator rebuilds it at the cost of some writes)."""
+
+    refreshed: dict[str, float] = field(default_factory=dict)  # job id -> last wait-status write
+    headless: set[str] = field(default_factory=set)  # DLJob uids whose headless Service exists
+    # (uid, generation) -> the apiserver's refusal of its pod template's dry run (None: accepted)
+    templates: dict[tuple[str, int], str | None] = field(default_factory=dict)
+    refused: dict[tuple[str, int], str] = field(default_factory=dict)  # (uid, attempt) -> pod refused (422)
+    turns: TurnClock = field(default_factory=TurnClock)  # turn ends under preemptive policies (a cache)
+
+
+def _key(dl: DL) -> str:
+    return f"{dl.namespace}/{dl.name}"
+
+
+class Planner:
+    """Every decision of a pass: :meth:`plan` turns a :class:`Snapshot` and the time into the writes that
+    make the objects follow them (:mod:`qosmos.operator.writes`). No client, no clock, no threads: the
+    caches it holds (policy runtimes, GENIE tables) and its :class:`Memory` change no decision."""
+
+    def __init__(self, modeldb: ModelDB | None = None, durations: Durations | None = None) -> None:
         self.modeldb = modeldb or ModelDB.builtin()
-        self.durations = durations or Durations(kube)
-        self.clock = clock
+        self.durations = durations or Durations(None)
+        self.memory = Memory()
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
-        self._refreshed: dict[str, float] = {}  # job id -> last wait-status write (a restart: one extra write)
-        self._headless: set[str] = set()  # DLJob uids whose headless Service exists (a restart: one 409 each)
         self._node_vc: dict[str, str] = {}  # node -> its VirtualCluster, as of this pass
-        self._turns = TurnClock()  # turn ends of running jobs under preemptive policies (a cache)
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-write")
-        # admissions and gang lifecycles (they use _pool inside: a separate pool cannot deadlock)
-        self._starts = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-admit")
-        self._observed = threading.Lock()
-        self._deleted: set[str] = set()  # pods deleted in the current pass (each once)
+        self._w = Recorder()
+        self._deleted: set[str] = set()  # pods deleted in the current plan (each once)
         self._leaving: set[str] = set()  # nodes with a pod terminating (as of the pass, and its deletions)
-        # (uid, generation) -> the apiserver's refusal of its pod template's dry run (None: accepted)
-        self._templates: dict[tuple[str, int], str | None] = {}
+
+    def templates_to_probe(self, snap: Snapshot) -> list[tuple[tuple[str, int], dict[str, Any]]]:
+        """Waiting DLJobs whose template has no verdict yet: (key, one pod of its gang) to dry-run."""
+        out = []
+        for dl in snap.jobs:
+            key = _template_key(dl)
+            if dl.phase in (None, DLJobPhase.QUEUED.value) and key not in self.memory.templates:
+                try:
+                    out.append((key, gang_pods(dl.obj, probe_gang(dl.spec), attempt_of(dl.status))[0]))
+                except Exception as exc:  # not the template's fault: no verdict, asked again next pass
+                    log.warning("dry run of %s's pod template not made: %s", dl.job.id, exc)
+        return out
 
     # ------------------------------------------------------------------------------------------
-    def run_pass(self) -> PassReport:
-        t0 = time.perf_counter()
+    def plan(self, snap: Snapshot, now: float) -> tuple[Plan, PassReport]:
+        """The pass's writes, in stages (see the module docstring for the order), and what it decided."""
         rep = PassReport()
-        self._deleted: set[str] = set()  # pods deleted in this pass
-        now = self.clock()
-        vcs = self.kube.virtual_clusters()
-        nodes = self.kube.nodes()
-        dljobs = self.kube.dljobs()
-        pods = self.kube.gang_pods()
-        pending = self.kube.pending_replica_pods()  # before the bound ones: one binding between is seen bound
-        others = self.kube.other_bound_pods()
+        self._w = Recorder()
+        self._deleted = set()
+        jobs = [_own(dl) for dl in snap.jobs]
+        nodes, pods, others = snap.nodes, snap.pods, snap.others
         # nodes where a pod is still terminating (and, as the pass deletes more, those too): a new gang's
         # pods are created there only once they are gone (see _ensure_gang)
         self._leaving = {n for p in [*pods, *others] if meta(p).get("deletionTimestamp") and (n := _holding(p))}
-        self.durations.load()
 
         vc_specs: dict[str, VirtualClusterSpec] = {}
-        for v in vcs:
+        for v in snap.vcs:
             try:
                 vc_specs[meta(v)["name"]] = VirtualClusterSpec.model_validate(v.get("spec") or {})
             except ValueError as exc:  # the CRD refuses bad specs; an older object may still be one
                 log.warning("VirtualCluster %s skipped: %s", meta(v).get("name"), exc)
-        vcs = [v for v in vcs if meta(v)["name"] in vc_specs]
+        vcs = [v for v in snap.vcs if meta(v)["name"] in vc_specs]
         assignment = assign_nodes(nodes, vcs)
         self._node_vc = assignment  # a gang pod on a cohort member's node is labelled with its VC
-        self._sync_node_labels(nodes, assignment, set(vc_specs), rep)
+        self._sync_node_labels(nodes, assignment, set(vc_specs))
+        self._w.stage()  # labels first: the extender reads them when the gangs' pods are scheduled
 
         pods_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for p in pods:
             m = meta(p)
             pods_of[f"{m.get('namespace', 'default')}/{(m.get('labels') or {}).get(LABEL_JOB, '')}"].append(p)
 
-        jobs: list[DL] = []
-        for obj in dljobs:
-            try:
-                spec = DLJobSpec.model_validate(obj.get("spec") or {})
-                jobs.append(DL(obj, spec, job_from_dljob(obj)))
-            except (ValueError, InvalidInput) as exc:
-                log.warning("DLJob %s skipped: %s", key_of(obj), exc)
-                metrics.ERRORS.labels("translate").inc()
-
-        # 2. admitted gangs, side by side: each writes only its own DLJob and pods (after a burst of
-        # admissions, hundreds of gangs turn Running in one pass)
+        # 2. admitted gangs: each writes only its own DLJob and pods (sequences side by side)
         by_name = {str(meta(n)["name"]): n for n in nodes}
-
-        def lifecycle(dl: DL) -> PassReport:
-            sub = PassReport()
-            try:
-                vc = vc_specs.get(dl.spec.virtual_cluster) or VirtualClusterSpec()
-                self._lifecycle(dl, pods_of.get(dl.job.id, []), now, sub, by_name, vc)
-            except Exception as exc:  # one DLJob's trouble must not stop the others
-                self._job_error(dl, exc, now, sub)
-            return sub
-
         gone = {dl.job.id for dl in jobs if self._run_policy(dl, pods_of.get(dl.job.id, []), now, rep)}
         jobs = [dl for dl in jobs if dl.job.id not in gone]
-        for sub in self._starts.map(lifecycle, [dl for dl in jobs if dl.phase in ACTIVE]):
-            rep.merge(sub)
+        for dl in jobs:
+            if dl.phase not in ACTIVE:
+                continue
+            try:
+                vc = vc_specs.get(dl.spec.virtual_cluster) or VirtualClusterSpec()
+                self._lifecycle(dl, pods_of.get(dl.job.id, []), now, rep, by_name, vc)
+            except Exception:  # one DLJob's trouble must not stop the others
+                metrics.ERRORS.labels("job").inc()
+                log.exception("DLJob %s: its lifecycle was not decided (next pass)", dl.job.id)
         for dl in jobs:  # pods of finished or requeued DLJobs that still run are stopped
             if dl.phase not in ACTIVE and not (
                 dl.phase in FINISHED and dl.spec.clean_pod_policy is CleanPodPolicy.NONE
@@ -299,10 +338,9 @@ class Reconciler:
                     if meta(p).get("deletionTimestamp"):
                         continue  # terminating already: its grace period runs
                     if dl.phase is None or dl.phase == DLJobPhase.QUEUED.value or _phase(p) not in FINISHED:
-                        self._stop(dl.namespace, p)
-                        rep.writes += 1
+                        self._stop(dl, p)
 
-        self._retire([dl for dl in jobs if dl.phase in FINISHED], pods_of, rep)
+        self._retire([dl for dl in jobs if dl.phase in FINISHED], pods_of)
 
         # the cluster: nodes, other pods, every admitted gang
         try:
@@ -316,8 +354,8 @@ class Reconciler:
                 infos.append(pod_info(p))
             except InvalidInput:
                 continue
-        invalid = self._check_templates([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], now, rep)
-        invalid |= self._suspended([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], now, rep)
+        invalid = self._check_templates([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], now)
+        invalid |= self._suspended([dl for dl in jobs if dl.phase in (None, DLJobPhase.QUEUED.value)], now)
         by_vc: dict[str, list[DL]] = defaultdict(list)
         for dl in jobs:
             if dl.job.id not in invalid:  # held out of its queue until its template is fixed
@@ -337,7 +375,7 @@ class Reconciler:
                         running_job(dl.job, start, alloc, self._predict(dl.job, now))
                     )
             book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
-            self._services(pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
+            self._services(snap.pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
             # gang pods that hold devices but are no current gang's: terminating ones of a requeued or
             # restarted job, and those of a deleted or orphaned DLJob (--cascade=orphan), stay booked
             # until the kubelet is done with them; no gang is placed on those devices before. Booked after
@@ -345,8 +383,8 @@ class Reconciler:
             # binds it once the old pods are gone) instead of preempting another job every pass meanwhile
             current = {dl.job.id: attempt_of(dl.status) for dl in jobs if dl.phase in ACTIVE}
             held_by_leftovers = []
-            for key, group in pods_of.items():
-                for p in group:
+            for key, gang_of_key in pods_of.items():
+                for p in gang_of_key:
                     if key in current and _attempt(p) == current[key]:
                         continue  # booked with its gang above
                     if (p.get("spec") or {}).get("nodeName") and _phase(p) not in FINISHED:
@@ -370,8 +408,8 @@ class Reconciler:
                             None,
                             None,
                             now,
-                            rep,
                         )
+        self._w.stage()  # the lifecycles' writes (requeues, deletions) before the admissions
 
         # 3. admission, one VirtualCluster at a time; a cohort's passes see each other's starts and
         # reclaims (a reclaimed job of another member leaves its ``running`` list and the cluster)
@@ -386,31 +424,32 @@ class Reconciler:
             except Exception:
                 metrics.ERRORS.labels("admit").inc()
                 log.exception("admission pass of VirtualCluster %s failed", name)
-        self._vc_statuses(vcs, vc_specs, by_vc, running, cluster, now, rep)
-        self.durations.save()
+        self._w.stage()
+        self._vc_statuses(vcs, vc_specs, by_vc, running, cluster, now)
         queued = {d.job.id for d in jobs if d.phase in (None, DLJobPhase.QUEUED.value)}
-        self._refreshed = {k: v for k, v in self._refreshed.items() if k in queued}
-        self._headless &= {str(meta(d.obj).get("uid") or d.job.id) for d in jobs if d.phase in ACTIVE}
-        self._turns.prune()
-        rep.seconds = time.perf_counter() - t0
-        metrics.PASS_SECONDS.observe(rep.seconds)
-        return rep
+        mem = self.memory
+        mem.refreshed = {k: v for k, v in mem.refreshed.items() if k in queued}
+        mem.headless &= {str(meta(d.obj).get("uid") or d.job.id) for d in jobs if d.phase in ACTIVE}
+        mem.turns.prune()
+        return self._w.done(), rep
 
     # ---- run policy: suspend, activeDeadlineSeconds, ttlSecondsAfterFinished ---------------------
-    def _delete_pod(self, namespace: str, name: str, node: str | None) -> None:
-        """Delete a pod with its grace period, once a pass (a pod stopped by a requeue is still in the
-        pass's snapshot without its deletionTimestamp); its node, if any, now has a pod leaving."""
-        key = f"{namespace}/{name}"
+    def _delete_pod(self, dl: DL, name: str, node: str | None) -> None:
+        """Delete a pod of ``dl`` with its grace period, once a pass (a pod stopped by a requeue is still
+        in the pass's snapshot without its deletionTimestamp); its node, if any, now has a pod leaving."""
+        key = f"{dl.namespace}/{name}"
         if key not in self._deleted:
             self._deleted.add(key)
             if node:
-                with self._observed:
-                    self._leaving.add(node)
-            self.kube.delete_pod(namespace, name)
+                self._leaving.add(node)
+            self._w.add(_key(dl), DeletePod(dl.namespace, name))
 
-    def _stop(self, namespace: str, pod: Mapping[str, Any]) -> None:
+    def _stop(self, dl: DL, pod: Mapping[str, Any]) -> None:
         """:meth:`_delete_pod` of a pod object: its node has a pod leaving while it still holds devices."""
-        self._delete_pod(namespace, meta(pod)["name"], _holding(pod))
+        self._delete_pod(dl, meta(pod)["name"], _holding(pod))
+
+    def _event(self, dl: DL, reason: str, message: str, type_: str = "Normal") -> None:
+        self._w.add(_key(dl), Event(dl.obj, reason, message, "DLJob", type_))
 
     def _run_policy(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> bool:
         """The DLJob's run policy before its lifecycle; True when the DLJob was deleted (its TTL ran out).
@@ -426,8 +465,7 @@ class Reconciler:
             if now < done + spec.ttl_seconds_after_finished:
                 rep.wake(done + spec.ttl_seconds_after_finished)
                 return False
-            self.kube.delete_dljob(dl.namespace, dl.name)
-            rep.writes += 1
+            self._w.add(_key(dl), DeleteDLJob(dl.namespace, dl.name))
             return True
         created = parse_time(meta(dl.obj).get("creationTimestamp"))
         if spec.active_deadline_seconds is not None and created is not None:
@@ -438,9 +476,9 @@ class Reconciler:
                 self._patch(dl, {"phase": DLJobPhase.FAILED.value, "completionTime": rfc3339(now), **served,
                                  "restartAfter": None, "queuePosition": None, "eta": None,
                                  "conditions": [condition("False", "DeadlineExceeded", why, now,
-                                                          dl.status.get("conditions"))]}, rep)  # fmt: skip
+                                                          dl.status.get("conditions"))]})  # fmt: skip
                 self._clean_pods(dl, pods)
-                self.kube.event(dl.obj, "DeadlineExceeded", why, "DLJob", "Warning")
+                self._event(dl, "DeadlineExceeded", why, "Warning")
                 metrics.FINISHED.labels(spec.virtual_cluster, "Failed").inc()
                 rep.finished.append(dl.job.id)
                 return False
@@ -450,7 +488,7 @@ class Reconciler:
                           now, rep, reason="Suspended")  # fmt: skip
         return False
 
-    def _retire(self, finished: list[DL], pods_of: Mapping[str, list[dict[str, Any]]], rep: PassReport) -> None:
+    def _retire(self, finished: list[DL], pods_of: Mapping[str, list[dict[str, Any]]]) -> None:
         """Finished DLJobs with nothing left to do (no pod still running, no ttlSecondsAfterFinished to
         wait for) get ``qosmos.io/finished``: the next passes' list leaves them out, so a pass's work
         does not grow with history. A failed label write is retried by the next pass."""
@@ -459,68 +497,49 @@ class Reconciler:
                 continue  # still the pass's to delete
             if any(_phase(p) not in FINISHED for p in pods_of.get(dl.job.id, [])):
                 continue  # its pods are still being stopped (or kept running: cleanPodPolicy None)
-            try:
-                self.kube.label_dljob(dl.namespace, dl.name, {LABEL_FINISHED: "true"})
-                rep.writes += 1
-            except Exception as exc:  # an optimisation: the job just stays in the working set for now
-                metrics.ERRORS.labels("retire").inc()
-                log.warning("DLJob %s not retired from the working set: %s", dl.job.id, exc)
+            # an optimisation: a failed label leaves the job in the working set for now
+            self._w.add(_key(dl), LabelDLJob(dl.namespace, dl.name, {LABEL_FINISHED: "true"}, optional=True))
 
-    def _suspended(self, waiting: list[DL], now: float, rep: PassReport) -> set[str]:
+    def _suspended(self, waiting: list[DL], now: float) -> set[str]:
         """Waiting DLJobs with ``spec.suspend``: out of their queue, saying so (once)."""
         held = set()
         for dl in waiting:
             if not dl.spec.suspend:
                 continue
             held.add(dl.job.id)
-            self._hold(dl, "Suspended", "spec.suspend is true: not queued until it is false", now, rep)
+            self._hold(dl, "Suspended", "spec.suspend is true: not queued until it is false", now)
         return held
 
-    def _hold(self, dl: DL, reason: str, message: str, now: float, rep: PassReport) -> bool:
+    def _hold(self, dl: DL, reason: str, message: str, now: float) -> bool:
         """A waiting DLJob kept out of its queue: Queued, ``Admitted=False`` with ``reason``, no position
         or ETA. Written only when that changes; True when written."""
         cond = condition("False", reason, message, now, dl.status.get("conditions"))
         if _same_condition(dl.status.get("conditions"), cond) and dl.phase == DLJobPhase.QUEUED.value:
             return False
-        self._patch(
-            dl, {"phase": DLJobPhase.QUEUED.value, "conditions": [cond], "queuePosition": None, "eta": None}, rep
-        )
+        self._patch(dl, {"phase": DLJobPhase.QUEUED.value, "conditions": [cond], "queuePosition": None, "eta": None})
         return True
 
     # ---- templates -----------------------------------------------------------------------------
-    def _check_templates(self, waiting: list[DL], now: float, rep: PassReport) -> set[str]:
-        """A bad pod template is found when its DLJob is first seen, not hours later at admission: one
-        pod of the gang is created in a server-side dry run (validation, admission plugins, webhooks),
-        once per spec generation. Refused: ``Admitted=False``, ``reason: InvalidTemplate`` with the
-        apiserver's words, and the job stays out of its queue until an edit makes a new generation.
-        A dry run that fails for another reason (the apiserver unreachable) is tried again next pass."""
-        keys = {dl.job.id: (str(meta(dl.obj).get("uid") or dl.job.id), int(meta(dl.obj).get("generation") or 0))
-                for dl in waiting}  # fmt: skip
-        todo = [dl for dl in waiting if keys[dl.job.id] not in self._templates]
-
-        def probe(dl: DL) -> tuple[DL, str | None, bool]:
-            try:
-                pod = gang_pods(dl.obj, probe_gang(dl.spec), attempt_of(dl.status))[0]
-                return dl, self.kube.dry_run_pod(pod), True
-            except Exception as exc:  # not the template's fault: no verdict, ask again next pass
-                log.warning("dry run of %s's pod template failed: %s", dl.job.id, exc)
-                return dl, None, False
-
-        for dl, refusal, decided in self._pool.map(probe, todo):
-            if decided:
-                self._templates[keys[dl.job.id]] = refusal
+    def _check_templates(self, waiting: list[DL], now: float) -> set[str]:
+        """A bad pod template is found when its DLJob is first seen, not hours later at admission: the
+        pass's reader dry-runs one pod of the gang on the apiserver (validation, admission plugins,
+        webhooks) once per spec generation (:meth:`templates_to_probe`, verdicts in ``memory.templates``).
+        Refused: ``Admitted=False``, ``reason: InvalidTemplate`` with the apiserver's words, and the job
+        stays out of its queue until an edit makes a new generation. No verdict yet (the dry run failed
+        for another reason): it queues, and is asked again next pass."""
+        keys = {dl.job.id: _template_key(dl) for dl in waiting}
         # the verdicts of jobs still waiting are kept (a restarted operator asks again, once)
         live = set(keys.values())
-        self._templates = {k: v for k, v in self._templates.items() if k in live}
+        self.memory.templates = {k: v for k, v in self.memory.templates.items() if k in live}
         invalid: set[str] = set()
         for dl in waiting:
-            refusal = self._templates.get(keys[dl.job.id])
+            refusal = self.memory.templates.get(keys[dl.job.id])
             if refusal is None:
                 continue
             invalid.add(dl.job.id)
             message = f"its pod template is refused: {refusal}"
-            if self._hold(dl, "InvalidTemplate", message, now, rep):
-                self.kube.event(dl.obj, "InvalidTemplate", message, "DLJob", "Warning")
+            if self._hold(dl, "InvalidTemplate", message, now):
+                self._event(dl, "InvalidTemplate", message, "Warning")
         return invalid
 
     # ---- inference services first (SODA §V-D2) ---------------------------------------------------
@@ -558,27 +577,21 @@ class Reconciler:
             running[vc] = [r for r in running[vc] if r.job.id != pr.job.id]
 
     # ---- nodes --------------------------------------------------------------------------------
-    def _sync_node_labels(
-        self, nodes: list[dict[str, Any]], assignment: Mapping[str, str], names: set[str], rep: PassReport
-    ) -> None:
+    def _sync_node_labels(self, nodes: list[dict[str, Any]], assignment: Mapping[str, str], names: set[str]) -> None:
         """``qosmos.io/vc`` on every node a VirtualCluster selects; removed again, once no VirtualCluster
         selects it, where the operator wrote it (annotation ``qosmos.io/vc-managed``) or where it names
         an existing VirtualCluster (a label written by others naming none is left alone)."""
-        todo: list[tuple[str, dict[str, str | None], dict[str, str | None]]] = []
         for n in nodes:
             m = meta(n)
             labels = m.get("labels") or {}
             managed = (m.get("annotations") or {}).get(ANN_VC_MANAGED) == "true"
             have = labels.get(LABEL_VC)
             want = assignment.get(m["name"], NO_VC)
+            # independent writes (a new VirtualCluster over 1,523 nodes relabels them all): side by side
             if want and (have != want or not managed):
-                todo.append((m["name"], {LABEL_VC: want}, {ANN_VC_MANAGED: "true"}))
+                self._w.add(f"node/{m['name']}", LabelNode(m["name"], {LABEL_VC: want}, {ANN_VC_MANAGED: "true"}))
             elif not want and have is not None and (managed or have in names):
-                todo.append((m["name"], {LABEL_VC: None}, {ANN_VC_MANAGED: None}))
-        # independent writes (a new VirtualCluster over 1,523 nodes relabels them all): side by side
-        for _ in self._pool.map(lambda t: self.kube.label_node(*t), todo):
-            pass
-        rep.writes += len(todo)
+                self._w.add(f"node/{m['name']}", LabelNode(m["name"], {LABEL_VC: None}, {ANN_VC_MANAGED: None}))
 
     # ---- gangs --------------------------------------------------------------------------------
     def _lifecycle(
@@ -596,6 +609,10 @@ class Reconciler:
         within its startTimeoutSeconds goes back to the head of the queue (:meth:`_start_timeout`)."""
         st = dl.status
         attempt = attempt_of(st)
+        refusal = self.memory.refused.pop((str(meta(dl.obj).get("uid") or dl.job.id), attempt), None)
+        if refusal is not None:  # the apiserver refused its pods (the last apply): that fails it
+            self._invalid_pod(dl, refusal, now)
+            return
         gang = Gang.of_status(st)
         if gang is None:  # admitted without a placement: cannot happen from this operator; requeue
             self._requeue(dl, "admitted without a placement", now, rep)
@@ -612,8 +629,7 @@ class Reconciler:
             old = _attempt(p) != attempt and not (_attempt(p) == attempt - 1 and _phase(p) == "Failed")
             if old and not meta(p).get("deletionTimestamp"):
                 # older attempts go (once); the last failed attempt's failed pods stay for kubectl logs
-                self._stop(dl.namespace, p)
-                rep.writes += 1
+                self._stop(dl, p)
         phases = [_phase(cur[n]) if n in cur else None for n in want]
         if "Failed" in phases or (dl.phase == DLJobPhase.RUNNING.value and None in phases):
             self._failed(dl, [cur[n] for n in want if n in cur], now, rep)
@@ -628,12 +644,10 @@ class Reconciler:
                     "completionTime": rfc3339(end),
                     "startTime": st.get("startTime") or rfc3339(start),
                 },
-                rep,
             )
-            with self._observed:  # the predictor's history is not thread-safe
-                self.durations.observe(dl.job, max(end - start, 0.0), end)
+            self.durations.observe(dl.job, max(end - start, 0.0), end)
             self._clean_pods(dl, [cur[n] for n in want if n in cur])
-            self.kube.event(dl.obj, "Succeeded", f"all {len(want)} pods succeeded")
+            self._event(dl, "Succeeded", f"all {len(want)} pods succeeded")
             metrics.FINISHED.labels(dl.spec.virtual_cluster, "Succeeded").inc()
             rep.finished.append(dl.job.id)
             return
@@ -641,10 +655,8 @@ class Reconciler:
             dl.phase == DLJobPhase.RUNNING.value and all(p in ("Running", "Succeeded") for p in phases)
         ):  # Running once every pod is Running and Ready; a readiness probe failing later changes nothing
             if dl.phase != DLJobPhase.RUNNING.value:
-                self._patch(
-                    dl, {"phase": DLJobPhase.RUNNING.value, "startTime": rfc3339(now), "restartAfter": None}, rep
-                )
-                self.kube.event(dl.obj, "Running", f"all {len(want)} pods are running")
+                self._patch(dl, {"phase": DLJobPhase.RUNNING.value, "startTime": rfc3339(now), "restartAfter": None})
+                self._event(dl, "Running", f"all {len(want)} pods are running")
                 created = parse_time(meta(dl.obj).get("creationTimestamp"))
                 if created is not None:
                     metrics.APPLY_TO_RUNNING.observe(max(now - created, 0.0))
@@ -661,7 +673,7 @@ class Reconciler:
                 return
             if due is not None:
                 rep.wake(due)
-        self._ensure_gang(dl, gang, attempt, cur, rep)
+        self._ensure_gang(dl, gang, attempt, cur)
 
     def _node_lost(
         self,
@@ -724,48 +736,36 @@ class Reconciler:
             self._patch(dl, {"phase": DLJobPhase.FAILED.value, "completionTime": rfc3339(now), **served,
                              "startTimeouts": n + 1, "avoidNodes": avoid or None, "restartAfter": None,
                              "conditions": [condition("False", "StartTimeout", why, now,
-                                                      dl.status.get("conditions"))]}, rep)  # fmt: skip
+                                                      dl.status.get("conditions"))]})  # fmt: skip
             for p in pods:
                 if p is not None and _phase(p) not in FINISHED:
-                    self._stop(dl.namespace, p)
-            self.kube.event(dl.obj, "StartTimeout", why, "DLJob", "Warning")
+                    self._stop(dl, p)
+            self._event(dl, "StartTimeout", why, "Warning")
             metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
             rep.finished.append(dl.job.id)
             return
         self._requeue(dl, why, now, rep, reason="StartTimeout", head=True,
                       extra={"startTimeouts": n + 1, "avoidNodes": avoid or None, "restartAfter": None})  # fmt: skip
 
-    def _job_error(self, dl: DL, exc: Exception, now: float, rep: PassReport) -> None:
-        """An API error on one DLJob: an invalid pod (422, e.g. a bad template) fails the DLJob; anything
-        else is retried by the next pass."""
-        from kubernetes.client.rest import ApiException
+    def _invalid_pod(self, dl: DL, msg: str, now: float) -> None:
+        """The apiserver refused a pod of the gang (422, e.g. a template the dry run passed but the
+        placement made invalid): the DLJob fails with its words."""
+        self._patch(
+            dl,
+            {
+                "phase": DLJobPhase.FAILED.value,
+                "completionTime": rfc3339(now),
+                "conditions": [condition("False", "InvalidPod", msg[:4000], now, dl.status.get("conditions"))],
+            },
+        )
+        self._event(dl, "InvalidPod", msg, "Warning")
+        metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
+        log.warning("DLJob %s failed: its pods are refused: %s", dl.job.id, msg)
 
-        metrics.ERRORS.labels("job").inc()
-        if isinstance(exc, ApiException) and exc.status == 422:
-            try:
-                msg = json.loads(exc.body or "{}").get("message", str(exc))
-            except ValueError:
-                msg = str(exc)
-            self._patch(
-                dl,
-                {
-                    "phase": DLJobPhase.FAILED.value,
-                    "completionTime": rfc3339(now),
-                    "conditions": [condition("False", "InvalidPod", msg[:4000], now, dl.status.get("conditions"))],
-                },
-                rep,
-            )
-            self.kube.event(dl.obj, "InvalidPod", msg, "DLJob", "Warning")
-            log.warning("DLJob %s failed: its pods are refused: %s", dl.job.id, msg)
-            return
-        log.exception("DLJob %s: %s (retried next pass)", dl.job.id, exc)
-
-    def _ensure_gang(
-        self, dl: DL, gang: Gang, attempt: int, cur: Mapping[str, dict[str, Any]], rep: PassReport
-    ) -> None:
-        """Create the gang's missing pods (gated), then remove the gate from every pod of the gang. A
-        pod is never ungated before all its peers exist, so no half gang is ever scheduled (a gang of
-        one pod is created without the gate: one write less per admission)."""
+    def _ensure_gang(self, dl: DL, gang: Gang, attempt: int, cur: Mapping[str, dict[str, Any]]) -> None:
+        """Create the gang's missing pods (gated) and its headless Service, then remove the gate from every
+        pod of the gang. A pod is never ungated before all its peers exist, so no half gang is ever
+        scheduled (a gang of one pod is created without the gate: one write less per admission)."""
         if not cur and self._leaving.intersection(gang.node_names):
             # the devices it was given are still held by pods terminating there (a preempted job's,
             # checkpointing in its grace period): no pod of it is pinned onto them before they are gone;
@@ -774,54 +774,31 @@ class Reconciler:
                 self._leaving.intersection(gang.node_names))))  # fmt: skip
             return
         manifests = gang_pods(dl.obj, gang, attempt, self._node_vc)
-        missing = [pod for pod in manifests if pod["metadata"]["name"] not in cur]
-        # the headless Service (rank 0's DNS name) with the pods, before any is ungated: side by side
-        # with their creates, so an admission waits no extra round trip; until it is known to exist it
-        # is asked for at every pass that finds the gang not running yet (a failed create is retried)
         uid = str(meta(dl.obj).get("uid") or dl.job.id)
-        service = self._pool.submit(self._ensure_service, dl) if uid not in self._headless else None
-        for pod in missing:
-            if self.kube.create_pod(pod):
-                rep.pods_created += 1
-                metrics.PODS_CREATED.inc()
-            rep.writes += 1
-        if service is not None:
-            service.result()
-            self._headless.add(uid)
-            rep.writes += 1
-        todo = []
+        key = _key(dl)
+        for pod in manifests:
+            if pod["metadata"]["name"] not in cur:
+                self._w.add(key, CreatePod(pod, key, (uid, attempt)))
+        # the headless Service (rank 0's DNS name) with the pods, before any is ungated (side by side with
+        # their creates); until it is known to exist it is asked for at every pass that finds the gang not
+        # running yet (a failed create is retried, and holds the gates)
+        if uid not in self.memory.headless:
+            svc = headless_service(dl.obj)
+            conflict = (
+                f"Service {svc['metadata']['name']} exists and is not this DLJob's: its pods' rendezvous address "
+                f"{rank0_address(dl.name, dl.namespace)} resolves only if that Service is headless and selects "
+                f"{LABEL_JOB}={dl.name}"
+            )
+            self._w.add(key, EnsureService(svc, dl.obj, conflict, uid))
         for pod in manifests:
             live = cur.get(pod["metadata"]["name"])
             gates = (live or pod)["spec"].get("schedulingGates") or []
             if any(g.get("name") == GATE for g in gates):
-                todo.append((pod["metadata"]["name"], [g for g in gates if g.get("name") != GATE]))
-        # all at once: Kubernetes has no multi-object write, so the gates go in parallel requests, which
-        # keeps the time a pod may be bound while a peer is still gated to one round trip
-        if len(todo) > 1:
-            list(self._pool.map(lambda t: self.kube.ungate(dl.namespace, *t), todo))
-        elif todo:
-            self.kube.ungate(dl.namespace, *todo[0])
-        rep.writes += len(todo)
-
-    def _ensure_service(self, dl: DL) -> None:
-        """The DLJob's headless Service, created with its gang's pods (AlreadyExists: an earlier attempt's,
-        it outlives them). One of that name that is not the DLJob's is said in a Warning Event: the pods'
-        DNS names then depend on it."""
-        svc = headless_service(dl.obj)
-        if self.kube.create_service(svc):
-            return
-        have = self.kube.service(dl.namespace, svc["metadata"]["name"])
-        uid = meta(dl.obj).get("uid")
-        if have is not None and not any(o.get("uid") == uid for o in meta(have).get("ownerReferences") or []):
-            self.kube.event(
-                dl.obj,
-                "ServiceConflict",
-                f"Service {svc['metadata']['name']} exists and is not this DLJob's: its pods' rendezvous address "
-                f"{rank0_address(dl.name, dl.namespace)} resolves only if that Service is headless and selects "
-                f"{LABEL_JOB}={dl.name}",
-                "DLJob",
-                "Warning",
-            )
+                # all at once (the applier sends a gang's gates in parallel): Kubernetes has no multi-object
+                # write, and this keeps the time a pod may be bound while a peer is gated to one round trip
+                self._w.add(
+                    key, Ungate(dl.namespace, pod["metadata"]["name"], [g for g in gates if g.get("name") != GATE])
+                )
 
     def _failed(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> None:
         """A failed (or lost) pod fails the gang. Its exit codes meet the podFailurePolicy first (FailJob:
@@ -855,12 +832,12 @@ class Reconciler:
                 patch["restarts"] = restarts + 1
             else:
                 patch["ignoredFailures"] = int(dl.status.get("ignoredFailures") or 0) + 1
-            self._patch(dl, patch, rep)
+            self._patch(dl, patch)
             for p in pods:
                 if _phase(p) not in FINISHED:
-                    self._stop(dl.namespace, p)
+                    self._stop(dl, p)
             count = f"{restarts + 1}/{dl.spec.backoff_limit}" if counted else "not counted: podFailurePolicy Ignore"
-            self.kube.event(dl.obj, "Restarted", f"{what}: gang recreated in {delay:.0f} s ({count})", "DLJob")
+            self._event(dl, "Restarted", f"{what}: gang recreated in {delay:.0f} s ({count})")
             rep.restarted.append(dl.job.id)
             rep.wake(now + delay)
             return
@@ -878,10 +855,9 @@ class Reconciler:
                 "restartAfter": None,
                 "conditions": [condition("False", reason, f"{what}: {why}", now, dl.status.get("conditions"))],
             },
-            rep,
         )
         self._clean_pods(dl, pods)
-        self.kube.event(dl.obj, "Failed", f"{what}: {why}", "DLJob", "Warning")
+        self._event(dl, "Failed", f"{what}: {why}", "Warning")
         metrics.FINISHED.labels(dl.spec.virtual_cluster, "Failed").inc()
         rep.finished.append(dl.job.id)
 
@@ -891,7 +867,7 @@ class Reconciler:
         policy = dl.spec.clean_pod_policy
         for p in pods:
             if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and _phase(p) not in FINISHED):
-                self._stop(dl.namespace, p)
+                self._stop(dl, p)
 
     def _requeue(
         self,
@@ -924,11 +900,10 @@ class Reconciler:
                 "conditions": [condition("False", reason, why, now, dl.status.get("conditions"))],
                 **(extra or {}),
             },
-            rep,
         )
         for p, node in pods:
-            self._delete_pod(dl.namespace, p, node)
-        self.kube.event(dl.obj, reason, why, "DLJob", "Warning")
+            self._delete_pod(dl, p, node)
+        self._event(dl, reason, why, "Warning")
         rep.preempted.append(dl.job.id)
 
     @staticmethod
@@ -1034,7 +1009,7 @@ class Reconciler:
         served: dict[str, Job] = {}
         at = now
         if rt.policy.preemptive:  # SRTF, LAS, RR, MLFQ: the jobs' service as of the partition's last event
-            view = as_of_last_event(rt.policy, self._turns, [(d.status, d.job) for d in group], running, now)
+            view = as_of_last_event(rt.policy, self.memory.turns, [(d.status, d.job) for d in group], running, now)
             served, at = view.jobs, view.at
             if view.wake_at is not None:
                 rep.wake(view.wake_at)
@@ -1097,9 +1072,9 @@ class Reconciler:
                 return {}
 
         by_id = all_jobs if members else {d.job.id: d for d in group}  # a reclaim stops other members' jobs
-        self._apply(vc, res, by_id, running_of, cluster, now, rep, etas, at)
+        self._decided(vc, res, by_id, running_of, cluster, now, rep, etas, at)
 
-    def _apply(
+    def _decided(
         self,
         vc: dict[str, Any],
         res: AdmissionResult,
@@ -1125,7 +1100,6 @@ class Reconciler:
                     held.remove(gone)
                     if gone.allocation is not None:
                         cluster.release(gone.allocation)
-        plans: list[tuple[DL, Gang, bool]] = []
         for s in res.starts:
             dl = by_id[s.job.id]
             promised = parse_time(dl.status.get("eta"))
@@ -1138,72 +1112,46 @@ class Reconciler:
             if s.allocation is not None:
                 cluster.allocate(s.allocation)
             running.append(running_job(dl.job, now, s.allocation, dl.job.predicted_duration))
-            plans.append((dl, gang, s.backfilled))
-        # the gangs are independent: their write sequences run side by side (each in its own order)
-        for sub in self._starts.map(lambda p: self._start_gang(*p, now), plans):
-            if sub.admitted:
-                metrics.ADMISSIONS.labels(name).inc()
-            rep.merge(sub)
+            # the gangs are independent: their write sequences run side by side (each in its own order)
+            self._start_gang(dl, gang, s.backfilled, now)
+            rep.admitted.append(dl.job.id)
+            rep.vc_of[dl.job.id] = name
         forecast_starts = etas() if etas is not None and res.waiting else {}
-        batch: list[tuple[DL, dict[str, Any]]] = []
-        for w in res.waiting:
+        for w in res.waiting:  # independent writes (side by side): a long queue's refresh costs round trips / 16
             dl = by_id[w.job.id]
             start = forecast_starts.get(w.job.id)
             eta = None if start is None else now + start
             message = w.message + _confined_text(dl, cluster)
-            patch = self._wait_status(dl, reason_of(w.code), message, w, eta, now, rep, defer=True)
-            if patch:
-                batch.append((dl, patch))
-        # independent writes: in parallel, so a long queue's status refresh costs round trips / 16
-        for _ in self._pool.map(
-            lambda b: self.kube.patch_dljob_status(b[0].namespace, b[0].name, _observed(*b)), batch
-        ):
-            pass
-        rep.writes += len(batch)
+            self._wait_status(dl, reason_of(w.code), message, w, eta, now)
         text = carry_to_json(res.carry, cluster, now)
         if not _same_carry((meta(vc).get("annotations") or {}).get(ANN_CARRY), text):
-            self.kube.annotate_vc(name, {ANN_CARRY: text})
-            rep.writes += 1
+            self._w.add(f"vc/{name}", AnnotateVC(name, {ANN_CARRY: text}))
 
-    def _start_gang(self, dl: DL, gang: Gang, backfilled: bool, now: float) -> PassReport:
-        """One admission's writes, in this order: the status (a restart finds the placement there and
-        finishes the gang from it), the gated pods with the extender's annotations, the gates."""
-        rep = PassReport()
+    def _start_gang(self, dl: DL, gang: Gang, backfilled: bool, now: float) -> None:
+        """One admission's writes, in this order: the status, only into the version the decision read
+        (a restart finds the placement there and finishes the gang from it; another writer's edit in
+        between stops the sequence, and the next pass decides again), the gated pods with the extender's
+        annotations and the Service, the gates."""
         placement = gang.placement().model_dump(by_alias=True, exclude_none=True)
         why = "backfilled behind the reserved head" if backfilled else "admitted by the VirtualCluster's queue"
         reason = "Backfilled" if backfilled else "Admitted"
-        try:
-            self._patch(
-                dl,
-                {
-                    "phase": DLJobPhase.ADMITTED.value,
-                    "placement": placement,
-                    "admittedAt": rfc3339(now),
-                    "queuePosition": None,
-                    "waitingAllowanceSeconds": None,
-                    "eta": None,
-                    "queueHead": None,
-                    "restarts": int(dl.status.get("restarts") or 0),
-                    "conditions": [condition("True", reason, why, now, dl.status.get("conditions"))],
-                },
-                rep,
-                precondition=True,
-            )
-        except Stale as exc:  # edited (or deleted and re-created) since this pass read it: decided again
-            log.info("admission of %s not written: %s; the next pass decides again", dl.job.id, exc)
-            rep.wake(now)
-            return rep
-        except Exception:  # not admitted after all: the next pass decides again
-            metrics.ERRORS.labels("admit").inc()
-            log.exception("admission of %s not written", dl.job.id)
-            return rep
-        rep.admitted.append(dl.job.id)
-        try:
-            self._ensure_gang(dl, gang, attempt_of(dl.status), {}, rep)
-        except Exception as exc:
-            self._job_error(dl, exc, now, rep)
-        self.kube.event(dl.obj, "Admitted", f"{why}: {placement.get('shape')} on {', '.join(gang.node_names)}")
-        return rep
+        self._patch(
+            dl,
+            {
+                "phase": DLJobPhase.ADMITTED.value,
+                "placement": placement,
+                "admittedAt": rfc3339(now),
+                "queuePosition": None,
+                "waitingAllowanceSeconds": None,
+                "eta": None,
+                "queueHead": None,
+                "restarts": int(dl.status.get("restarts") or 0),
+                "conditions": [condition("True", reason, why, now, dl.status.get("conditions"))],
+            },
+            precondition=True,
+        )
+        self._event(dl, "Admitted", f"{why}: {placement.get('shape')} on {', '.join(gang.node_names)}")
+        self._ensure_gang(dl, gang, attempt_of(dl.status), {})
 
     def _wait_status(
         self,
@@ -1213,9 +1161,7 @@ class Reconciler:
         w: WaitReason | None,
         eta: float | None,
         now: float,
-        rep: PassReport,
-        defer: bool = False,
-    ) -> dict[str, Any] | None:
+    ) -> None:
         """Queued with the core's reason. Written at once when something changes in kind (phase, reason,
         the message's words, a position near the head, ETA appearing); numbers that drift with every
         start and finish (free GPUs in the message, far positions, allowance, prediction, ETA) are
@@ -1265,16 +1211,13 @@ class Reconciler:
             now_patch["eta"] = None if want_eta is None else rfc3339(want_eta)
         elif want_eta is not None and old_eta is not None and abs(want_eta - old_eta) >= ETA_STEP_S:
             later["eta"] = rfc3339(want_eta)
-        last = self._refreshed.get(dl.job.id, -math.inf)
+        last = self.memory.refreshed.get(dl.job.id, -math.inf)
         if later and (now_patch or now - last >= REFRESH_S):
             now_patch.update(later)
         if not now_patch:
-            return None
-        self._refreshed[dl.job.id] = now
-        if defer:
-            return now_patch
-        self._patch(dl, now_patch, rep)
-        return None
+            return
+        self.memory.refreshed[dl.job.id] = now
+        self._patch(dl, now_patch)
 
     def _vc_statuses(
         self,
@@ -1284,7 +1227,6 @@ class Reconciler:
         running: Mapping[str, list[RunningJob]],
         cluster: ClusterState | None,
         now: float,
-        rep: PassReport,
     ) -> None:
         acct = self._cohort_accounting(specs, by_vc, running, cluster)
         for v in vcs:
@@ -1314,8 +1256,7 @@ class Reconciler:
             changed = any(have.get(k) != want[k] for k in ("gpus", "queued", "running", "observedGeneration"))
             changed |= any(old_ready.get(k) != ready[k] for k in ("status", "reason", "message"))
             if changed or abs(int(have.get("oldestWaitSeconds") or 0) - oldest) >= OLDEST_WAIT_STEP_S:
-                self.kube.patch_vc_status(name, want)
-                rep.writes += 1
+                self._w.add(f"vc/{name}", PatchVCStatus(name, want))
 
     def _cohort_accounting(
         self,
@@ -1367,22 +1308,89 @@ class Reconciler:
         return {"type": "Ready", "status": status, "reason": reason, "message": msg, "lastTransitionTime": since}
 
     # ---- writes -------------------------------------------------------------------------------
-    def _patch(self, dl: DL, status: dict[str, Any], rep: PassReport, precondition: bool = False) -> None:
-        """A status merge patch, mirrored on the object this pass holds (a job that finished early in
+    def _patch(self, dl: DL, status: dict[str, Any], precondition: bool = False) -> None:
+        """A status merge patch, mirrored on the plan's copy of the object (a job that finished early in
         the pass frees its GPUs for the admissions later in the same pass); it carries the generation of
         the spec it was decided on (``observedGeneration``) when that moved. ``precondition``: written
-        only into the version of the DLJob the decision read (:class:`Stale` when another writer changed
-        it since: the next pass re-reads and re-decides instead of overwriting)."""
+        only into the version of the DLJob the decision read (the applier then stops the job's writes
+        when another writer changed it since: the next pass re-reads and re-decides instead)."""
         status = _observed(dl, status)
-        md = meta(dl.obj)
-        rv = self.kube.patch_dljob_status(
-            dl.namespace, dl.name, status, md.get("resourceVersion") if precondition else None
+        self._w.add(
+            _key(dl),
+            PatchStatus(dl.namespace, dl.name, status, meta(dl.obj).get("resourceVersion"), precondition),
+            admits=dl.job.id if precondition else None,
         )
-        if rv is not None:  # this pass's own writes do not make its later preconditions fail
-            md["resourceVersion"] = rv
         merged = {**dl.status, **status}
         dl.obj["status"] = {k: v for k, v in merged.items() if v is not None}
-        rep.writes += 1
+
+
+class Reconciler:
+    """One pass: read a :class:`Snapshot` (the pass's only reads, plus the dry runs of new pod
+    templates), :meth:`Planner.plan` it at the clock's time, and apply the writes
+    (:class:`~qosmos.operator.writes.Applier`); what the apply learnt (a precondition refused, a pod
+    refused, a Service that exists) goes into the planner's memory for the next pass."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        modeldb: ModelDB | None = None,
+        durations: Durations | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.durations = durations or Durations(kube)
+        self.planner = Planner(modeldb, self.durations)
+        self.clock = clock
+        self.applier = Applier(kube)
+        self._probes = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qosmos-probe")
+
+    def read(self) -> Snapshot:
+        vcs = self.kube.virtual_clusters()
+        nodes = self.kube.nodes()
+        dljobs = parse_dljobs(self.kube.dljobs())
+        pods = self.kube.gang_pods()
+        pending = self.kube.pending_replica_pods()  # before the bound ones: one binding between is seen bound
+        others = self.kube.other_bound_pods()
+        return Snapshot(vcs, nodes, dljobs, pods, pending, others)
+
+    def probe(self, snap: Snapshot) -> None:
+        """Server-side dry runs of one pod of each new template (side by side); a dry run that fails for
+        another reason than the template (the apiserver unreachable) gives no verdict."""
+
+        def one(item: tuple[tuple[str, int], dict[str, Any]]) -> tuple[tuple[str, int], str | None, bool]:
+            key, pod = item
+            try:
+                return key, self.kube.dry_run_pod(pod), True
+            except Exception as exc:
+                log.warning("dry run of pod %s failed: %s", meta(pod).get("name"), exc)
+                return key, None, False
+
+        for key, refusal, decided in self._probes.map(one, self.planner.templates_to_probe(snap)):
+            if decided:
+                self.planner.memory.templates[key] = refusal
+
+    def run_pass(self) -> PassReport:
+        t0 = time.perf_counter()
+        now = self.clock()
+        snap = self.read()
+        self.durations.load()
+        self.probe(snap)
+        plan, rep = self.planner.plan(snap, now)
+        done = self.applier.apply(plan)
+        rep.writes, rep.pods_created = done.writes, done.pods_created
+        written = set(done.admitted)
+        rep.admitted = [k for k in rep.admitted if k in written]
+        for k in rep.admitted:
+            metrics.ADMISSIONS.labels(rep.vc_of.get(k, "")).inc()
+        mem = self.planner.memory
+        mem.headless |= done.services
+        mem.refused.update(done.refused)
+        if done.stale or done.refused:  # decided again at once, on what the apiserver has now
+            rep.wake(now)
+        self.durations.save()
+        rep.seconds = time.perf_counter() - t0
+        metrics.PASS_SECONDS.observe(rep.seconds)
+        return rep
 
 
 def confine(waiting: list[DL], nodes: list[dict[str, Any]], cluster: ClusterState) -> None:
@@ -1426,6 +1434,11 @@ def _confined_text(dl: DL, cluster: ClusterState) -> str:
     allowed = int((cluster.pools[job.pool] & vc).sum())
     what = "its pod template and status.avoidNodes allow" if dl.status.get("avoidNodes") else "its pod template allows"
     return f"; {what} {allowed} of the {int(vc.sum())} nodes of {job.vc}"
+
+
+def _template_key(dl: DL) -> tuple[str, int]:
+    """(uid, generation): a template verdict holds for one spec generation of one DLJob."""
+    return str(meta(dl.obj).get("uid") or dl.job.id), int(meta(dl.obj).get("generation") or 0)
 
 
 def _observed(dl: DL, status: dict[str, Any]) -> dict[str, Any]:
@@ -1509,4 +1522,14 @@ def _finished_at(pod: Mapping[str, Any]) -> float | None:
     return max(ends_f) if ends_f else None
 
 
-__all__ = ["ADMITTED", "PassReport", "Reconciler", "condition", "reason_of"]
+__all__ = [
+    "ADMITTED",
+    "Memory",
+    "PassReport",
+    "Planner",
+    "Reconciler",
+    "Snapshot",
+    "condition",
+    "parse_dljobs",
+    "reason_of",
+]

@@ -59,6 +59,7 @@ from qosmos.extender.core.cluster import FULL, ClusterState
 from qosmos.extender.core.cohorts import CohortMember, PreemptionPolicy, max_cap, nominal_of
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.ordering import POLICIES as ORDERING_POLICIES
 from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy, static_key
 from qosmos.extender.core.placement import get_placer
 from qosmos.extender.core.services import ServiceReplica, place_services
@@ -69,23 +70,7 @@ from qosmos.simulator.services import CPU, GPU, ServiceTimeline
 from qosmos.simulator.traces import Trace
 from sortedcontainers import SortedList
 
-POLICIES = (
-    "fifo",
-    "sjf",
-    "srtf",
-    "qssf",
-    "swaf",
-    "minmin",
-    "wfair",
-    "tetris-perf",
-    "tetris-cer",
-    "capacity",
-    "las",
-    "rr",
-    "mlfq",
-    "soda",
-    "recorded",
-)
+POLICIES = (*ORDERING_POLICIES, "recorded")  # "recorded": the trace's own start times
 PLACEMENTS = ("consolidate", "first-fit", "best-fit", "free-gpu", "cer")
 BACKFILL_ESTIMATES = ("predicted", "requested", "oracle")
 

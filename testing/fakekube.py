@@ -41,7 +41,7 @@ class FakeKube:
         vcs: list[dict[str, Any]] | None = None,
     ) -> None:
         self._nodes = nodes
-        self._vcs = list(DEFAULT_VCS) if vcs is None else vcs
+        self._vcs = copy.deepcopy(list(DEFAULT_VCS)) if vcs is None else vcs
         self._versions = itertools.count(1)
         self.jobs: dict[str, dict[str, Any]] = {}
         self.add(*jobs)
@@ -129,12 +129,17 @@ class FakeKube:
 
     def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
         self.vc_status[name] = status
+        for v in self._vcs:
+            if v["metadata"]["name"] == name:
+                v["status"] = {**(v.get("status") or {}), **copy.deepcopy(status)}
 
     def annotate_vc(self, name: str, annotations: dict[str, str | None]) -> None:
         pass
 
     def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
-        pass
+        md = next(n for n in self._nodes if n["metadata"]["name"] == name)["metadata"]
+        for field, new in (("labels", labels), ("annotations", annotations)):
+            md[field] = {k: v for k, v in {**(md.get(field) or {}), **new}.items() if v is not None}
 
     def create_pod(self, pod: dict[str, Any]) -> bool:
         assert pod["metadata"]["name"] not in self.pods, f"pod {pod['metadata']['name']} created twice"

@@ -130,6 +130,19 @@ class FIFO(_KeyPolicy):
         return job.submit_time
 
 
+class Priority(_KeyPolicy):
+    """Kueue's queueing order (a ClusterQueue's StrictFIFO and BestEffortFIFO): the higher
+    ``Job.priority`` first, then arrival; what blocks behind a head is the backfill mode's."""
+
+    name = "priority"
+
+    def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
+        return [Decision(j) for j in sorted(queue, key=lambda j: (-j.priority, j.submit_time))]
+
+    def key(self, job: Job, ctx: OrderContext) -> float:  # a kept-sorted queue: arrival order within a priority
+        return -float(job.priority)
+
+
 class SJF(_KeyPolicy):
     """Shortest job first with oracle durations (Helios §4.2.3 upper bound)."""
 
@@ -470,6 +483,7 @@ class MultiArray(_Base):
 
 POLICIES: dict[str, Callable[[], OrderingPolicy]] = {
     "fifo": FIFO,
+    "priority": Priority,
     "sjf": SJF,
     "srtf": SRTF,
     "qssf": QSSF,

@@ -44,6 +44,9 @@ def test_bench_operator_against_kueue_admits_and_completes_every_job_on_both_sid
         assert side["admissions"] == jobs
         assert side["admissions_per_s"] > 0
         assert 0 < side["apply_to_running_p50_s"] <= side["apply_to_running_p99_s"]
+        # measured on every job, from its pods' start times (a Job's ready count can be missed by a watch)
+        assert side["apply_to_gang_start_s"]["jobs"] == jobs
+        assert side["apply_to_gang_start_s"]["p99"] == side["apply_to_running_p99_s"]
         assert side["cpu_s"] > 0
         assert 20 < side["peak_rss_mb"] < 4000  # from /proc of the controller's own process
     assert "kueue" in k["cpu_s_by_component"]

@@ -28,7 +28,7 @@ from qosmos.extender.core.cohorts import (
     victim_order,
 )
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.ordering import OrderContext, get_policy
+from qosmos.extender.core.ordering import OrderContext, get_policy, static_key
 from qosmos.extender.core.quota import QuotaState, effective_quota
 from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant
 
@@ -276,6 +276,18 @@ def test_priority_breaks_ties_of_the_policy_only() -> None:
     sjf = get_policy("sjf")
     jobs = [Job("s0", 0, 1, duration=10), Job("s5", 1, 1, duration=10, priority=5), Job("short", 2, 1, duration=1)]
     assert [d.job.id for d in sjf.order(jobs, ctx)] == ["short", "s5", "s0"]
+
+
+def test_the_priority_policy_is_kueues_order_priority_then_arrival() -> None:
+    ctx = OrderContext()
+    policy = get_policy("priority")
+    jobs = [Job("p0", 5, 1), Job("p9", 5, 1, priority=9), Job("early", 1, 1), Job("late", 7, 1, priority=99)]
+    assert [d.job.id for d in policy.order(jobs, ctx)] == ["late", "p9", "early", "p0"]
+    assert policy.static and sorted(jobs, key=lambda j: static_key(policy, j, ctx))[:2] == [jobs[3], jobs[1]]
+    # in the admission cycle: the high-priority later job starts first on the one free GPU
+    c = ClusterState([Node("n0", 1)])
+    res = admit(PartitionRuntime(Partition("default", policy="priority")), jobs[:3], [], c, 10)
+    assert [s.job.id for s in res.starts] == ["p9"]
 
 
 def test_lower_priority_preemption_within_the_partition() -> None:

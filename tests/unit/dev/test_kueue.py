@@ -19,9 +19,11 @@ from qosmos.dev.kueue import (
     scaled,
     scenario_stats,
     translate,
+    vc_manifest,
     write_generator,
 )
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.operator.crds import VirtualClusterSpec
 from typer.testing import CliRunner
 
 from qosmos.cli import app
@@ -112,6 +114,25 @@ def test_translate_makes_one_virtualcluster_per_queue_with_its_quota_as_nodes(tm
     assert any("borrowing" in n for n in sc.notes)
 
 
+def test_a_clusterqueue_is_a_virtualcluster_of_its_cohort_with_its_quota_and_preemption(tmp_path: Path) -> None:
+    text = SMALL.replace("request: 4\n", "request: 12\n")  # lil (nominal 4) borrows 8 of its cohort's 12
+    sc = translate(load_generator(_gen(tmp_path, text)))
+    big, lil = sc.queues[0], sc.queues[1]
+    vc = vc_manifest(big, "priority", "consolidate", "easy")
+    assert vc["metadata"]["name"] == "big-0-0-co-0"
+    assert vc["spec"]["cohort"] == "co-0"
+    assert vc["spec"]["quota"] == {"gpus": 8, "borrowingLimit": 4}
+    assert vc["spec"]["preemption"] == {"withinVirtualCluster": "LowerPriority", "reclaimWithinCohort": "Any"}
+    assert (vc["spec"]["policy"], vc["spec"]["backfill"]) == ("priority", "easy")
+    unset = vc_manifest(lil, "fifo", "consolidate", "none")["spec"]
+    assert unset["quota"] == {"gpus": 4}  # no limit: what the cohort has
+    assert unset["preemption"] == {"withinVirtualCluster": "Never", "reclaimWithinCohort": "Never"}  # Kueue's defaults
+    assert unset["nodeSelector"] != vc["spec"]["nodeSelector"]  # each its own nodes, shared in the cohort
+    VirtualClusterSpec.model_validate(vc["spec"])  # what the CRD's model accepts
+    VirtualClusterSpec.model_validate(unset)
+    assert {j.gpus for j in sc.jobs if j.vc == lil.name} == {12, 2}
+
+
 def test_scale_keeps_at_least_one_workload_per_set_and_round_trips(tmp_path: Path) -> None:
     gen = load_generator(_gen(tmp_path))
     half = scaled(gen, 0.5)
@@ -138,7 +159,10 @@ def test_baseline_shape_nodes_of_twenty(tmp_path: Path) -> None:
     [
         ("request: 1\n", 'request: "500m"\n', r"cohorts\.0\.queuesSets\.0\.workloadsSets\.0\.workloads\.0\.request"),
         ("runtimeMs: 200\n", "runtimeMs: 200\n          podCount: 4\n", "podCount"),
-        ("request: 4\n", "request: 5\n", "more than queue lil-1-0-co-0's nominal quota 4"),
+        # lil: no borrowing limit, so up to the cohort's 12; big: 8 + 4 = 12 of the cohort's 12
+        ("request: 4\n", "request: 13\n", r"more than queue lil-1-0-co-0 may hold .*: 12\)"),
+        ('request: "8"\n', 'request: "13"\n', r"more than queue big-0-0-co-0 may hold .*: 12\)"),
+        ("reclaimWithinCohort: Any", "reclaimWithinCohort: LowerPriority", "reclaimWithinCohort"),
         ("className: small\n          runtimeMs: 200", "className: Small\n          runtimeMs: 200", "className"),
         ("cohorts:", "topology: {}\ncohorts:", "topology"),
     ],

@@ -1,6 +1,6 @@
 """Preemptive policies in the operator (operator/service.py with the translation and the core's
-admit()): turn ends, the partition's latest event, and the decisions, compared with the simulator's
-on the same jobs."""
+admit()): turn ends, the partition's latest event, and the decisions of the operator's own passes
+(plan and applier), compared with the simulator's on the same jobs."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ import pytest
 from qosmos.extender.core.admission import Partition, PartitionRuntime, RunningJob, admit
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.ordering import MLFQ_QUANTA, RR_QUANTUM, get_policy
-from qosmos.extender.core.types import Allocation, Job, Node
-from qosmos.operator.service import TurnClock, as_of_last_event, last_event
-from qosmos.operator.translate import job_from_dljob, parse_time, rfc3339, segment_start, service_status
+from qosmos.extender.core.types import Job, Node
+from qosmos.operator.durations import Durations
+from qosmos.operator.reconcile import Reconciler
+from qosmos.operator.service import TurnClock, last_event
+from qosmos.operator.translate import parse_time, rfc3339
 from qosmos.simulator.engine import SimConfig, simulate
 from qosmos.simulator.traces import Trace
+from qosmos.testing.fakekube import FakeKube, gpu_node
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: DLJob times are whole seconds
 
@@ -65,88 +68,85 @@ def test_the_latest_event_is_an_arrival_a_finish_or_a_turn_end_never_after_now()
 
 def dljob(name: str, submit: float) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": "ns", "creationTimestamp": rfc3339(T0 + submit)},
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "creationTimestamp": rfc3339(T0 + submit)},
         "spec": {"virtualCluster": "default", "gpus": 1},
         "status": {},
     }
 
 
+class Oracle(Durations):
+    """SRTF's oracle: every job's run time is known (the simulator's ``duration``)."""
+
+    def __init__(self, duration: dict[str, float]) -> None:
+        super().__init__(None)
+        self.duration = duration
+
+    def predict(self, job: Job, now: float) -> float | None:
+        return self.duration[job.id]
+
+    def predict_run(self, job: Job, now: float, elapsed: float) -> float | None:
+        return None  # no ETAs: not what is compared
+
+
 class Passes:
-    """The operator's bookkeeping around admit() for one partition of one 2-GPU node, its pods Running
-    at admission and done after their duration of run time (they resume where they stopped, as the
-    simulator's do). What the Reconciler writes on a DLJob, written here on plain objects."""
+    """The operator itself (``Reconciler``: its plan and its applier) on one 2-GPU node of an in-memory
+    apiserver (``FakeKube``). The kubelet here starts a gang's pods as soon as they exist, runs each for
+    the rest of its job's run time (they resume where they stopped, as the simulator's do) and ends a
+    deleted pod at once (preemption overhead 0). Run segments are read from the status writes."""
 
     def __init__(self, policy: str, jobs: list[tuple[str, float, float]], predict: bool = True) -> None:
-        self.predict = predict
-        self.rt = PartitionRuntime(Partition("default", policy=policy))
-        self.turns = TurnClock()
-        self.duration = {f"ns/{n}": d for n, _, d in jobs}
+        vc = {"metadata": {"name": "default"}, "spec": {"policy": policy, "placement": "consolidate"}}
+        self.kube = FakeKube([gpu_node("n0", 2)], vcs=[vc])
+        self.now = T0
+        duration = {f"ns/{n}": float(d) for n, _, d in jobs}
+        self.rec = Reconciler(
+            self.kube, durations=Oracle(duration) if predict else Durations(None), clock=lambda: self.now
+        )  # type: ignore[arg-type]
+        self.duration = duration
         self.arrivals = sorted((T0 + s, n) for n, s, _ in jobs)
-        self.objs: dict[str, dict[str, Any]] = {}
-        self.alloc: dict[str, Allocation] = {}
+        self.ends: dict[str, float] = {}  # pod -> when it finishes its run
+        self.open: dict[str, float] = {}  # job -> start of its current segment
         self.segments: list[tuple[str, float, float]] = []
         self.wake: float | None = None
 
-    def job(self, obj: dict[str, Any]) -> Job:
-        job = job_from_dljob(obj)
-        if self.predict:
-            job.predicted_duration = self.duration[job.id]  # a perfect predictor: SRTF's oracle
-        return job
-
-    def end_of(self, obj: dict[str, Any]) -> float:
-        start = segment_start(obj["status"])
-        assert start is not None
-        return start + self.duration[self.job(obj).id] - self.job(obj).executed
-
-    def running(self) -> list[str]:
-        return [k for k, o in self.objs.items() if o["status"].get("phase") == "Running"]
-
     def next_event(self) -> float | None:
-        times = [t for t, n in self.arrivals if f"ns/{n}" not in self.objs]
-        times += [self.end_of(self.objs[k]) for k in self.running()]
+        times = [t for t, n in self.arrivals if n not in self.kube.jobs]
+        times += list(self.ends.values())
         times += [self.wake] if self.wake is not None else []
         return min(times, default=None)
 
     def step(self, now: float) -> tuple[list[str], list[str]]:
-        """One pass at ``now``: arrivals and finishes up to it, then admit(); (preempted, started)."""
+        """One pass at ``now``, then the kubelet; (preempted, admitted)."""
+        self.now = now
         for t, n in self.arrivals:
-            if t <= now and f"ns/{n}" not in self.objs:
-                self.objs[f"ns/{n}"] = dljob(n, t - T0)
-        for k in self.running():
-            end = self.end_of(self.objs[k])
+            if t <= now and n not in self.kube.jobs:
+                self.kube.add(dljob(n, t - T0))
+        for pod, end in list(self.ends.items()):
             if end <= now:
-                self.segments.append((k, parse_time(self.objs[k]["status"]["startTime"]) or 0.0, end))
-                self.objs[k]["status"].update(phase="Succeeded", completionTime=rfc3339(end))
-        group = [(o["status"], self.job(o)) for o in self.objs.values()]
-        cluster = ClusterState([Node("n0", 2)])
-        held = []
-        for st, job in group:
-            if st.get("phase") == "Running":
-                cluster.allocate(self.alloc[job.id])
-                start = segment_start(st) or 0.0
-                end = start + job.predicted_duration if job.predicted_duration is not None else math.inf
-                held.append(RunningJob(job, start, end, self.alloc[job.id]))  # as reconcile.running_job
-        view = as_of_last_event(self.rt.policy, self.turns, group, held, now)
-        self.wake = view.wake_at
-        waiting = sorted(
-            (view.jobs[j.id] for st, j in group if st.get("phase") is None or st.get("phase") == "Queued"),
-            key=lambda j: (j.queued_since, j.submit_time, j.id),
-        )
-        if not waiting:
-            return [], []
-        res = admit(self.rt, waiting, [RunningJob(view.jobs[r.job.id], *_rest(r)) for r in held], cluster, now)
-        for p in res.preemptions:  # Reconciler._requeue
-            st = self.objs[p.job.id]["status"]
-            start = segment_start(st)
-            assert start is not None
-            self.segments.append((p.job.id, start, now))
-            st.update(service_status(self.job(self.objs[p.job.id]), start, now))
-            st.update(phase="Queued", startTime=None, queuedSince=rfc3339(view.at))
-        for s in res.starts:  # Reconciler._start_gang, and the pods Running at once
-            assert s.allocation is not None
-            self.alloc[s.job.id] = s.allocation
-            self.objs[s.job.id]["status"].update(phase="Running", startTime=rfc3339(now))
-        return [p.job.id for p in res.preemptions], [s.job.id for s in res.starts]
+                st = self.kube.pods[pod]["status"]
+                st["phase"] = "Succeeded"
+                st["containerStatuses"] = [{"name": "main", "state": {"terminated": {"finishedAt": rfc3339(end)}}}]
+                del self.ends[pod]
+        seen = len(self.kube.status_patches)
+        rep = self.rec.run_pass()
+        self.wake = rep.wake_at
+        for name, patch in self.kube.status_patches[seen:]:
+            key = f"ns/{name}"
+            if patch.get("phase") == "Running":
+                self.open[key] = parse_time(patch["startTime"]) or now
+            elif patch.get("phase") in ("Queued", "Succeeded") and key in self.open:
+                end = parse_time(patch.get("completionTime")) or now
+                self.segments.append((key, self.open.pop(key), end))
+        self.kube.terminate()  # preempted pods leave at once
+        for pod in [p for p in self.kube.pods.values() if not p["spec"].get("nodeName")]:
+            name = pod["metadata"]["name"]
+            job = self.kube.jobs[pod["metadata"]["labels"]["qosmos.io/job"]]
+            self.kube.bind(name, "n0")
+            executed = float(job["status"].get("executedSeconds") or 0.0)
+            self.ends[name] = now + self.duration[f"ns/{job['metadata']['name']}"] - executed
+        for pod in [n for n in self.ends if n not in self.kube.pods]:
+            del self.ends[pod]  # deleted (preempted): its run stopped
+        return rep.preempted, rep.admitted
 
     def run(self) -> None:
         t = self.next_event()
@@ -154,14 +154,11 @@ class Passes:
             self.step(t)
             # the passes a live operator runs after its writes (pods Running, the timer): same decision
             assert self.step(t) == ([], [])
+            assert self.step(t) == ([], [])
             nxt = self.next_event()
             if nxt is not None and nxt > t + 2:
                 assert self.step((t + nxt) / 2) == ([], []), f"a pass between events at {(t + nxt) / 2 - T0}"
             t = nxt
-
-
-def _rest(r: RunningJob) -> tuple[float, float, Allocation | None]:
-    return r.start, r.expected_end, r.allocation
 
 
 JOBS = [("a", 0, 9000), ("b", 100, 8000), ("c", 200, 7000), ("d", 300, 2000), ("e", 5000, 3000), ("f", 9000, 500)]
@@ -180,7 +177,7 @@ def test_the_operators_passes_make_the_simulators_decisions(policy: str) -> None
     got = sorted((k, round(s - T0), round(e - T0)) for k, s, e in passes.segments)
     assert got == want
     assert len(want) > len(JOBS)  # something was preempted: the comparison is about preemptions
-    assert all(o["status"]["phase"] == "Succeeded" for o in passes.objs.values())
+    assert all(o["status"]["phase"] == "Succeeded" for o in passes.kube.jobs.values())
 
 
 @pytest.mark.parametrize("policy", ["las", "rr", "mlfq", "srtf", "srtf-unpredicted"])

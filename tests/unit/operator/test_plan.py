@@ -1,0 +1,189 @@
+"""The pass split in two (issue 21 §2): ``Planner.plan(snapshot, now)`` decides on hand-built snapshots
+and returns typed writes, touching nothing; the ``Applier`` executes them in the safe order, stops a
+sequence at a refused precondition, and remembers what the apiserver refused for the next plan."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+from qosmos.operator.durations import Durations
+from qosmos.operator.reconcile import Planner, Reconciler, Snapshot, parse_dljobs
+from qosmos.operator.translate import GATE, parse_time, rfc3339
+from qosmos.operator.writes import (
+    Applier,
+    CreatePod,
+    DeletePod,
+    EnsureService,
+    Event,
+    LabelNode,
+    PatchStatus,
+    PatchVCStatus,
+    Plan,
+    Sequence,
+    Ungate,
+)
+from qosmos.testing.fakekube import DEFAULT_VCS, FakeKube, gpu_node
+
+T0 = parse_time("2026-01-02T03:04:05Z") or 0.0
+
+
+def dljob(name: str, gpus: int = 8, created: float = 0.0, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "team",
+            "uid": f"uid-{name}",
+            "generation": 1,
+            "resourceVersion": "7",
+            "creationTimestamp": rfc3339(T0 + created),
+        },
+        "spec": {"virtualCluster": "vc-a", "gpus": gpus, "gpusPerNode": 8},
+        "status": status,
+    }
+
+
+def snapshot(*jobs: dict[str, Any], nodes: int = 2, pods: list[dict[str, Any]] | None = None) -> Snapshot:
+    return Snapshot(
+        vcs=copy.deepcopy(list(DEFAULT_VCS)),
+        nodes=[gpu_node(f"n{i}") for i in range(nodes)],
+        jobs=parse_dljobs([copy.deepcopy(j) for j in jobs]),
+        pods=pods or [],
+    )
+
+
+def kinds(seq: Sequence) -> list[str]:
+    return [type(w).__name__ for w in seq.writes]
+
+
+def test_a_plan_reads_nothing_changes_no_input_and_is_the_same_twice() -> None:
+    snap = snapshot(dljob("a", 16), dljob("b", 8, created=1.0))
+    before = copy.deepcopy(snap)
+    first, rep = Planner(durations=Durations(None)).plan(snap, T0 + 10)
+    again, _ = Planner(durations=Durations(None)).plan(snap, T0 + 10)
+    assert snap == before  # the plan mirrors its status writes on its own copies
+    assert first == again
+    assert rep.admitted == ["team/a"]  # b waits behind a (FIFO): 16 of the 16 GPUs
+
+
+def test_an_admission_is_one_sequence_status_first_then_pods_and_service_then_gates() -> None:
+    plan, _ = Planner(durations=Durations(None)).plan(snapshot(dljob("a", 16)), T0 + 10)
+    labels, *rest = plan.stages
+    assert all(isinstance(w, LabelNode) for s in labels for w in s.writes)  # the extender reads them first
+    (admission,) = [s for stage in rest for s in stage if s.admits == "team/a"]
+    assert kinds(admission) == ["PatchStatus", "Event", "CreatePod", "CreatePod", "EnsureService", "Ungate", "Ungate"]
+    status = admission.writes[0]
+    assert isinstance(status, PatchStatus) and status.precondition and status.resource_version == "7"
+    assert status.status["phase"] == "Admitted" and status.status["placement"]["nodeNames"] == ["n0", "n1"]
+    pods = [w for w in admission.writes if isinstance(w, CreatePod)]
+    assert all(any(g["name"] == GATE for g in p.pod["spec"]["schedulingGates"]) for p in pods)
+    assert {p.attempt for p in pods} == {("uid-a", 0)}
+    # the VirtualCluster's status comes last, after every DLJob's
+    assert isinstance(plan.stages[-1][-1].writes[-1], PatchVCStatus)
+
+
+def test_a_plan_on_the_state_it_made_writes_nothing_more() -> None:
+    kube = FakeKube([gpu_node("n0"), gpu_node("n1")], [dljob("a", 16)])
+    now = T0 + 10
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: now)  # type: ignore[arg-type]
+    rec.run_pass()
+    for name in list(kube.pods):
+        kube.bind(name, "n0" if name.endswith("-0") else "n1")
+    rec.run_pass()  # Running
+    assert kube.jobs["a"]["status"]["phase"] == "Running"
+    plan, rep = rec.planner.plan(rec.read(), now)
+    assert plan.writes() == [] and rep.admitted == []
+
+
+def test_a_queued_job_whose_node_is_still_held_waits_with_the_cores_reason_in_one_write() -> None:
+    held = dljob("a", 8, phase="Running", admittedAt=rfc3339(T0), startTime=rfc3339(T0),
+                 placement={"nodes": 1, "gpusPerNode": 8, "nodeNames": ["n0"], "shape": "1x8"})  # fmt: skip
+    plan, rep = Planner(durations=Durations(None)).plan(snapshot(held, dljob("b", 8, created=1), nodes=1), T0 + 10)
+    (seq,) = [s for stage in plan.stages for s in stage if any(getattr(w, "name", "") == "b" for w in s.writes)]
+    (patch,) = seq.writes
+    assert isinstance(patch, PatchStatus) and not patch.precondition
+    assert patch.status["phase"] == "Queued" and patch.status["conditions"][0]["reason"] == "Head"
+    # a's pods were never created (the snapshot has none) and it is Running: its gang failed
+    assert rep.restarted == ["team/a"]
+
+
+def test_a_requeue_stops_the_pods_of_the_placement_in_the_same_sequence_as_its_status() -> None:
+    placed = dljob("a", 8, phase="Admitted", admittedAt=rfc3339(T0),
+                   placement={"nodes": 1, "gpusPerNode": 8, "nodeNames": ["gone"], "shape": "1x8"})  # fmt: skip
+    plan, rep = Planner(durations=Durations(None)).plan(snapshot(placed, nodes=1), T0 + 10)
+    assert rep.preempted == ["team/a"]
+    seq = next(s for stage in plan.stages for s in stage if isinstance(s.writes[0], PatchStatus))
+    assert kinds(seq)[:3] == ["PatchStatus", "DeletePod", "Event"]
+    assert seq.writes[0].status["conditions"][0]["reason"] == "NodeLost"  # type: ignore[union-attr]
+    assert seq.writes[1] == DeletePod("team", "a-0-0")
+
+
+# ---- the applier --------------------------------------------------------------------------------
+
+
+def test_a_refused_precondition_stops_its_sequence_only() -> None:
+    kube = FakeKube([gpu_node("n0")], [dljob("a"), dljob("b")])
+    pod = {"metadata": {"name": "a-0-0", "namespace": "team"}, "spec": {}}
+    stale = Sequence(
+        (PatchStatus("team", "a", {"phase": "Admitted"}, "stale-version", True), CreatePod(pod, "team/a", ("u", 0))),
+        admits="team/a",
+    )
+    rv = kube.jobs["b"]["metadata"]["resourceVersion"]
+    other = Sequence(
+        (PatchStatus("team", "b", {"phase": "Admitted"}, rv, True), Event(kube.jobs["b"], "Admitted", "")),
+        admits="team/b",
+    )
+    done = Applier(kube).apply(Plan([[stale, other]]))  # type: ignore[arg-type]
+    assert done.stale == ["team/a"] and done.admitted == ["team/b"]
+    assert kube.pods == {} and "phase" not in (kube.jobs["a"].get("status") or {})
+    assert kube.jobs["b"]["status"]["phase"] == "Admitted" and [r for _, r, _ in kube.events] == ["Admitted"]
+
+
+def test_a_later_precondition_uses_the_version_the_applys_own_write_returned() -> None:
+    kube = FakeKube([gpu_node("n0")], [dljob("a")])
+    rv = kube.jobs["a"]["metadata"]["resourceVersion"]
+    first = Sequence((PatchStatus("team", "a", {"phase": "Queued"}),))
+    second = Sequence((PatchStatus("team", "a", {"phase": "Admitted"}, rv, True),), admits="team/a")
+    done = Applier(kube).apply(Plan([[first], [second]]))
+    assert done.admitted == ["team/a"] and kube.jobs["a"]["status"]["phase"] == "Admitted"
+
+
+class Refusing(FakeKube):
+    """An apiserver that refuses the gang's pods (422), as admission plugins or a webhook may."""
+
+    def create_pod(self, pod: dict[str, Any]) -> bool:
+        body = json.dumps({"message": 'Pod "x" is invalid: spec.containers[0].image: Required value'})
+        raise _api(422, body)
+
+
+def _api(status: int, body: str) -> ApiException:
+    exc = ApiException(status=status, reason="Unprocessable Entity")
+    exc.body = body
+    return exc
+
+
+def test_a_refused_pod_fails_its_dljob_with_the_apiservers_words_at_the_next_pass() -> None:
+    kube = Refusing([gpu_node("n0")], [dljob("a")])
+    now = T0 + 10
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: now)  # type: ignore[arg-type]
+    rep = rec.run_pass()
+    assert rep.admitted == ["team/a"] and rep.wake_at == pytest.approx(now)  # decided again at once
+    assert rec.planner.memory.refused == {("uid-a", 0): 'Pod "x" is invalid: spec.containers[0].image: Required value'}
+    rec.run_pass()
+    st = kube.jobs["a"]["status"]
+    assert st["phase"] == "Failed" and st["conditions"][0]["reason"] == "InvalidPod"
+    assert "image: Required value" in st["conditions"][0]["message"]
+    assert ("a", "InvalidPod") in [(n, r) for n, r, _ in kube.events]
+    assert rec.planner.memory.refused == {}
+
+
+def test_a_service_known_to_exist_is_not_asked_for_again() -> None:
+    kube = FakeKube([gpu_node("n0"), gpu_node("n1")], [dljob("a", 16)])
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: T0 + 10)  # type: ignore[arg-type]
+    rec.run_pass()
+    assert rec.planner.memory.headless == {"uid-a"}
+    plan, _ = rec.planner.plan(rec.read(), T0 + 11)  # the pods exist, not bound yet: nothing to create
+    assert not any(isinstance(w, (EnsureService, CreatePod, Ungate)) for w in plan.writes())
