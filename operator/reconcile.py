@@ -146,7 +146,10 @@ MAX_FORECAST_JOBS = 500  # queues longer than this get no ETA (the forecast is a
 FORECAST_WORK = 20_000  # job decisions one forecast may make (queue length summed over its passes)
 ETA_STEP_S = 30
 REFRESH_S = 30  # drifting numbers of a queued DLJob's status are rewritten at most this often
-NEAR_HEAD = 10  # positions below this are always exact  # an overdue head's projected start moves with the clock: rewrite it only this often
+# ... and at most this many such refreshes a pass (the stalest first): with 2,000 jobs queued, passes
+# longer than REFRESH_S (their writes included) would otherwise make every job's refresh due every pass
+DRIFT_WRITES = 100
+NEAR_HEAD = 10  # positions below this are always exact
 
 
 def reason_of(code: str) -> str:
@@ -275,6 +278,7 @@ class Planner:
         self._w = Recorder()
         self._deleted: set[str] = set()  # pods deleted in the current plan (each once)
         self._leaving: set[str] = set()  # nodes with a pod terminating (as of the pass, and its deletions)
+        self._drift: list[tuple[float, DL, dict[str, Any]]] = []  # (last write, job, drift-only patch)
 
     def templates_to_probe(self, snap: Snapshot) -> list[tuple[tuple[str, int], dict[str, Any]]]:
         """Waiting DLJobs whose template has no verdict yet: (key, one pod of its gang) to dry-run."""
@@ -294,6 +298,7 @@ class Planner:
         rep = PassReport()
         self._w = Recorder()
         self._deleted = set()
+        self._drift = []
         jobs = [_own(dl) for dl in snap.jobs]
         nodes, pods, others = snap.nodes, snap.pods, snap.others
         # nodes where a pod is still terminating (and, as the pass deletes more, those too): a new gang's
@@ -424,6 +429,7 @@ class Planner:
             except Exception:
                 metrics.ERRORS.labels("admit").inc()
                 log.exception("admission pass of VirtualCluster %s failed", name)
+        self._refresh_drift(now)
         self._w.stage()
         self._vc_statuses(vcs, vc_specs, by_vc, running, cluster, now)
         queued = {d.job.id for d in jobs if d.phase in (None, DLJobPhase.QUEUED.value)}
@@ -1184,9 +1190,10 @@ class Planner:
         if w is not None:
             old_pos = st.get("queuePosition")
             if old_pos != w.position:
-                near = (
-                    old_pos is None or min(old_pos, w.position) < NEAR_HEAD or abs(old_pos - w.position) * 10 >= old_pos
-                )
+                # exact near the head; farther back a drifting number: under churn (hundreds of starts a
+                # minute) every far position moves by a large fraction each pass, and writing them all
+                # made the passes of a 2,000-job queue take 20-30 s of status patches
+                near = old_pos is None or min(old_pos, w.position) < NEAR_HEAD
                 (now_patch if near else later)["queuePosition"] = w.position
             a = w.waiting_allowance
             allowance = int(a) if a is not None and math.isfinite(a) else None
@@ -1212,12 +1219,22 @@ class Planner:
         elif want_eta is not None and old_eta is not None and abs(want_eta - old_eta) >= ETA_STEP_S:
             later["eta"] = rfc3339(want_eta)
         last = self.memory.refreshed.get(dl.job.id, -math.inf)
-        if later and (now_patch or now - last >= REFRESH_S):
+        if later and now_patch:
             now_patch.update(later)
+        elif later and now - last >= REFRESH_S:
+            self._drift.append((last, dl, later))  # competes for the pass's DRIFT_WRITES
         if not now_patch:
             return
         self.memory.refreshed[dl.job.id] = now
         self._patch(dl, now_patch)
+
+    def _refresh_drift(self, now: float) -> None:
+        """The pass's drift-only refreshes, the stalest first, at most DRIFT_WRITES (the rest wait)."""
+        self._drift.sort(key=lambda d: (d[0], d[1].job.id))
+        for _, dl, patch in self._drift[:DRIFT_WRITES]:
+            self.memory.refreshed[dl.job.id] = now
+            self._patch(dl, patch)
+        self._drift = []
 
     def _vc_statuses(
         self,

@@ -1,12 +1,14 @@
 """``qosmos bench operator --against kueue`` at a small scale: the same jobs admitted by the qosmos
 operator (DLJobs) and by the full Kueue manager (suspended batch/v1 Jobs), each on a real ``qosmos dev``
-cluster, every job to completion; the two sides report the same keys. Needs hack/kueue/build.sh."""
+cluster, every job to completion; the two sides report the same keys (needs hack/kueue/build.sh); and
+``qosmos bench scenario`` on a small Kueue generator file whose cohorts must really share."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from qosmos.dev.kueue import COMMON_KEYS, METRICS_CERT_DIR, kueue_build
@@ -53,3 +55,51 @@ def test_bench_operator_against_kueue_admits_and_completes_every_job_on_both_sid
     assert k["controller"].startswith("kueue v0.17.0")
     # the metrics certificate Kueue reads from its fixed path under /etc is gone again (host as before)
     assert [p for p in (METRICS_CERT_DIR, *METRICS_CERT_DIR.parents) if p.exists()] == etc_before
+
+
+BORROWING = """
+cohorts:
+  - className: co
+    count: 1
+    queuesSets:
+    - className: cq
+      count: 2
+      nominalQuota: 4
+      borrowingLimit: 4
+      reclaimWithinCohort: Any
+      withinClusterQueue: LowerPriority
+      workloadsSets:
+      - count: 2
+        creationIntervalMs: 500
+        workloads:
+        - className: small
+          runtimeMs: 2000
+          priority: 50
+          request: 1
+      - count: 1
+        creationIntervalMs: 3000
+        workloads:
+        - className: large
+          runtimeMs: 2000
+          priority: 200
+          request: 8
+"""
+
+
+def test_bench_scenario_runs_a_generator_whose_large_workloads_only_fit_by_borrowing(tmp_path: Path) -> None:
+    """Two ClusterQueues of 4 units in one cohort, each with a workload of 8: on qosmos each is a
+    VirtualCluster of one 4-GPU node, so the 8-GPU DLJobs run only on the cohort's two nodes together."""
+    need_dev_binaries()
+    gen = tmp_path / "generator.yaml"
+    gen.write_text(BORROWING)
+    res = subprocess.run(
+        [sys.executable, "-P", "-m", "qosmos", "bench", "scenario", "--kueue-generator", str(gen),
+         "--timeout", "300", "--json"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(res.stdout)
+    q = r["qosmos"]
+    assert (r["queues"], r["cohorts"], r["gpus"], r["policy"], r["backfill"]) == (2, 1, 8, "priority", "easy")
+    assert q["workloads"] == q["succeeded"] == 2 * (2 + 1) and q["failed"] == 0
+    assert q["classes"]["large"]["count"] == 2 and q["classes"]["small"]["count"] == 4

@@ -187,3 +187,62 @@ def test_a_service_known_to_exist_is_not_asked_for_again() -> None:
     assert rec.planner.memory.headless == {"uid-a"}
     plan, _ = rec.planner.plan(rec.read(), T0 + 11)  # the pods exist, not bound yet: nothing to create
     assert not any(isinstance(w, (EnsureService, CreatePod, Ungate)) for w in plan.writes())
+
+
+def test_far_positions_drift_are_refreshed_at_most_every_refresh_s_near_ones_at_once() -> None:
+    """40 one-GPU jobs on one 8-GPU node; the 8 running finish and the next 8 start: every position
+    moves by 8. Near the head (< NEAR_HEAD) that is written at once; farther back only once REFRESH_S
+    has passed since the job's last write (a 2,000-job queue under churn rewrote every job every pass)."""
+    from qosmos.operator.reconcile import NEAR_HEAD, REFRESH_S
+
+    queued = [dljob(f"q{i:02d}", 1, created=float(i)) for i in range(40)]
+    planner = Planner(durations=Durations(None))
+    plan, rep = planner.plan(snapshot(*queued, nodes=1), T0 + 100)
+    assert rep.admitted == [f"team/q{i:02d}" for i in range(8)]
+    written = {w.name: w.status for w in plan.writes() if isinstance(w, PatchStatus)}
+    assert written["q39"]["queuePosition"] == 39
+    for j in queued:  # the state it made; then the 8 running ones finish
+        j["status"] = {**j["status"], **written[j["metadata"]["name"]]}
+    for j in queued[:8]:
+        j["status"]["phase"] = "Succeeded"
+
+    def moved(now: float) -> set[str]:
+        plan, rep = planner.plan(snapshot(*queued, nodes=1), now)
+        assert rep.admitted == [f"team/q{i:02d}" for i in range(8, 16)]
+        return {w.name for w in plan.writes() if isinstance(w, PatchStatus) and "queuePosition" in w.status}
+
+    near = {f"q{i:02d}" for i in range(16, 40) if i - 8 < NEAR_HEAD}  # q_i: from position i to i - 8
+    far = {f"q{i:02d}" for i in range(16, 40)} - near
+    assert near and far
+    soon = moved(T0 + 101)
+    assert near <= soon and not soon & far
+    assert far <= moved(T0 + 101 + REFRESH_S)
+
+
+def test_drift_refreshes_are_bounded_per_pass_stalest_first() -> None:
+    """150 queued one-GPU jobs whose far positions all drift and are all due: one pass writes at most
+    DRIFT_WRITES of them, the ones written longest ago first; the next pass the rest."""
+    from qosmos.operator.reconcile import DRIFT_WRITES, REFRESH_S
+
+    queued = [dljob(f"q{i:03d}", 1, created=float(i)) for i in range(150)]
+    planner = Planner(durations=Durations(None))
+    plan, _ = planner.plan(snapshot(*queued, nodes=1), T0 + 100)
+    written = {w.name: w.status for w in plan.writes() if isinstance(w, PatchStatus)}
+    for j in queued:
+        j["status"] = {**j["status"], **written[j["metadata"]["name"]]}
+    for j in queued[:8]:
+        j["status"]["phase"] = "Succeeded"
+    for i, j in enumerate(queued):  # written at different times: q149 longest ago
+        planner.memory.refreshed[f"team/{j['metadata']['name']}"] = T0 + 100 - i
+
+    def drift(now: float) -> list[str]:
+        plan, _ = planner.plan(snapshot(*queued, nodes=1), now)
+        return [w.name for w in plan.writes() if isinstance(w, PatchStatus) and w.status.get("queuePosition")]
+
+    # q008-q015 start; q_i moves from position i to i - 8: q016 and q017 end near the head (written at
+    # once), q018-q149 drift, of which the DRIFT_WRITES written longest ago go now, the rest next pass
+    near = {"q016", "q017"}
+    first = set(drift(T0 + 100 + REFRESH_S + 1))
+    assert first == near | {f"q{i:03d}" for i in range(150 - DRIFT_WRITES, 150)}
+    rest = set(drift(T0 + 100 + REFRESH_S + 2))
+    assert rest == near | {f"q{i:03d}" for i in range(18, 150 - DRIFT_WRITES)}
