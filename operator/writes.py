@@ -32,12 +32,18 @@ log = logging.getLogger("qosmos.operator")
 
 # ---- the records ------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class PatchStatus:
-    """A DLJob status merge patch; ``precondition``: only into the version the plan read (its
-    ``resource_version``, or what this apply's earlier write to it returned)."""
+class _Named:
+    """A namespaced object a write is about."""
 
     namespace: str
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PatchStatus(_Named):
+    """A DLJob status merge patch; ``precondition``: only into the version the plan read (its
+    ``resource_version``, or what this apply's earlier write to it returned)."""
+
     status: Mapping[str, Any]
     resource_version: str | None = None
     precondition: bool = False
@@ -51,21 +57,16 @@ class CreatePod:
 
 
 @dataclass(frozen=True, slots=True)
-class Ungate:
+class Ungate(_Named):
     """Scheduling gates of one pod after the qosmos gate is removed (a gang's in parallel: no half gang
     bound for longer than one round trip)."""
 
-    namespace: str
-    name: str
     gates: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
-class DeletePod:
+class DeletePod(_Named):
     """Deleted with the pod's own grace period."""
-
-    namespace: str
-    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +81,12 @@ class EnsureService:
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteDLJob:
-    namespace: str
-    name: str
+class DeleteDLJob(_Named):
+    """Deleted (its TTL after finishing ran out); the garbage collector takes its pods."""
 
 
 @dataclass(frozen=True, slots=True)
-class LabelDLJob:
-    namespace: str
-    name: str
+class LabelDLJob(_Named):
     labels: Mapping[str, str | None]
     optional: bool = False  # an optimisation (retiring a finished DLJob): a failure is only logged
 
