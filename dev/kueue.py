@@ -806,12 +806,10 @@ def bench_scenario(
     from kubernetes import client
     from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, DLJobWatch, ProcStats, _wait_done, dljob_manifest
     from qosmos.dev.cluster import DevOptions, _Quiet, down, up
-    from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
-    from qosmos.extender.core.ordering import get_policy
+    from qosmos.extender.core.admission import Partition
 
-    get_policy(policy)  # a bad name: InvalidInput before anything starts
-    if backfill not in BACKFILL_MODES:
-        raise InvalidInput("backfill", backfill, f"expected one of {', '.join(BACKFILL_MODES)}")
+    # the core's own check of a VirtualCluster's settings: a bad name fails before anything starts
+    Partition("scenario", policy=policy, placement=placement, backfill=backfill)
     gen = load_generator(generator)
     sc = translate(gen, scale)
     work = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="qosmos-bench-scenario-"))

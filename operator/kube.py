@@ -207,7 +207,7 @@ class Kube:
             )
             return None
         except ApiException as exc:
-            message = _api_message(exc)
+            message = api_message(exc)
             if exc.status == 409 or (exc.status == 403 and "exceeded quota" in message):
                 return None
             if exc.status in (400, 403, 422):
@@ -343,7 +343,7 @@ class Kube:
             self.core.create_namespaced_config_map(namespace, {**body, "data": data})
 
 
-def _api_message(exc: Any) -> str:
+def api_message(exc: Any) -> str:
     """The apiserver's own message of a refused request (its Status body), else the exception's text."""
     try:
         return str(orjson.loads(exc.body).get("message") or exc.reason)

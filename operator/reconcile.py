@@ -193,6 +193,11 @@ class DL:
     def namespace(self) -> str:
         return str(meta(self.obj).get("namespace", "default"))
 
+    @property
+    def uid(self) -> str:
+        """Its uid (its job id where an object has none, as in tests): what outlives a re-creation's name."""
+        return str(meta(self.obj).get("uid") or self.job.id)
+
 
 @dataclass(slots=True)
 class PassReport:
@@ -260,14 +265,12 @@ class Memory:
     turns: TurnClock = field(default_factory=TurnClock)  # turn ends under preemptive policies (a cache)
 
 
-def _key(dl: DL) -> str:
-    return f"{dl.namespace}/{dl.name}"
-
-
 class Planner:
     """Every decision of a pass: :meth:`plan` turns a :class:`Snapshot` and the time into the writes that
-    make the objects follow them (:mod:`qosmos.operator.writes`). No client, no clock, no threads: the
-    caches it holds (policy runtimes, GENIE tables) and its :class:`Memory` change no decision."""
+    make the objects follow them (:mod:`qosmos.operator.writes`). No client, no clock, no threads. Its
+    caches (policy runtimes, GENIE tables) change no decision; its :class:`Memory` holds what earlier
+    passes learnt from the apiserver (template verdicts, refused pods, existing Services) and when each
+    queued job's status was last refreshed."""
 
     def __init__(self, modeldb: ModelDB | None = None, durations: Durations | None = None) -> None:
         self.modeldb = modeldb or ModelDB.builtin()
@@ -435,7 +438,7 @@ class Planner:
         queued = {d.job.id for d in jobs if d.phase in (None, DLJobPhase.QUEUED.value)}
         mem = self.memory
         mem.refreshed = {k: v for k, v in mem.refreshed.items() if k in queued}
-        mem.headless &= {str(meta(d.obj).get("uid") or d.job.id) for d in jobs if d.phase in ACTIVE}
+        mem.headless &= {d.uid for d in jobs if d.phase in ACTIVE}
         mem.turns.prune()
         return self._w.done(), rep
 
@@ -448,14 +451,14 @@ class Planner:
             self._deleted.add(key)
             if node:
                 self._leaving.add(node)
-            self._w.add(_key(dl), DeletePod(dl.namespace, name))
+            self._w.add(dl.job.id, DeletePod(dl.namespace, name))
 
     def _stop(self, dl: DL, pod: Mapping[str, Any]) -> None:
         """:meth:`_delete_pod` of a pod object: its node has a pod leaving while it still holds devices."""
         self._delete_pod(dl, meta(pod)["name"], _holding(pod))
 
     def _event(self, dl: DL, reason: str, message: str, type_: str = "Normal") -> None:
-        self._w.add(_key(dl), Event(dl.obj, reason, message, "DLJob", type_))
+        self._w.add(dl.job.id, Event(dl.obj, reason, message, "DLJob", type_))
 
     def _run_policy(self, dl: DL, pods: list[dict[str, Any]], now: float, rep: PassReport) -> bool:
         """The DLJob's run policy before its lifecycle; True when the DLJob was deleted (its TTL ran out).
@@ -471,7 +474,7 @@ class Planner:
             if now < done + spec.ttl_seconds_after_finished:
                 rep.wake(done + spec.ttl_seconds_after_finished)
                 return False
-            self._w.add(_key(dl), DeleteDLJob(dl.namespace, dl.name))
+            self._w.add(dl.job.id, DeleteDLJob(dl.namespace, dl.name))
             return True
         created = parse_time(meta(dl.obj).get("creationTimestamp"))
         if spec.active_deadline_seconds is not None and created is not None:
@@ -504,7 +507,7 @@ class Planner:
             if any(_phase(p) not in FINISHED for p in pods_of.get(dl.job.id, [])):
                 continue  # its pods are still being stopped (or kept running: cleanPodPolicy None)
             # an optimisation: a failed label leaves the job in the working set for now
-            self._w.add(_key(dl), LabelDLJob(dl.namespace, dl.name, {LABEL_FINISHED: "true"}, optional=True))
+            self._w.add(dl.job.id, LabelDLJob(dl.namespace, dl.name, {LABEL_FINISHED: "true"}, optional=True))
 
     def _suspended(self, waiting: list[DL], now: float) -> set[str]:
         """Waiting DLJobs with ``spec.suspend``: out of their queue, saying so (once)."""
@@ -615,7 +618,7 @@ class Planner:
         within its startTimeoutSeconds goes back to the head of the queue (:meth:`_start_timeout`)."""
         st = dl.status
         attempt = attempt_of(st)
-        refusal = self.memory.refused.pop((str(meta(dl.obj).get("uid") or dl.job.id), attempt), None)
+        refusal = self.memory.refused.pop((dl.uid, attempt), None)
         if refusal is not None:  # the apiserver refused its pods (the last apply): that fails it
             self._invalid_pod(dl, refusal, now)
             return
@@ -780,8 +783,7 @@ class Planner:
                 self._leaving.intersection(gang.node_names))))  # fmt: skip
             return
         manifests = gang_pods(dl.obj, gang, attempt, self._node_vc)
-        uid = str(meta(dl.obj).get("uid") or dl.job.id)
-        key = _key(dl)
+        uid, key = dl.uid, dl.job.id
         for pod in manifests:
             if pod["metadata"]["name"] not in cur:
                 self._w.add(key, CreatePod(pod, key, (uid, attempt)))
@@ -1333,7 +1335,7 @@ class Planner:
         when another writer changed it since: the next pass re-reads and re-decides instead)."""
         status = _observed(dl, status)
         self._w.add(
-            _key(dl),
+            dl.job.id,
             PatchStatus(dl.namespace, dl.name, status, meta(dl.obj).get("resourceVersion"), precondition),
             admits=dl.job.id if precondition else None,
         )
@@ -1455,7 +1457,7 @@ def _confined_text(dl: DL, cluster: ClusterState) -> str:
 
 def _template_key(dl: DL) -> tuple[str, int]:
     """(uid, generation): a template verdict holds for one spec generation of one DLJob."""
-    return str(meta(dl.obj).get("uid") or dl.job.id), int(meta(dl.obj).get("generation") or 0)
+    return dl.uid, int(meta(dl.obj).get("generation") or 0)
 
 
 def _observed(dl: DL, status: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """What a reconcile pass intends to write (issue 21 §2): typed write records that the pure
-:func:`qosmos.operator.reconcile.plan` returns, and the :class:`Applier` that executes them.
+:meth:`qosmos.operator.reconcile.Planner.plan` returns, and the :class:`Applier` that executes them.
 
 A plan is a list of stages run one after another (node labels, the gangs' lifecycles, each
 VirtualCluster's admissions, ...); a stage holds sequences, one per object or gang, that run side by
@@ -13,7 +13,6 @@ exists already counts as created.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qosmos.operator import metrics
-from qosmos.operator.kube import Stale
+from qosmos.operator.kube import Stale, api_message
 
 if TYPE_CHECKING:
     from qosmos.operator.kube import Kube
@@ -156,9 +155,6 @@ class Plan:
         """Every write, in plan order (tests)."""
         return [w for stage in self.stages for s in stage for w in s.writes]
 
-    def __len__(self) -> int:
-        return sum(len(s.writes) for stage in self.stages for s in stage)
-
 
 class Recorder:
     """How the planner states writes: into the current stage, each under its sequence's key (writes of
@@ -168,19 +164,16 @@ class Recorder:
         self.plan = Plan()
         self._cur: dict[str, list[Write]] = {}
         self._admits: dict[str, str] = {}
-        self._lock = threading.Lock()  # the planner is single-threaded; kept cheap and safe anyway
 
     def add(self, key: str, *writes: Write, admits: str | None = None) -> None:
-        with self._lock:
-            self._cur.setdefault(key, []).extend(writes)
-            if admits is not None:
-                self._admits[key] = admits
+        self._cur.setdefault(key, []).extend(writes)
+        if admits is not None:
+            self._admits[key] = admits
 
     def stage(self) -> None:
-        with self._lock:
-            if self._cur:
-                self.plan.stages.append([Sequence(tuple(ws), self._admits.get(k)) for k, ws in self._cur.items() if ws])
-            self._cur, self._admits = {}, {}
+        if self._cur:
+            self.plan.stages.append([Sequence(tuple(ws), self._admits.get(k)) for k, ws in self._cur.items() if ws])
+        self._cur, self._admits = {}, {}
 
     def done(self) -> Plan:
         self.stage()
@@ -194,16 +187,8 @@ class Applied:
     pods_created: int = 0
     admitted: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # DLJobs whose preconditioned write was refused
-    failed: int = 0  # sequences stopped by an error (retried by the next pass)
     refused: dict[tuple[str, int], str] = field(default_factory=dict)  # (uid, attempt) -> the apiserver's words
     services: set[str] = field(default_factory=set)  # DLJob uids whose headless Service exists
-
-
-def _api_words(exc: Exception) -> str:
-    try:
-        return str(json.loads(getattr(exc, "body", None) or "{}").get("message") or exc)
-    except ValueError:
-        return str(exc)
 
 
 class Applier:
@@ -263,17 +248,16 @@ class Applier:
                 out.stale.append(seq.admits or "")
             return
         if isinstance(w, CreatePod) and isinstance(exc, ApiException) and exc.status == 422:
+            words = api_message(exc)
             with lock:
-                out.refused[w.attempt] = _api_words(exc)
-            log.warning("DLJob %s: its pods are refused: %s", w.job, _api_words(exc))
+                out.refused[w.attempt] = words
+            log.warning("DLJob %s: its pods are refused: %s", w.job, words)
         elif isinstance(w, LabelDLJob) and w.optional:
             metrics.ERRORS.labels("retire").inc()
             log.warning("DLJob %s/%s not retired from the working set: %s", w.namespace, w.name, exc)
         else:
             metrics.ERRORS.labels("apply").inc()
             log.warning("%s not written (retried next pass): %s", type(w).__name__, exc)
-        with lock:
-            out.failed += 1
 
     def _one(self, w: Write, seq: Sequence, out: Applied, rv: dict[str, str], lock: threading.Lock) -> None:
         k = self.kube
