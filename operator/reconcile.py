@@ -439,6 +439,9 @@ class Planner:
         mem = self.memory
         mem.refreshed = {k: v for k, v in mem.refreshed.items() if k in queued}
         mem.headless &= {d.uid for d in jobs if d.phase in ACTIVE}
+        # a refused gang whose job was deleted or requeued before its lifecycle read the refusal
+        live = {(d.uid, attempt_of(d.status)) for d in jobs if d.phase in ACTIVE}
+        mem.refused = {k: v for k, v in mem.refused.items() if k in live}
         mem.turns.prune()
         return self._w.done(), rep
 

@@ -246,3 +246,13 @@ def test_drift_refreshes_are_bounded_per_pass_stalest_first() -> None:
     assert first == near | {f"q{i:03d}" for i in range(150 - DRIFT_WRITES, 150)}
     rest = set(drift(T0 + 100 + REFRESH_S + 2))
     assert rest == near | {f"q{i:03d}" for i in range(18, 150 - DRIFT_WRITES)}
+
+
+def test_a_refusal_of_a_job_deleted_before_the_next_pass_is_forgotten() -> None:
+    kube = Refusing([gpu_node("n0")], [dljob("a")])
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: T0 + 10)  # type: ignore[arg-type]
+    rec.run_pass()
+    assert ("uid-a", 0) in rec.planner.memory.refused
+    kube.delete_dljob("team", "a")
+    rec.run_pass()
+    assert rec.planner.memory.refused == {}
