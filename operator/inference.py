@@ -916,11 +916,11 @@ class InferenceController:
 
 
 def register(registry: Any, poke: Callable[..., Any]) -> None:
-    """kopf handlers: an InferenceService or one of its replica pods changed -> a pass."""
+    """kopf's handler: an InferenceService changed -> a pass (its replica pods are watched by the
+    operator's informers, ``qosmos.operator.informers``)."""
     import kopf
 
     kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)(poke)
-    kopf.on.event("", "v1", "pods", labels={LABEL_INFERENCE: kopf.PRESENT}, registry=registry)(poke)
 
 
 async def tick(ctl: InferenceController) -> float | None:

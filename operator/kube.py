@@ -15,11 +15,12 @@ import time
 from typing import Any
 
 import orjson
-from qosmos.operator.crds import GROUP, LABEL_FINISHED, VERSION
+from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_JOB, VERSION
 
 log = logging.getLogger("qosmos.operator")
 
 BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+GANG_PODS = f"{LABEL_JOB},!{LABEL_FINISHED}"  # DLJob pods of the working set
 EVENT_BUFFER = 10_000  # Events waiting to be written; beyond it new ones are dropped
 
 
@@ -52,6 +53,11 @@ class OwnWrites:
         return rv in self._seen
 
 
+def _version(obj: Any) -> str | None:
+    rv = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else None
+    return str(rv) if rv is not None else None
+
+
 class Stale(Exception):
     """A write made on a version of the object that is no longer the current one (HTTP 409)."""
 
@@ -67,6 +73,27 @@ class Kube:
         self.custom = client.CustomObjectsApi(api_client)
         self._events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(maxsize=EVENT_BUFFER)
         threading.Thread(target=self._record_events, name="qosmos-events", daemon=True).start()
+
+    # ---- what a write returned (the informers' write-through: CachedKube) -----------------------
+    def _keeps(self) -> bool:
+        """Whether the writes' replies are wanted (parsed); a plain Kube only releases them."""
+        return False
+
+    def _wrote(self, resource: str, obj: dict[str, Any] | None) -> None:
+        """The object as a write of ours left it (the apiserver's reply)."""
+
+    def _deleted(self, resource: str, namespace: str, name: str) -> None:
+        """An object a write of ours deleted at once."""
+
+    def _reply(self, resource: str, resp: Any) -> None:
+        if not self._keeps():
+            _done(resp)
+            return
+        try:
+            obj = orjson.loads(resp.read())
+        finally:
+            resp.release_conn()
+        self._wrote(resource, obj)
 
     # ---- reads (raw JSON: cheap on thousands of objects) ----------------------------------------
     def _items(self, resp: Any) -> list[dict[str, Any]]:
@@ -93,10 +120,11 @@ class Kube:
 
     def label_dljob(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
         """Merge ``labels`` into a DLJob's metadata (a metadata-only write: the spec rule passes at once)."""
-        _done(
+        self._reply(
+            "dljobs",
             self.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, "dljobs", name, {"metadata": {"labels": labels}}, _preload_content=False
-            )
+            ),
         )
 
     def nodes(self) -> list[dict[str, Any]]:
@@ -112,8 +140,24 @@ class Kube:
         return self._items(self.core.list_pod_for_all_namespaces(**kw))
 
     def gang_pods(self) -> list[dict[str, Any]]:
-        """Pods of DLJobs (label qosmos.io/job), bound or not, in the operator's namespace(s)."""
-        return self._own_pods("qosmos.io/job")
+        """Pods of DLJobs (label qosmos.io/job), bound or not, in the operator's namespace(s), but those
+        retired with their finished DLJob (``qosmos.io/finished``)."""
+        return self._own_pods(GANG_PODS)
+
+    def label_pod(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
+        """Merge ``labels`` into a pod's metadata; a pod gone already is no error."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self._reply(
+                "pods",
+                self.core.patch_namespaced_pod(
+                    name, namespace, {"metadata": {"labels": labels}}, _preload_content=False
+                ),
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     def other_bound_pods(self) -> list[dict[str, Any]]:
         """Bound, unfinished pods that are not DLJob pods (they hold node resources too)."""
@@ -147,11 +191,12 @@ class Kube:
                 raise Stale(f"DLJob {namespace}/{name} changed since resourceVersion {resource_version}") from exc
             raise
         try:
-            rv = orjson.loads(resp.read()).get("metadata", {}).get("resourceVersion")
+            obj = orjson.loads(resp.read())
         finally:
             resp.release_conn()
-        out = str(rv) if rv is not None else None
+        out = _version(obj)
         self.own.add(out)  # its watch event is this write's echo
+        self._wrote("dljobs", obj)
         return out
 
     def delete_dljob(self, namespace: str, name: str) -> None:
@@ -165,20 +210,30 @@ class Kube:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+        self._deleted("dljobs", namespace, name)
+
+    def _vc_written(self, obj: Any) -> None:
+        self.own.add(_version(obj))  # its watch event is this write's echo, not news
+        self._wrote("virtualclusters", obj if isinstance(obj, dict) else None)
 
     def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_cluster_custom_object_status(GROUP, VERSION, "virtualclusters", name, {"status": status})
+        self._vc_written(
+            self.custom.patch_cluster_custom_object_status(GROUP, VERSION, "virtualclusters", name, {"status": status})
+        )
 
     def annotate_vc(self, name: str, annotations: dict[str, str | None]) -> None:
-        self.custom.patch_cluster_custom_object(
-            GROUP, VERSION, "virtualclusters", name, {"metadata": {"annotations": annotations}}
+        self._vc_written(
+            self.custom.patch_cluster_custom_object(
+                GROUP, VERSION, "virtualclusters", name, {"metadata": {"annotations": annotations}}
+            )
         )
 
     def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
-        _done(
+        self._reply(
+            "nodes",
             self.core.patch_node(
                 name, {"metadata": {"labels": labels, "annotations": annotations}}, _preload_content=False
-            )
+            ),
         )
 
     def create_pod(self, pod: dict[str, Any]) -> bool:
@@ -186,7 +241,9 @@ class Kube:
         from kubernetes.client.rest import ApiException
 
         try:
-            _done(self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod, _preload_content=False))
+            self._reply(
+                "pods", self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod, _preload_content=False)
+            )
             return True
         except ApiException as exc:
             if exc.status == 409:
@@ -246,13 +303,14 @@ class Kube:
         from kubernetes.client.rest import ApiException
 
         try:
-            _done(
+            self._reply(
+                "pods",
                 self.core.patch_namespaced_pod(
                     name,
                     namespace,
                     [{"op": "replace", "path": "/spec/schedulingGates", "value": gates}],
                     _preload_content=False,
-                )
+                ),
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -265,10 +323,23 @@ class Kube:
 
         kw: dict[str, Any] = {} if grace_seconds is None else {"grace_period_seconds": grace_seconds}
         try:
-            _done(self.core.delete_namespaced_pod(name, namespace, _preload_content=False, **kw))
+            resp = self.core.delete_namespaced_pod(name, namespace, _preload_content=False, **kw)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            self._deleted("pods", namespace, name)
+            return
+        if not self._keeps():
+            _done(resp)
+            return
+        try:
+            obj = orjson.loads(resp.read())
+        finally:
+            resp.release_conn()
+        if (obj.get("metadata") or {}).get("deletionGracePeriodSeconds"):
+            self._wrote("pods", obj)  # terminating, holding its devices until its kubelet is done
+        else:  # gone at once (not on a node, or finished: the apiserver's grace period 0)
+            self._deleted("pods", namespace, name)
 
     def event(self, obj: dict[str, Any], reason: str, message: str, kind: str = "DLJob", type_: str = "Normal") -> None:
         """A Kubernetes Event on a DLJob (best effort: an event lost is only a line in `describe`)."""

@@ -127,6 +127,7 @@ from qosmos.operator.writes import (
     Event,
     LabelDLJob,
     LabelNode,
+    LabelPod,
     PatchStatus,
     PatchVCStatus,
     Plan,
@@ -502,15 +503,20 @@ class Planner:
 
     def _retire(self, finished: list[DL], pods_of: Mapping[str, list[dict[str, Any]]]) -> None:
         """Finished DLJobs with nothing left to do (no pod still running, no ttlSecondsAfterFinished to
-        wait for) get ``qosmos.io/finished``: the next passes' list leaves them out, so a pass's work
-        does not grow with history. A failed label write is retried by the next pass."""
+        wait for) get ``qosmos.io/finished``, their pods first: the watches (and lists) select neither
+        any more, so a pass's work and the operator's memory do not grow with history. A failed label
+        write is retried by the next pass (the DLJob is labelled only after all its pods were)."""
         for dl in finished:
             if dl.spec.ttl_seconds_after_finished is not None:
                 continue  # still the pass's to delete
-            if any(_phase(p) not in FINISHED for p in pods_of.get(dl.job.id, [])):
+            pods = pods_of.get(dl.job.id, [])
+            if any(_phase(p) not in FINISHED for p in pods):
                 continue  # its pods are still being stopped (or kept running: cleanPodPolicy None)
+            done = {LABEL_FINISHED: "true"}
+            for p in pods:  # kept for `kubectl logs`, out of the working set
+                self._w.add(dl.job.id, LabelPod(dl.namespace, meta(p)["name"], done))
             # an optimisation: a failed label leaves the job in the working set for now
-            self._w.add(dl.job.id, LabelDLJob(dl.namespace, dl.name, {LABEL_FINISHED: "true"}, optional=True))
+            self._w.add(dl.job.id, LabelDLJob(dl.namespace, dl.name, done, optional=True))
 
     def _suspended(self, waiting: list[DL], now: float) -> set[str]:
         """Waiting DLJobs with ``spec.suspend``: out of their queue, saying so (once)."""

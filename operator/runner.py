@@ -1,7 +1,9 @@
-"""``qosmos operator run``: kopf watches DLJobs, VirtualClusters, gang pods and nodes; every event
-that can change a decision (and a timer) asks for a reconcile pass, and one worker runs the passes,
-debounced and one at a time (so each VirtualCluster has one pass at a time). The pass itself
-(``qosmos.operator.reconcile``) reads the objects afresh: nothing is lost by a restart."""
+"""``qosmos operator run``: watch caches (``qosmos.operator.informers``) keep VirtualClusters, nodes,
+the DLJobs of the working set and the pods a pass reads; kopf watches InferenceServices and runs the
+peering. Every event that can change a decision (and a timer) asks for a reconcile pass, and one worker
+runs the passes, debounced and one at a time (so each VirtualCluster has one pass at a time). The pass
+itself (``qosmos.operator.reconcile``) reads the caches, never a half-written state of its own: its
+writes go through into them. A restart rebuilds the caches from one list each: nothing is lost."""
 
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import kopf
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.operator import inference, metrics
-from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_JOB, VERSION
 from qosmos.operator.kube import OwnWrites
 
 if TYPE_CHECKING:
@@ -70,37 +71,47 @@ class Trigger:
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
-        self.own = OwnWrites()  # the passes' own DLJob status writes (their Kube records them)
+        self.own = OwnWrites()  # the passes' own status writes (their Kube records them)
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by the worker: the watch threads poke through it
 
     def poke(self, **_: Any) -> None:
         self.event.set()
 
+    def poke_from_thread(self) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.event.set)
+
+
+class Changes:
+    """Which watch events are worth a pass: every change a decision reads, not the echoes of the
+    passes' own status writes, not node heartbeats, not other pods (they only hold resources: the
+    timer's pass sees them)."""
+
+    def __init__(self, own: OwnWrites) -> None:
+        self.own = own
+        self.nodes = NodeChanges()
+
+    def worth_a_pass(self, store: str, type_: str, obj: Any) -> bool:
+        if type_ == "RELIST":  # a watch resumed after 410: what changed meanwhile is unknown
+            return True
+        if store in ("dljobs", "virtualclusters"):
+            return type_ == "DELETED" or not echo(obj, self.own)
+        if store == "nodes":
+            return self.nodes.changed(type_, obj)
+        return store in ("pods", "replica-pods")
+
 
 def build_registry(trigger: Trigger, opts: RunOptions) -> kopf.OperatorRegistry:
+    """kopf's part: InferenceServices (their pods and everything a DLJob pass reads are the
+    informers'), the peering, the login."""
     registry = kopf.OperatorRegistry()
 
-    # async handlers: kopf calls them on its event loop (a sync one goes through a thread pool per
-    # event, and would set the loop's asyncio.Event from another thread)
+    # async: kopf calls it on its event loop (a sync one goes through a thread pool per event, and
+    # would set the loop's asyncio.Event from another thread)
     async def poke(**_: Any) -> None:
         trigger.poke()
 
-    async def poke_on_dljob(body: Any, **_: Any) -> None:
-        if not echo(body, trigger.own):
-            trigger.poke()
-
-    # every event that can change a decision: jobs (not the echoes of the passes' own status writes,
-    # not retired finished ones), partitions, gang pods' phases, nodes
-    kopf.on.event(GROUP, VERSION, "dljobs", labels={LABEL_FINISHED: kopf.ABSENT}, registry=registry)(poke_on_dljob)
-    kopf.on.event(GROUP, VERSION, "virtualclusters", registry=registry)(poke)
-    kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT}, registry=registry)(poke)
-    nodes = NodeChanges()
-
-    async def poke_on_node_change(type: str | None, body: Any, **_: Any) -> None:
-        if nodes.changed(type, body):
-            trigger.poke()
-
-    kopf.on.event("", "v1", "nodes", registry=registry)(poke_on_node_change)
-    inference.register(registry, poke)  # InferenceServices and their replica pods
+    inference.register(registry, poke)
 
     @kopf.on.startup(registry=registry)
     def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -159,11 +170,23 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
     turn end does not depend on when its pass runs (the core sees the service as of the turn end), so
     the timer alone would make it too, up to ``interval_s`` late; the wake-up makes it on time."""
     from qosmos.operator.durations import Durations
-    from qosmos.operator.kube import Kube
+    from qosmos.operator.informers import CachedKube
     from qosmos.operator.reconcile import Reconciler
 
     api = _api_client(opts.kubeconfig)
-    kube = Kube(api, opts.namespace, own=trigger.own)
+    trigger.loop = asyncio.get_running_loop()
+    changes = Changes(trigger.own)
+
+    def on_event(store: str, type_: str, obj: Any) -> None:
+        if changes.worth_a_pass(store, type_, obj):
+            trigger.poke_from_thread()
+
+    kube = CachedKube(api, opts.namespace, own=trigger.own, on_event=on_event)
+    kube.informers.start()
+    while not await asyncio.to_thread(kube.informers.wait_synced, 10.0):
+        if stop.is_set():
+            return
+        log.info("waiting for the first list of %s", [s.name for s in kube.informers.stores if not s.synced.is_set()])
     rec = Reconciler(kube, modeldb=opts.modeldb, durations=Durations(kube, opts.history_namespace))
     power = None
     if opts.ces is not None:  # a CES step after each pass, in this worker: no pass admits onto a node going to sleep
@@ -177,41 +200,44 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
 
         assert opts.peering_identity is not None and opts.peering_priority is not None
         peer = Peering(api, opts.peering, opts.namespace, opts.peering_identity, opts.peering_priority)
-    trigger.poke()
-    wake: float | None = None
-    while not stop.is_set():
-        timeout = opts.interval_s if wake is None else min(opts.interval_s, max(wake - time.time(), 0.0))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(trigger.event.wait(), timeout=timeout)
-        await asyncio.sleep(opts.debounce_s)
-        trigger.event.clear()
-        t0 = time.perf_counter()
-        try:
-            if peer is not None and not await asyncio.to_thread(peer.active):
-                metrics.ACTIVE.set(0)  # standing by
-                wake = None
-                continue
-            metrics.ACTIVE.set(1)
-            served_wake = await inference.tick(serving)  # first: a service's replicas go before queued DLJobs
-            rep = await asyncio.to_thread(rec.run_pass)
-            wake = inference.soonest(rep.wake_at, served_wake)
-            if power is not None:
-                wake = power.sooner(wake, await asyncio.to_thread(power.step))
-            if rep.admitted or rep.finished or rep.restarted or rep.preempted:
-                log.info(
-                    "pass %.0f ms: admitted %d, finished %d, restarted %d, preempted %d, %d writes",
-                    (time.perf_counter() - t0) * 1e3,
-                    len(rep.admitted),
-                    len(rep.finished),
-                    len(rep.restarted),
-                    len(rep.preempted),
-                    rep.writes,
-                )
-        except Exception:
-            metrics.ERRORS.labels("pass").inc()
-            log.exception("reconcile pass failed; retrying")
-            await asyncio.sleep(1.0)
-            trigger.poke()
+    try:
+        trigger.poke()
+        wake: float | None = None
+        while not stop.is_set():
+            timeout = opts.interval_s if wake is None else min(opts.interval_s, max(wake - time.time(), 0.0))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(trigger.event.wait(), timeout=timeout)
+            await asyncio.sleep(opts.debounce_s)
+            trigger.event.clear()
+            t0 = time.perf_counter()
+            try:
+                if peer is not None and not await asyncio.to_thread(peer.active):
+                    metrics.ACTIVE.set(0)  # standing by
+                    wake = None
+                    continue
+                metrics.ACTIVE.set(1)
+                served_wake = await inference.tick(serving)  # first: a service's replicas go before queued DLJobs
+                rep = await asyncio.to_thread(rec.run_pass)
+                wake = inference.soonest(rep.wake_at, served_wake)
+                if power is not None:
+                    wake = power.sooner(wake, await asyncio.to_thread(power.step))
+                if rep.admitted or rep.finished or rep.restarted or rep.preempted:
+                    log.info(
+                        "pass %.0f ms: admitted %d, finished %d, restarted %d, preempted %d, %d writes",
+                        (time.perf_counter() - t0) * 1e3,
+                        len(rep.admitted),
+                        len(rep.finished),
+                        len(rep.restarted),
+                        len(rep.preempted),
+                        rep.writes,
+                    )
+            except Exception:
+                metrics.ERRORS.labels("pass").inc()
+                log.exception("reconcile pass failed; retrying")
+                await asyncio.sleep(1.0)
+                trigger.poke()
+    finally:
+        kube.informers.stop()
 
 
 def _api_client(kubeconfig: str | None) -> Any:

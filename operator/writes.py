@@ -91,6 +91,13 @@ class LabelDLJob(_Named):
 
 
 @dataclass(frozen=True, slots=True)
+class LabelPod(_Named):
+    """Labels merged into a pod's metadata (a retired DLJob's pods leave the working set with it)."""
+
+    labels: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
 class LabelNode:
     name: str
     labels: Mapping[str, str | None]
@@ -126,6 +133,7 @@ Write = (
     | EnsureService
     | DeleteDLJob
     | LabelDLJob
+    | LabelPod
     | LabelNode
     | PatchVCStatus
     | AnnotateVC
@@ -133,7 +141,7 @@ Write = (
 )
 
 
-_PARALLEL: dict[type, str] = {CreatePod: "create", EnsureService: "create", Ungate: "ungate"}
+_PARALLEL: dict[type, str] = {CreatePod: "create", EnsureService: "create", Ungate: "ungate", LabelPod: "label"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +260,9 @@ class Applier:
             with lock:
                 out.refused[w.attempt] = words
             log.warning("DLJob %s: its pods are refused: %s", w.job, words)
-        elif isinstance(w, LabelDLJob) and w.optional:
+        elif isinstance(w, LabelPod) or (isinstance(w, LabelDLJob) and w.optional):
             metrics.ERRORS.labels("retire").inc()
-            log.warning("DLJob %s/%s not retired from the working set: %s", w.namespace, w.name, exc)
+            log.warning("%s/%s not retired from the working set: %s", w.namespace, w.name, exc)
         else:
             metrics.ERRORS.labels("apply").inc()
             log.warning("%s not written (retried next pass): %s", type(w).__name__, exc)
@@ -289,6 +297,8 @@ class Applier:
             k.delete_dljob(w.namespace, w.name)
         elif isinstance(w, LabelDLJob):
             k.label_dljob(w.namespace, w.name, dict(w.labels))
+        elif isinstance(w, LabelPod):
+            k.label_pod(w.namespace, w.name, dict(w.labels))
         elif isinstance(w, LabelNode):
             k.label_node(w.name, dict(w.labels), dict(w.annotations))
         elif isinstance(w, PatchVCStatus):

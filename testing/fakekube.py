@@ -68,11 +68,17 @@ class FakeKube:
         md["generation"] = int(md.get("generation") or 1) + 1
         md["resourceVersion"] = str(next(self._versions))
 
+    def _touch(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A write stored: the object's next resourceVersion (one counter, as etcd's revision)."""
+        obj["metadata"]["resourceVersion"] = str(next(self._versions))
+        return obj
+
     def bind(self, name: str, node: str, phase: str = "Running") -> None:
         """The scheduler and kubelet: the pod on ``node`` in ``phase``."""
         p = self.pods[name]
         p["spec"]["nodeName"] = node
         p.setdefault("status", {})["phase"] = phase
+        self._touch(p)
 
     def terminate(self, *names: str) -> None:
         """The kubelet finished terminating these pods (all terminating ones when none named)."""
@@ -95,10 +101,21 @@ class FakeKube:
     def label_dljob(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
         md = self.jobs[name]["metadata"]
         md["labels"] = {k: v for k, v in {**(md.get("labels") or {}), **labels}.items() if v is not None}
-        md["resourceVersion"] = str(next(self._versions))
+        self._touch(self.jobs[name])
 
     def gang_pods(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(list(self.pods.values()))
+        """As the selector ``qosmos.io/job,!qosmos.io/finished`` returns them."""
+        return copy.deepcopy(
+            [p for p in self.pods.values() if "qosmos.io/finished" not in (p["metadata"].get("labels") or {})]
+        )
+
+    def label_pod(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
+        p = self.pods.get(name)
+        if p is None:
+            return
+        md = p["metadata"]
+        md["labels"] = {k: v for k, v in {**(md.get("labels") or {}), **labels}.items() if v is not None}
+        self._touch(p)
 
     def pending_replica_pods(self) -> list[dict[str, Any]]:
         return []
@@ -132,18 +149,21 @@ class FakeKube:
         for v in self._vcs:
             if v["metadata"]["name"] == name:
                 v["status"] = {**(v.get("status") or {}), **copy.deepcopy(status)}
+                self._touch(v)
 
     def annotate_vc(self, name: str, annotations: dict[str, str | None]) -> None:
         pass
 
     def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
-        md = next(n for n in self._nodes if n["metadata"]["name"] == name)["metadata"]
+        node = next(n for n in self._nodes if n["metadata"]["name"] == name)
+        md = node["metadata"]
         for field, new in (("labels", labels), ("annotations", annotations)):
             md[field] = {k: v for k, v in {**(md.get(field) or {}), **new}.items() if v is not None}
+        self._touch(node)
 
     def create_pod(self, pod: dict[str, Any]) -> bool:
         assert pod["metadata"]["name"] not in self.pods, f"pod {pod['metadata']['name']} created twice"
-        self.pods[pod["metadata"]["name"]] = copy.deepcopy(pod)
+        self.pods[pod["metadata"]["name"]] = self._touch(copy.deepcopy(pod))
         return True
 
     def dry_run_pod(self, pod: dict[str, Any]) -> str | None:
@@ -152,6 +172,7 @@ class FakeKube:
 
     def ungate(self, namespace: str, name: str, gates: list[dict[str, Any]]) -> None:
         self.pods[name]["spec"]["schedulingGates"] = gates
+        self._touch(self.pods[name])
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         self.deletions.append((name, grace_seconds))
@@ -161,6 +182,7 @@ class FakeKube:
         running = p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         if running and grace_seconds != 0:
             p["metadata"].setdefault("deletionTimestamp", "2026-01-02T03:04:05Z")
+            self._touch(p)
         else:
             self.pods.pop(name)
 

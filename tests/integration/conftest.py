@@ -55,6 +55,24 @@ def control_plane() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
+def crds_applied(control_plane: ControlPlane) -> str:
+    """The qosmos.io CRDs server-side applied (field manager ``qosmos-crds``) and Established."""
+    repo = Path(__file__).resolve().parents[2]
+    res = control_plane.kubectl(
+        "apply", "--server-side", "--field-manager=qosmos-crds", "--force-conflicts", "-f", str(repo / "crds")
+    )
+    control_plane.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/dljobs.qosmos.io",
+        "crd/virtualclusters.qosmos.io",
+        "crd/inferenceservices.qosmos.io",
+    )
+    return str(res.stdout)
+
+
+@pytest.fixture(scope="session")
 def k8s_api(control_plane: ControlPlane) -> Any:
     """A cluster-admin ``kubernetes.client.ApiClient`` shared by the session."""
     return control_plane.api_client()

@@ -34,22 +34,6 @@ def names_field(message: str, field: str) -> bool:
     return re.search(rf"(^|[\s*.]){re.escape(field)}(\[\d+\])?: ", message, re.M) is not None
 
 
-@pytest.fixture(scope="module")
-def crds_applied(control_plane: ControlPlane) -> str:
-    res = control_plane.kubectl(
-        "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "--force-conflicts", "-f", str(REPO / "crds")
-    )
-    control_plane.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/dljobs.qosmos.io",
-        "crd/virtualclusters.qosmos.io",
-        "crd/inferenceservices.qosmos.io",
-    )
-    return res.stdout
-
-
 def test_crds_accepted_by_server_side_apply(control_plane: ControlPlane, crds_applied: str) -> None:
     assert "customresourcedefinition.apiextensions.k8s.io/dljobs.qosmos.io serverside-applied" in crds_applied
     assert "customresourcedefinition.apiextensions.k8s.io/virtualclusters.qosmos.io serverside-applied" in crds_applied

@@ -434,6 +434,9 @@ def test_a_finished_job_with_nothing_left_leaves_the_working_set() -> None:
     assert r.status["phase"] == "Succeeded"
     assert r.kube.jobs["j"]["metadata"]["labels"] == {"qosmos.io/finished": "true"}
     assert r.kube.dljobs() == []
+    # its pods too (kept for `kubectl logs`, out of the pods the passes and caches select)
+    assert r.kube.pods and all(p["metadata"]["labels"]["qosmos.io/finished"] == "true" for p in r.kube.pods.values())
+    assert r.kube.gang_pods() == []
     ttl = Run(ttlSecondsAfterFinished=100)
     ttl.run_to_exit(0)
     assert "labels" not in ttl.kube.jobs["j"]["metadata"] and len(ttl.kube.dljobs()) == 1

@@ -55,3 +55,27 @@ def test_the_echo_of_a_passs_own_status_write_does_not_ask_for_a_pass() -> None:
     assert not echo({"metadata": {}}, own)
     own.add("15")
     assert "11" not in own and "15" in own  # the oldest went
+
+
+def test_which_watch_events_ask_for_a_pass() -> None:
+    """The informers' events (operator/informers.py) through ``Changes``: a DLJob or VirtualCluster
+    change by anyone else, a deletion, a relist, a node change the pass reads, a DLJob or replica pod;
+    not the echo of a pass's own status write, not a heartbeat, not another workload's pod."""
+    from qosmos.operator.kube import OwnWrites
+    from qosmos.operator.runner import Changes
+
+    own = OwnWrites()
+    own.add("50")
+    c = Changes(own)
+    echo_ = {"metadata": {"resourceVersion": "50"}}
+    other = {"metadata": {"resourceVersion": "51"}}
+    for store in ("dljobs", "virtualclusters"):
+        assert not c.worth_a_pass(store, "MODIFIED", echo_)
+        assert c.worth_a_pass(store, "MODIFIED", other)
+        assert c.worth_a_pass(store, "DELETED", echo_)
+    assert c.worth_a_pass("other-pods", "RELIST", {})
+    n = node()
+    assert c.worth_a_pass("nodes", "ADDED", n)
+    assert not c.worth_a_pass("nodes", "MODIFIED", copy.deepcopy(n))  # nothing the pass reads moved
+    assert c.worth_a_pass("pods", "MODIFIED", other) and c.worth_a_pass("replica-pods", "ADDED", other)
+    assert not c.worth_a_pass("other-pods", "ADDED", other)  # the timer's pass counts them

@@ -1,0 +1,417 @@
+"""Watch caches (informers) for what a reconcile pass reads: one LIST per collection when the operator
+starts, then a WATCH from that list's resourceVersion, so a pass reads memory instead of the apiserver.
+
+Each collection is a :class:`Store` fed by a :class:`Reflector` (a thread: list, watch with bookmarks,
+re-watch from the last resourceVersion seen when a stream ends, list again on 410 Gone). The pass's
+own writes are written through into the stores from the apiserver's replies (read-your-writes): the
+next pass must see the GPUs its predecessor booked even when the watch has not delivered that write
+yet, or it would book them twice (an admission's precondition protects its own job, not another job
+placed on the same GPUs).
+
+Ordering uses resourceVersions as the integers etcd makes them (the watch delivers events in that
+order; the apiserver documents them as opaque, so an object whose version is not an integer is never
+written through: its watch event is then the only update). Two rules keep a write-through and the
+stream from undoing each other:
+
+* a write-through is taken only when its version is beyond what the stream has delivered (otherwise
+  the stream has delivered that write or something later already);
+* a watch event replaces an object only when it is not older than the one stored (an event still in
+  flight from before the write cannot undo it).
+
+What the stores hold mirrors the server-side selectors, so finished DLJobs (``qosmos.io/finished``)
+and pods of no concern never enter memory: the pass's time and memory do not grow with history.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from qosmos.operator import metrics
+from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_INFERENCE, LABEL_JOB, VERSION
+from qosmos.operator.kube import BOUND, GANG_PODS, Kube
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+log = logging.getLogger("qosmos.operator")
+
+WATCH_S = 300  # the server ends a watch after this; the reflector re-watches from where it was
+BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # between failed lists/watches, then 5 s
+FINISHED = ("Succeeded", "Failed")
+
+Obj = dict[str, Any]
+OnEvent = Callable[[str, str, Obj], None]  # (store name, event type, object)
+
+
+def version(obj: Obj) -> int | None:
+    """The object's resourceVersion as etcd's revision; None when it is not an integer."""
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(rv)
+    except (TypeError, ValueError):
+        return None
+
+
+def key_of(obj: Obj) -> str:
+    m = obj.get("metadata") or {}
+    return f"{m.get('namespace', '')}/{m.get('name', '')}"
+
+
+def _labels(obj: Obj) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+class Store:
+    """One watched collection, keyed by namespace/name. ``selects`` is the server-side selector of its
+    watch, applied to written-through objects (a DLJob labelled finished leaves the store at once)."""
+
+    def __init__(self, name: str, selects: Callable[[Obj], bool] = lambda _: True) -> None:
+        self.name = name
+        self.selects = selects
+        self.rv = 0  # the stream's position: the latest list, event or bookmark version delivered
+        self.synced = threading.Event()
+        self.lists = 0  # how often the collection was listed (1 + relists)
+        self._objs: dict[str, Obj] = {}
+        self._gone: set[str] = set()  # deleted by the operator, its DELETED event not seen yet
+        self._lock = threading.Lock()
+
+    def items(self) -> list[Obj]:
+        """The objects as of now. The caller must not change them (the planner copies what it changes)."""
+        with self._lock:
+            return list(self._objs.values())
+
+    def __len__(self) -> int:
+        return len(self._objs)
+
+    def get(self, key: str) -> Obj | None:
+        return self._objs.get(key)
+
+    # ---- the stream ---------------------------------------------------------------------------
+    def replace(self, items: Iterable[Obj], rv: int) -> None:
+        """A (re)list at version ``rv``. Written-through objects newer than the list stay (the watch
+        from ``rv`` will deliver their events)."""
+        with self._lock:
+            objs = {key_of(o): o for o in items}
+            for k, o in self._objs.items():
+                v = version(o)
+                if k not in objs and v is not None and v > rv:
+                    objs[k] = o
+            self._objs, self._gone = objs, set()
+            self.rv = rv
+            self.lists += 1
+        self.synced.set()
+
+    def event(self, type_: str, obj: Obj) -> bool:
+        """A watch event (ADDED, MODIFIED, DELETED); False when it was older than what is stored."""
+        k, v = key_of(obj), version(obj)
+        with self._lock:
+            if v is not None:
+                self.rv = max(self.rv, v)
+            if type_ == "DELETED":
+                self._gone.discard(k)
+                have = self._objs.get(k)
+                hv = version(have) if have is not None else None
+                if have is not None and (v is None or hv is None or hv <= v):
+                    del self._objs[k]
+                return True
+            if k in self._gone:  # deleted by us; this event is from before the delete
+                return False
+            have = self._objs.get(k)
+            hv = version(have) if have is not None else None
+            if hv is not None and v is not None and hv > v:
+                return False
+            self._objs[k] = obj
+            return True
+
+    def bookmark(self, rv: int) -> None:
+        with self._lock:
+            self.rv = max(self.rv, rv)
+
+    # ---- the operator's own writes ------------------------------------------------------------
+    def wrote(self, obj: Obj) -> bool:
+        """The object as the apiserver returned it to a write of ours; True when taken."""
+        k, v = key_of(obj), version(obj)
+        with self._lock:
+            if v is None or v <= self.rv:  # the stream delivered this write (or later) already
+                return False
+            have = self._objs.get(k)
+            hv = version(have) if have is not None else None
+            if hv is not None and hv >= v:
+                return False
+            self._gone.discard(k)
+            if self.selects(obj):
+                self._objs[k] = obj
+            else:
+                self._objs.pop(k, None)
+            return True
+
+    def deleted(self, key: str) -> None:
+        """The object was deleted by a write of ours (gone at once, not terminating)."""
+        with self._lock:
+            if self._objs.pop(key, None) is not None:
+                self._gone.add(key)
+
+
+class Reflector:
+    """Keeps a :class:`Store` in step with the apiserver: list, then watch from the list's version;
+    a watch that ends is resumed from the stream's position, one refused with 410 Gone (the version
+    was compacted away) lists again."""
+
+    def __init__(
+        self,
+        store: Store,
+        list_fn: Callable[[], tuple[list[Obj], int]],
+        watch_fn: Callable[[int], Iterator[Obj]],
+        on_event: OnEvent | None = None,
+    ) -> None:
+        self.store = store
+        self.list_fn = list_fn
+        self.watch_fn = watch_fn
+        self.on_event = on_event
+        self.stopped = threading.Event()
+        self.relist = True
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stopped.is_set():
+            try:
+                if self.relist:
+                    items, rv = self.list_fn()
+                    self.store.replace(items, rv)
+                    self.relist = False
+                    if self.on_event is not None and self.store.lists > 1:  # what changed meanwhile is unknown
+                        self.on_event(self.store.name, "RELIST", {})
+                for ev in self.watch_fn(self.store.rv):
+                    failures = 0
+                    if self.stopped.is_set():
+                        return
+                    self._one(ev)
+                    if self.relist:
+                        break
+            except Exception as exc:
+                if self.stopped.is_set():
+                    return
+                if getattr(exc, "status", None) == 410:
+                    self.relist = True
+                    continue
+                failures += 1
+                metrics.ERRORS.labels("watch").inc()
+                log.warning("watch of %s failed (%s); resuming", self.store.name, exc)
+                self.stopped.wait(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
+
+    def _one(self, ev: Obj) -> None:
+        type_, obj = str(ev.get("type")), ev.get("object") or {}
+        if type_ == "BOOKMARK":
+            v = version(obj)
+            if v is not None:
+                self.store.bookmark(v)
+        elif type_ == "ERROR":
+            if obj.get("code") == 410:  # Expired: the stream's version is gone from the watch cache
+                log.info("watch of %s expired at %s; listing again", self.store.name, self.store.rv)
+                self.relist = True
+            else:
+                raise RuntimeError(f"watch error: {obj.get('message') or obj}")
+        elif self.store.event(type_, obj) and self.on_event is not None:
+            self.on_event(self.store.name, type_, obj)
+
+
+def _bound(pod: Obj) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in FINISHED
+
+
+class Informers:
+    """The operator's watch caches: VirtualClusters, nodes, DLJobs of the working set (not retired),
+    DLJob pods, InferenceService replica pods, and other bound unfinished pods (they hold node
+    resources too); the reads of :class:`~qosmos.operator.kube.Kube` served from them."""
+
+    def __init__(self, kube: Kube, on_event: OnEvent | None = None) -> None:
+        self.kube = kube
+        self.on_event = on_event
+        ns = kube.namespace
+        self.vcs = Store("virtualclusters")
+        self.nodes_ = Store("nodes")
+        self.dljobs_ = Store("dljobs", lambda o: LABEL_FINISHED not in _labels(o))
+        self.gang = Store("pods", lambda o: LABEL_JOB in _labels(o) and LABEL_FINISHED not in _labels(o))
+        self.replicas = Store("replica-pods", lambda o: LABEL_INFERENCE in _labels(o))
+        self.others = Store(
+            "other-pods", lambda o: _bound(o) and LABEL_JOB not in _labels(o) and LABEL_INFERENCE not in _labels(o)
+        )
+        custom, core = kube.custom, kube.core
+        finished = f"!{LABEL_FINISHED}"
+
+        def dljobs(**more: Any) -> Any:
+            if ns:
+                return custom.list_namespaced_custom_object(
+                    GROUP, VERSION, ns, "dljobs", label_selector=finished, **more
+                )
+            return custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", label_selector=finished, **more)
+
+        def pods(labels: str) -> Callable[..., Any]:
+            if ns:
+                return lambda **more: core.list_namespaced_pod(ns, label_selector=labels, **more)
+            return lambda **more: core.list_pod_for_all_namespaces(label_selector=labels, **more)
+
+        sources: list[tuple[Store, Callable[..., Any]]] = [
+            (self.vcs, lambda **more: custom.list_cluster_custom_object(GROUP, VERSION, "virtualclusters", **more)),
+            (self.nodes_, lambda **more: core.list_node(**more)),
+            (self.dljobs_, dljobs),
+            (self.gang, pods(GANG_PODS)),
+            (self.replicas, pods(LABEL_INFERENCE)),
+            (
+                self.others,
+                lambda **more: core.list_pod_for_all_namespaces(
+                    field_selector=BOUND, label_selector=f"!{LABEL_JOB},!{LABEL_INFERENCE}", **more
+                ),
+            ),
+        ]
+        self.reflectors = [Reflector(s, _lister(call), _watcher(call), self._event) for s, call in sources]
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def stores(self) -> list[Store]:
+        return [r.store for r in self.reflectors]
+
+    def _event(self, store: str, type_: str, obj: Obj) -> None:
+        if self.on_event is not None:
+            self.on_event(store, type_, obj)
+
+    def start(self) -> None:
+        for r in self.reflectors:
+            t = threading.Thread(target=r.run, name=f"qosmos-watch-{r.store.name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """True once every store has its first list."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for s in self.stores:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not s.synced.wait(left):
+                return False
+        return True
+
+    def stop(self) -> None:
+        for r in self.reflectors:
+            r.stopped.set()
+        for t in self._threads:
+            t.join(timeout=1.0)
+
+    # ---- the reads a pass makes (those of Kube) -----------------------------------------------
+    def virtual_clusters(self) -> list[Obj]:
+        return self.vcs.items()
+
+    def nodes(self) -> list[Obj]:
+        return self.nodes_.items()
+
+    def dljobs(self) -> list[Obj]:
+        return self.dljobs_.items()
+
+    def gang_pods(self) -> list[Obj]:
+        return self.gang.items()
+
+    def pending_replica_pods(self) -> list[Obj]:
+        return [
+            p
+            for p in self.replicas.items()
+            if not (p.get("spec") or {}).get("nodeName")
+            and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+        ]
+
+    def other_bound_pods(self) -> list[Obj]:
+        # one store per pod: a replica pod being bound is never in neither (two streams could miss it)
+        return self.others.items() + [p for p in self.replicas.items() if _bound(p)]
+
+    # ---- write-through ------------------------------------------------------------------------
+    def wrote(self, resource: str, obj: Obj) -> None:
+        for s in self._of(resource):
+            s.wrote(obj)
+
+    def deleted(self, resource: str, key: str) -> None:
+        for s in self._of(resource):
+            s.deleted(key)
+
+    def _of(self, resource: str) -> list[Store]:
+        return {
+            "virtualclusters": [self.vcs],
+            "nodes": [self.nodes_],
+            "dljobs": [self.dljobs_],
+            "pods": [self.gang, self.replicas, self.others],
+        }.get(resource, [])
+
+
+def _lister(call: Callable[..., Any]) -> Callable[[], tuple[list[Obj], int]]:
+    def list_() -> tuple[list[Obj], int]:
+        resp = call(_preload_content=False)
+        body = orjson.loads(resp.data)
+        rv = int((body.get("metadata") or {}).get("resourceVersion") or 0)
+        return list(body.get("items") or []), rv
+
+    return list_
+
+
+def _watcher(call: Callable[..., Any]) -> Callable[[int], Iterator[Obj]]:
+    from kubernetes.watch.watch import iter_resp_lines
+
+    def watch(rv: int) -> Iterator[Obj]:
+        resp = call(
+            watch=True,
+            resource_version=str(rv),
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_S,
+            _preload_content=False,
+            _request_timeout=(10, WATCH_S + 30),  # a silent connection is given up after that
+        )
+        try:
+            for line in iter_resp_lines(resp):
+                if line:
+                    yield orjson.loads(line)
+        finally:
+            resp.release_conn()
+
+    return watch
+
+
+class CachedKube(Kube):
+    """The operator's :class:`Kube` whose reads come from :class:`Informers` and whose writes are
+    written through into them from the apiserver's replies."""
+
+    def __init__(self, api_client: Any, namespace: str | None = None, **kw: Any) -> None:
+        on_event: OnEvent | None = kw.pop("on_event", None)
+        super().__init__(api_client, namespace, **kw)
+        self.informers = Informers(self, on_event)
+
+    def virtual_clusters(self) -> list[Obj]:
+        return self.informers.virtual_clusters()
+
+    def nodes(self) -> list[Obj]:
+        return self.informers.nodes()
+
+    def dljobs(self) -> list[Obj]:
+        return self.informers.dljobs()
+
+    def gang_pods(self) -> list[Obj]:
+        return self.informers.gang_pods()
+
+    def pending_replica_pods(self) -> list[Obj]:
+        return self.informers.pending_replica_pods()
+
+    def other_bound_pods(self) -> list[Obj]:
+        return self.informers.other_bound_pods()
+
+    def _wrote(self, resource: str, obj: Obj | None) -> None:
+        if obj is not None:
+            self.informers.wrote(resource, obj)
+
+    def _deleted(self, resource: str, namespace: str, name: str) -> None:
+        self.informers.deleted(resource, f"{namespace}/{name}")
+
+    def _keeps(self) -> bool:
+        return True
+
+
+__all__ = ["CachedKube", "Informers", "Reflector", "Store", "key_of", "version"]

@@ -1,0 +1,166 @@
+"""The operator's watch caches on a real apiserver (issue 21 §1): one list each, then the watch; the
+selectors the apiserver applies (finished DLJobs never enter, other pods only while bound and
+unfinished); the operator's own writes in the cache as soon as the apiserver answered them, before
+the watch delivers; a watch from a compacted-away version listed again; a restart rebuilt from one
+list each."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from qosmos.operator.crds import GROUP, VERSION
+from qosmos.operator.informers import CachedKube, Informers, Store
+
+pytestmark = pytest.mark.integration
+
+
+def until(cond: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout} s")
+
+
+def dljob(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DLJob",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"virtualCluster": "vc-informers", "gpus": 1},
+    }
+
+
+def pod(name: str, node: str | None = None, **labels: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}
+    if node:
+        spec["nodeName"] = node  # bound: no kubelet will ever run it
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+@pytest.fixture
+def cached(k8s_api: Any, crds_applied: str, k8s_namespace: str) -> Iterator[tuple[CachedKube, list[tuple[str, str]]]]:
+    seen: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def record(store: str, type_: str, obj: dict[str, Any]) -> None:
+        with lock:
+            seen.append((store, type_))
+
+    custom = client.CustomObjectsApi(k8s_api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, k8s_namespace, "dljobs", dljob("before"))
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, k8s_namespace, "dljobs", dljob("old", **{"qosmos.io/finished": "true"})
+    )
+    kube = CachedKube(k8s_api, k8s_namespace, on_event=record)
+    kube.informers.start()
+    try:
+        assert kube.informers.wait_synced(30)
+        yield kube, seen
+    finally:
+        kube.informers.stop()
+
+
+def names(objs: list[dict[str, Any]]) -> set[str]:
+    return {o["metadata"]["name"] for o in objs}
+
+
+def test_the_caches_follow_the_apiserver_through_its_selectors(
+    k8s_api: Any, k8s_namespace: str, cached: tuple[CachedKube, list[tuple[str, str]]]
+) -> None:
+    kube, seen = cached
+    ns = k8s_namespace
+    custom, v1 = client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api)
+    assert names(kube.dljobs()) == {"before"}  # listed; the retired one never enters
+    assert all(s.lists == 1 for s in kube.informers.stores)
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", dljob("after"))
+    until(lambda: names(kube.dljobs()) == {"before", "after"})
+    assert ("dljobs", "ADDED") in seen
+    # retired by another writer: it leaves the working set
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, ns, "dljobs", "before", {"metadata": {"labels": {"qosmos.io/finished": "true"}}}
+    )
+    until(lambda: names(kube.dljobs()) == {"after"})
+
+    v1.create_namespaced_pod(ns, pod("gang-0", **{"qosmos.io/job": "after"}))
+    v1.create_namespaced_pod(ns, pod("replica-0", **{"qosmos.io/inference": "svc"}))
+    v1.create_namespaced_pod(ns, pod("other-pending"))  # not bound: holds nothing, not watched
+    v1.create_namespaced_pod(ns, pod("other-bound", node="qosmos-no-kubelet-informers"))
+    until(lambda: "gang-0" in names(kube.gang_pods()))
+    until(lambda: "replica-0" in names(kube.pending_replica_pods()))
+    until(lambda: "other-bound" in names(kube.other_bound_pods()))
+    assert "other-pending" not in names(kube.other_bound_pods())
+    # the replica bound: no longer pending, now among the pods holding node resources
+    v1.create_namespaced_pod_binding(
+        "replica-0", ns, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "replica-0"},
+                          "target": {"apiVersion": "v1", "kind": "Node", "name": "qosmos-no-kubelet-informers"}},
+        _preload_content=False,
+    )  # fmt: skip
+    until(lambda: "replica-0" in names(kube.other_bound_pods()))
+    assert "replica-0" not in names(kube.pending_replica_pods())
+    # finished: it leaves the bound-unfinished selection (the apiserver sends DELETED for it)
+    v1.patch_namespaced_pod_status("other-bound", ns, {"status": {"phase": "Succeeded"}})
+    until(lambda: "other-bound" not in names(kube.other_bound_pods()))
+
+
+def test_the_operators_own_writes_are_in_the_cache_before_the_watch_delivers_them(
+    k8s_api: Any, k8s_namespace: str, cached: tuple[CachedKube, list[tuple[str, str]]]
+) -> None:
+    kube, _ = cached
+    ns = k8s_namespace
+    inf = kube.informers
+    for r in inf.reflectors:  # the streams stop taking events: only the write-through can update
+        r.stopped.set()
+    rv = kube.patch_dljob_status(ns, "before", {"phase": "Queued", "queuePosition": 7})
+    got = inf.dljobs_.get(f"{ns}/before")
+    assert got is not None and got["status"]["queuePosition"] == 7
+    assert got["metadata"]["resourceVersion"] == rv and rv in kube.own  # its echo is not news
+
+    assert kube.create_pod({**pod("gang-1", **{"qosmos.io/job": "before"}), "metadata": {
+        "name": "gang-1", "namespace": ns, "labels": {"qosmos.io/job": "before"}}})  # fmt: skip
+    assert "gang-1" in names(kube.gang_pods())
+    kube.delete_pod(ns, "gang-1")  # not on a node: gone at once (200)
+    assert "gang-1" not in names(kube.gang_pods())
+    bound = pod("gang-2", node="qosmos-no-kubelet-informers", **{"qosmos.io/job": "before"})
+    bound["metadata"]["namespace"] = ns
+    bound["spec"]["terminationGracePeriodSeconds"] = 60
+    kube.create_pod(bound)
+    kube.delete_pod(ns, "gang-2")  # bound: terminating (202) and still holding its devices
+    held = {p["metadata"]["name"]: p for p in kube.gang_pods()}
+    assert held["gang-2"]["metadata"].get("deletionTimestamp")
+
+    kube.label_dljob(ns, "before", {"qosmos.io/finished": "true"})  # retired by the pass: out at once
+    assert "before" not in names(kube.dljobs())
+
+
+def test_a_watch_from_a_compacted_version_lists_again_and_a_restart_lists_once(
+    k8s_api: Any, k8s_namespace: str, cached: tuple[CachedKube, list[tuple[str, str]]]
+) -> None:
+    kube, _ = cached
+    fresh = Informers(kube)  # a restarted operator's caches, not started: one reflector by hand
+    r = fresh.reflectors[[s.name for s in fresh.stores].index("dljobs")]
+    store: Store = r.store
+    store.rv, r.relist = 1, False  # as if it had watched since long ago: the apiserver answers 410
+    t = threading.Thread(target=r.run, daemon=True)
+    t.start()
+    try:
+        until(lambda: store.lists == 1)
+        assert names(store.items()) == {"before"}
+        assert store.rv > 1
+    finally:
+        r.stopped.set()
+    again = CachedKube(kube.api, kube.namespace)
+    again.informers.start()
+    try:
+        assert again.informers.wait_synced(30)
+        assert [s.lists for s in again.informers.stores] == [1] * 6
+        assert names(again.dljobs()) == {"before"}
+    finally:
+        again.informers.stop()
