@@ -227,7 +227,8 @@ def _bound(pod: Obj) -> bool:
 class Informers:
     """The operator's watch caches: VirtualClusters, nodes, DLJobs of the working set (not retired),
     DLJob pods, InferenceService replica pods, and other bound unfinished pods (they hold node
-    resources too); the reads of :class:`~qosmos.operator.kube.Kube` served from them."""
+    resources too); :class:`CachedKube` serves the reads of :class:`~qosmos.operator.kube.Kube`
+    from them."""
 
     def __init__(self, kube: Kube, on_event: OnEvent | None = None) -> None:
         self.kube = kube
@@ -301,31 +302,6 @@ class Informers:
         for t in self._threads:
             t.join(timeout=1.0)
 
-    # ---- the reads a pass makes (those of Kube) -----------------------------------------------
-    def virtual_clusters(self) -> list[Obj]:
-        return self.vcs.items()
-
-    def nodes(self) -> list[Obj]:
-        return self.nodes_.items()
-
-    def dljobs(self) -> list[Obj]:
-        return self.dljobs_.items()
-
-    def gang_pods(self) -> list[Obj]:
-        return self.gang.items()
-
-    def pending_replica_pods(self) -> list[Obj]:
-        return [
-            p
-            for p in self.replicas.items()
-            if not (p.get("spec") or {}).get("nodeName")
-            and (p.get("status") or {}).get("phase", "Pending") == "Pending"
-        ]
-
-    def other_bound_pods(self) -> list[Obj]:
-        # one store per pod: a replica pod being bound is never in neither (two streams could miss it)
-        return self.others.items() + [p for p in self.replicas.items() if _bound(p)]
-
     # ---- write-through ------------------------------------------------------------------------
     def wrote(self, resource: str, obj: Obj) -> None:
         for s in self._of(resource):
@@ -385,23 +361,30 @@ class CachedKube(Kube):
         super().__init__(api_client, namespace, **kw)
         self.informers = Informers(self, on_event)
 
+    # the reads a pass makes, from the stores
     def virtual_clusters(self) -> list[Obj]:
-        return self.informers.virtual_clusters()
+        return self.informers.vcs.items()
 
     def nodes(self) -> list[Obj]:
-        return self.informers.nodes()
+        return self.informers.nodes_.items()
 
     def dljobs(self) -> list[Obj]:
-        return self.informers.dljobs()
+        return self.informers.dljobs_.items()
 
     def gang_pods(self) -> list[Obj]:
-        return self.informers.gang_pods()
+        return self.informers.gang.items()
 
     def pending_replica_pods(self) -> list[Obj]:
-        return self.informers.pending_replica_pods()
+        return [
+            p
+            for p in self.informers.replicas.items()
+            if not (p.get("spec") or {}).get("nodeName")
+            and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+        ]
 
     def other_bound_pods(self) -> list[Obj]:
-        return self.informers.other_bound_pods()
+        # one store per pod: a replica pod being bound is never in neither (two streams could miss it)
+        return self.informers.others.items() + [p for p in self.informers.replicas.items() if _bound(p)]
 
     def _wrote(self, resource: str, obj: Obj | None) -> None:
         if obj is not None:

@@ -85,15 +85,20 @@ class Kube:
     def _deleted(self, resource: str, namespace: str, name: str) -> None:
         """An object a write of ours deleted at once."""
 
-    def _reply(self, resource: str, resp: Any) -> None:
+    def _parsed(self, resp: Any) -> dict[str, Any] | None:
+        """The reply's object when the writes' replies are wanted; None (released unread) otherwise."""
         if not self._keeps():
             _done(resp)
-            return
+            return None
         try:
-            obj = orjson.loads(resp.read())
+            return dict(orjson.loads(resp.read()))
         finally:
             resp.release_conn()
-        self._wrote(resource, obj)
+
+    def _reply(self, resource: str, resp: Any) -> None:
+        obj = self._parsed(resp)
+        if obj is not None:
+            self._wrote(resource, obj)
 
     # ---- reads (raw JSON: cheap on thousands of objects) ----------------------------------------
     def _items(self, resp: Any) -> list[dict[str, Any]]:
@@ -329,13 +334,9 @@ class Kube:
                 raise
             self._deleted("pods", namespace, name)
             return
-        if not self._keeps():
-            _done(resp)
+        obj = self._parsed(resp)
+        if obj is None:
             return
-        try:
-            obj = orjson.loads(resp.read())
-        finally:
-            resp.release_conn()
         if (obj.get("metadata") or {}).get("deletionGracePeriodSeconds"):
             self._wrote("pods", obj)  # terminating, holding its devices until its kubelet is done
         else:  # gone at once (not on a node, or finished: the apiserver's grace period 0)

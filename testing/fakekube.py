@@ -33,6 +33,19 @@ def gpu_node(name: str, gpus: int = 8, taints: list[dict[str, str]] | None = Non
     return obj
 
 
+def dljob_object(
+    name: str, created: float, ns: str = "team", vc: str = "vc-a", gpus: int = 8, **spec: Any
+) -> dict[str, Any]:
+    """A DLJob as the apiserver holds it before the operator wrote anything (created at Unix ``created``)."""
+    from qosmos.operator.translate import rfc3339
+
+    return {
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "generation": 1,
+                     "creationTimestamp": rfc3339(created)},
+        "spec": {"virtualCluster": vc, "gpus": gpus, "gpusPerNode": 8, **spec},
+    }  # fmt: skip
+
+
 class FakeKube:
     def __init__(
         self,
@@ -200,4 +213,4 @@ class FakeKube:
         self.events.append((obj["metadata"]["name"], reason, message))
 
 
-__all__ = ["FakeKube", "gpu_node"]
+__all__ = ["FakeKube", "dljob_object", "gpu_node"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 from qosmos.extender.schedconfig import qosmos_scheduler_config, scheduler_config
 from qosmos.testing.controlplane import ControlPlane
 from qosmos.testing.fakenodes import gpu_pod_manifest
+from qosmos.testing.node import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -22,13 +22,7 @@ def _pod(name: str, gpus: int, scheduler: str | None = None) -> dict[str, Any]:
 
 
 def _wait(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    return wait_for(pred, timeout, what)
 
 
 def _core(api: Any) -> Any:

@@ -18,6 +18,7 @@ import pytest
 from qosmos.dev.binaries import DEV_BINARIES, cache_bin_dir
 from qosmos.dev.cluster import operator_command
 from qosmos.dev.process import ProcessRef, start_ticks
+from qosmos.testing.node import wait_for
 from qosmos.testing.processes import QOSMOS
 
 from .conftest import need_dev_binaries
@@ -29,14 +30,8 @@ def _qosmos(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
     return subprocess.run([*QOSMOS, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def _wait(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+def _wait(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    return wait_for(pred, timeout, what, every=0.3)
 
 
 class Kubectl:

@@ -7,26 +7,16 @@ list each."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 from qosmos.operator.crds import GROUP, VERSION
 from qosmos.operator.informers import CachedKube, Informers, Store
+from qosmos.testing.node import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def until(cond: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout} s")
 
 
 def dljob(name: str, **labels: str) -> dict[str, Any]:
@@ -81,21 +71,21 @@ def test_the_caches_follow_the_apiserver_through_its_selectors(
     assert names(kube.dljobs()) == {"before"}  # listed; the retired one never enters
     assert all(s.lists == 1 for s in kube.informers.stores)
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", dljob("after"))
-    until(lambda: names(kube.dljobs()) == {"before", "after"})
+    wait_for(lambda: names(kube.dljobs()) == {"before", "after"})
     assert ("dljobs", "ADDED") in seen
     # retired by another writer: it leaves the working set
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, ns, "dljobs", "before", {"metadata": {"labels": {"qosmos.io/finished": "true"}}}
     )
-    until(lambda: names(kube.dljobs()) == {"after"})
+    wait_for(lambda: names(kube.dljobs()) == {"after"})
 
     v1.create_namespaced_pod(ns, pod("gang-0", **{"qosmos.io/job": "after"}))
     v1.create_namespaced_pod(ns, pod("replica-0", **{"qosmos.io/inference": "svc"}))
     v1.create_namespaced_pod(ns, pod("other-pending"))  # not bound: holds nothing, not watched
     v1.create_namespaced_pod(ns, pod("other-bound", node="qosmos-no-kubelet-informers"))
-    until(lambda: "gang-0" in names(kube.gang_pods()))
-    until(lambda: "replica-0" in names(kube.pending_replica_pods()))
-    until(lambda: "other-bound" in names(kube.other_bound_pods()))
+    wait_for(lambda: "gang-0" in names(kube.gang_pods()))
+    wait_for(lambda: "replica-0" in names(kube.pending_replica_pods()))
+    wait_for(lambda: "other-bound" in names(kube.other_bound_pods()))
     assert "other-pending" not in names(kube.other_bound_pods())
     # the replica bound: no longer pending, now among the pods holding node resources
     v1.create_namespaced_pod_binding(
@@ -103,11 +93,11 @@ def test_the_caches_follow_the_apiserver_through_its_selectors(
                           "target": {"apiVersion": "v1", "kind": "Node", "name": "qosmos-no-kubelet-informers"}},
         _preload_content=False,
     )  # fmt: skip
-    until(lambda: "replica-0" in names(kube.other_bound_pods()))
+    wait_for(lambda: "replica-0" in names(kube.other_bound_pods()))
     assert "replica-0" not in names(kube.pending_replica_pods())
     # finished: it leaves the bound-unfinished selection (the apiserver sends DELETED for it)
     v1.patch_namespaced_pod_status("other-bound", ns, {"status": {"phase": "Succeeded"}})
-    until(lambda: "other-bound" not in names(kube.other_bound_pods()))
+    wait_for(lambda: "other-bound" not in names(kube.other_bound_pods()))
 
 
 def test_the_operators_own_writes_are_in_the_cache_before_the_watch_delivers_them(
@@ -151,7 +141,7 @@ def test_a_watch_from_a_compacted_version_lists_again_and_a_restart_lists_once(
     t = threading.Thread(target=r.run, daemon=True)
     t.start()
     try:
-        until(lambda: store.lists == 1)
+        wait_for(lambda: store.lists == 1)
         assert names(store.items()) == {"before"}
         assert store.rv > 1
     finally:

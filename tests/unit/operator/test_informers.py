@@ -14,8 +14,7 @@ import pytest
 from qosmos.operator.durations import Durations
 from qosmos.operator.informers import Informers, Reflector, Store
 from qosmos.operator.reconcile import Reconciler
-from qosmos.operator.translate import rfc3339
-from qosmos.testing.fakekube import DEFAULT_VCS, FakeKube, gpu_node
+from qosmos.testing.fakekube import DEFAULT_VCS, FakeKube, dljob_object, gpu_node
 
 Obj = dict[str, Any]
 
@@ -180,17 +179,10 @@ class CachedFake(FakeKube):
             self.inf.wrote(resource, copy.deepcopy(o))
 
     # reads: the stores
-    def dljobs(self) -> list[Obj]:
-        return self.inf.dljobs()
-
-    def gang_pods(self) -> list[Obj]:
-        return self.inf.gang_pods()
-
-    def nodes(self) -> list[Obj]:
-        return self.inf.nodes()
-
-    def virtual_clusters(self) -> list[Obj]:
-        return self.inf.virtual_clusters()
+    dljobs = lambda self: self.inf.dljobs_.items()  # noqa: E731
+    gang_pods = lambda self: self.inf.gang.items()  # noqa: E731
+    nodes = lambda self: self.inf.nodes_.items()  # noqa: E731
+    virtual_clusters = lambda self: self.inf.vcs.items()  # noqa: E731
 
     # writes: the fake's, then the reply written through
     def patch_dljob_status(
@@ -211,16 +203,7 @@ class CachedFake(FakeKube):
 
 
 def job(name: str, priority: int = 0) -> Obj:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "team",
-            "uid": f"uid-{name}",
-            "generation": 1,
-            "creationTimestamp": rfc3339(1_767_000_000.0),
-        },
-        "spec": {"virtualCluster": "vc-a", "gpus": 8, "gpusPerNode": 8, "priority": priority},
-    }
+    return dljob_object(name, 1_767_000_000.0, priority=priority)
 
 
 @pytest.mark.parametrize("write_through", [True, False])

@@ -26,24 +26,16 @@ from qosmos.operator.writes import (
     Sequence,
     Ungate,
 )
-from qosmos.testing.fakekube import DEFAULT_VCS, FakeKube, gpu_node
+from qosmos.testing.fakekube import DEFAULT_VCS, FakeKube, dljob_object, gpu_node
 
 T0 = parse_time("2026-01-02T03:04:05Z") or 0.0
 
 
 def dljob(name: str, gpus: int = 8, created: float = 0.0, **status: Any) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "team",
-            "uid": f"uid-{name}",
-            "generation": 1,
-            "resourceVersion": "7",
-            "creationTimestamp": rfc3339(T0 + created),
-        },
-        "spec": {"virtualCluster": "vc-a", "gpus": gpus, "gpusPerNode": 8},
-        "status": status,
-    }
+    obj = dljob_object(name, T0 + created, gpus=gpus)
+    obj["metadata"]["resourceVersion"] = "7"
+    obj["status"] = status
+    return obj
 
 
 def snapshot(*jobs: dict[str, Any], nodes: int = 2, pods: list[dict[str, Any]] | None = None) -> Snapshot:
