@@ -650,14 +650,8 @@ class InferenceController:
     def _services(self) -> list[dict[str, Any]]:
         from kubernetes.client.rest import ApiException
 
-        ns = self.kube.namespace
         try:
-            if ns:
-                resp = self.kube.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, ns, PLURAL, _preload_content=False
-                )
-            else:
-                resp = self.kube.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, _preload_content=False)
+            services = self.kube.inference_services()
         except ApiException as exc:
             if exc.status == 404:  # the CRD is not installed: nothing to serve
                 if not self._missing_crd:
@@ -666,20 +660,13 @@ class InferenceController:
                 return []
             raise
         self._missing_crd = False
-        return list(json.loads(resp.data).get("items") or [])
+        return services
 
     def _replica_pods(self) -> list[dict[str, Any]]:
-        ns = self.kube.namespace
-        if ns:
-            resp = self.kube.core.list_namespaced_pod(ns, label_selector=LABEL_INFERENCE, _preload_content=False)
-        else:
-            resp = self.kube.core.list_pod_for_all_namespaces(label_selector=LABEL_INFERENCE, _preload_content=False)
-        return list(json.loads(resp.data).get("items") or [])
+        return self.kube.replica_pods()
 
     def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.kube.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status}
-        )
+        self.kube.patch_inference_status(namespace, name, status)
 
     def _spec(self, key: str, spec: InferenceServiceSpec) -> InferenceSpec:
         text = spec.model_dump_json()

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("qosmos.operator")
 
 WATCH_S = 300  # the server ends a watch after this; the reflector re-watches from where it was
+ABSENT_S = 10.0  # a collection whose CRD is not installed (404) is empty, and listed again after this
 BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # between failed lists/watches, then 5 s
 FINISHED = ("Succeeded", "Failed")
 
@@ -76,6 +77,7 @@ class Store:
         self.rv = 0  # the stream's position: the latest list, event or bookmark version delivered
         self.synced = threading.Event()
         self.lists = 0  # how often the collection was listed (1 + relists)
+        self.absent = False  # its list answered 404 (its CRD not installed): empty until it appears
         self._objs: dict[str, Obj] = {}
         self._gone: set[str] = set()  # deleted by the operator, its DELETED event not seen yet
         self._lock = threading.Lock()
@@ -104,6 +106,14 @@ class Store:
             self._objs, self._gone = objs, set()
             self.rv = rv
             self.lists += 1
+            self.absent = False
+        self.synced.set()
+
+    def missing(self) -> None:
+        """Its list answered 404: the resource is not served (a CRD not installed). Empty, and synced:
+        a pass must not wait for a collection that does not exist."""
+        with self._lock:
+            self._objs, self._gone, self.absent = {}, set(), True
         self.synced.set()
 
     def event(self, type_: str, obj: Obj) -> bool:
@@ -181,10 +191,20 @@ class Reflector:
         while not self.stopped.is_set():
             try:
                 if self.relist:
-                    items, rv = self.list_fn()
+                    try:
+                        items, rv = self.list_fn()
+                    except Exception as exc:
+                        if getattr(exc, "status", None) != 404:
+                            raise
+                        if not self.store.absent:
+                            log.warning("%s are not served (no CRD?): empty until they are", self.store.name)
+                        self.store.missing()
+                        self.stopped.wait(ABSENT_S)
+                        continue
+                    appeared = self.store.absent
                     self.store.replace(items, rv)
                     self.relist = False
-                    if self.on_event is not None and self.store.lists > 1:  # what changed meanwhile is unknown
+                    if self.on_event is not None and (self.store.lists > 1 or appeared):  # what changed is unknown
                         self.on_event(self.store.name, "RELIST", {})
                 for ev in self.watch_fn(self.store.rv):
                     failures = 0
@@ -225,7 +245,7 @@ def _bound(pod: Obj) -> bool:
 
 
 class Informers:
-    """The operator's watch caches: VirtualClusters, nodes, DLJobs of the working set (not retired),
+    """The operator's watch caches: VirtualClusters, InferenceServices, nodes, DLJobs of the working set (not retired),
     DLJob pods, InferenceService replica pods, and other bound unfinished pods (they hold node
     resources too); :class:`CachedKube` serves the reads of :class:`~qosmos.operator.kube.Kube`
     from them."""
@@ -235,6 +255,7 @@ class Informers:
         self.on_event = on_event
         ns = kube.namespace
         self.vcs = Store("virtualclusters")
+        self.services = Store("inferenceservices")
         self.nodes_ = Store("nodes")
         self.dljobs_ = Store("dljobs", lambda o: LABEL_FINISHED not in _labels(o))
         self.gang = Store("pods", lambda o: LABEL_JOB in _labels(o) and LABEL_FINISHED not in _labels(o))
@@ -257,8 +278,14 @@ class Informers:
                 return lambda **more: core.list_namespaced_pod(ns, label_selector=labels, **more)
             return lambda **more: core.list_pod_for_all_namespaces(label_selector=labels, **more)
 
+        def services(**more: Any) -> Any:
+            if ns:
+                return custom.list_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", **more)
+            return custom.list_cluster_custom_object(GROUP, VERSION, "inferenceservices", **more)
+
         sources: list[tuple[Store, Callable[..., Any]]] = [
             (self.vcs, lambda **more: custom.list_cluster_custom_object(GROUP, VERSION, "virtualclusters", **more)),
+            (self.services, services),
             (self.nodes_, lambda **more: core.list_node(**more)),
             (self.dljobs_, dljobs),
             (self.gang, pods(GANG_PODS)),
@@ -314,6 +341,7 @@ class Informers:
     def _of(self, resource: str) -> list[Store]:
         return {
             "virtualclusters": [self.vcs],
+            "inferenceservices": [self.services],
             "nodes": [self.nodes_],
             "dljobs": [self.dljobs_],
             "pods": [self.gang, self.replicas, self.others],
@@ -385,6 +413,16 @@ class CachedKube(Kube):
     def other_bound_pods(self) -> list[Obj]:
         # one store per pod: a replica pod being bound is never in neither (two streams could miss it)
         return self.informers.others.items() + [p for p in self.informers.replicas.items() if _bound(p)]
+
+    def replica_pods(self) -> list[Obj]:
+        return self.informers.replicas.items()
+
+    def inference_services(self) -> list[Obj]:
+        if self.informers.services.absent:
+            from kubernetes.client.rest import ApiException
+
+            raise ApiException(status=404, reason="InferenceServices are not served (CRD not installed)")
+        return self.informers.services.items()
 
     def _wrote(self, resource: str, obj: Obj | None) -> None:
         if obj is not None:

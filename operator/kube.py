@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import orjson
-from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_JOB, VERSION
+from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_INFERENCE, LABEL_JOB, VERSION
 
 log = logging.getLogger("qosmos.operator")
 
@@ -173,7 +173,28 @@ class Kube:
 
     def pending_replica_pods(self) -> list[dict[str, Any]]:
         """InferenceService replica pods not bound yet: the pass books them before the queues (SODA)."""
-        return self._own_pods("qosmos.io/inference", "spec.nodeName=,status.phase=Pending")
+        return self._own_pods(LABEL_INFERENCE, "spec.nodeName=,status.phase=Pending")
+
+    def replica_pods(self) -> list[dict[str, Any]]:
+        """Every InferenceService replica pod (label qosmos.io/inference) in the operator's namespace(s)."""
+        return self._own_pods(LABEL_INFERENCE)
+
+    def inference_services(self) -> list[dict[str, Any]]:
+        """The InferenceServices; ApiException 404 when their CRD is not installed."""
+        if self.namespace:
+            resp = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "inferenceservices", _preload_content=False
+            )
+        else:
+            resp = self.custom.list_cluster_custom_object(GROUP, VERSION, "inferenceservices", _preload_content=False)
+        return self._items(resp)
+
+    def patch_inference_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        obj = self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, "inferenceservices", name, {"status": status}
+        )
+        self.own.add(_version(obj))  # its watch event is this write's echo, not news
+        self._wrote("inferenceservices", obj if isinstance(obj, dict) else None)
 
     # ---- writes -------------------------------------------------------------------------------
     def patch_dljob_status(

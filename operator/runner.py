@@ -94,7 +94,7 @@ class Changes:
     def worth_a_pass(self, store: str, type_: str, obj: Any) -> bool:
         if type_ == "RELIST":  # a watch resumed after 410: what changed meanwhile is unknown
             return True
-        if store in ("dljobs", "virtualclusters"):
+        if store in ("dljobs", "virtualclusters", "inferenceservices"):
             return type_ == "DELETED" or not echo(obj, self.own)
         if store == "nodes":
             return self.nodes.changed(type_, obj)

@@ -150,7 +150,7 @@ def test_a_watch_from_a_compacted_version_lists_again_and_a_restart_lists_once(
     again.informers.start()
     try:
         assert again.informers.wait_synced(30)
-        assert [s.lists for s in again.informers.stores] == [1] * 6
+        assert [s.lists for s in again.informers.stores] == [1] * 7
         assert names(again.dljobs()) == {"before"}
     finally:
         again.informers.stop()

@@ -152,6 +152,42 @@ def test_the_reflector_resumes_from_its_position_and_lists_again_on_410(monkeypa
     assert {k for k in ("team/a", "team/b", "team/c") if s.get(k)} == {"team/a"}
 
 
+class Absent(Exception):
+    status = 404
+
+
+def test_a_collection_not_served_is_empty_and_synced_until_its_crd_appears(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list answered 404 (an InferenceService CRD not installed) must not hold the passes back: the
+    store is synced and empty, and listed again until the resource is served."""
+    monkeypatch.setattr("qosmos.operator.informers.ABSENT_S", 0.0)
+    calls: list[str] = []
+
+    def list_() -> tuple[list[Obj], int]:
+        calls.append("list")
+        if len(calls) < 3:
+            raise Absent()
+        return [obj("svc", 30)], 30
+
+    done = threading.Event()
+    s = Store("inferenceservices")
+    seen: list[str] = []
+
+    def watch(rv: int) -> Iterator[Obj]:
+        done.set()
+        raise _Stop
+
+    r = Reflector(s, list_, watch, lambda st, t, o: seen.append(t))
+    t = threading.Thread(target=r.run, daemon=True)
+    t.start()
+    try:
+        assert done.wait(10)
+    finally:
+        r.stopped.set()
+        t.join(5)
+    assert calls == ["list"] * 3 and s.synced.is_set() and not s.absent
+    assert s.get("team/svc") is not None and "RELIST" in seen  # it appeared: a pass
+
+
 # ---- read-your-writes through a whole pass ----------------------------------------------------
 class CachedFake(FakeKube):
     """The in-memory apiserver read through the informers' stores the way ``CachedKube`` reads it:
@@ -168,6 +204,7 @@ class CachedFake(FakeKube):
         """Everything the stream would have delivered by now: the stores listed again."""
         top = int(next(self._versions))
         self.inf.vcs.replace(copy.deepcopy(self._vcs), top)
+        self.inf.services.replace([], top)
         self.inf.nodes_.replace(copy.deepcopy(self._nodes), top)
         self.inf.dljobs_.replace(FakeKube.dljobs(self), top)
         self.inf.gang.replace(FakeKube.gang_pods(self), top)
