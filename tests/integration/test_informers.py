@@ -32,11 +32,16 @@ def pod(name: str, node: str | None = None, **labels: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}
     if node:
         spec["nodeName"] = node  # bound: no kubelet will ever run it
+    else:
+        spec["schedulerName"] = "qosmos-test-no-scheduler"  # stays unbound beside the session's scheduler
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
 @pytest.fixture
-def cached(k8s_api: Any, crds_applied: str, k8s_namespace: str) -> Iterator[tuple[CachedKube, list[tuple[str, str]]]]:
+def cached(
+    k8s_api: Any, crds_applied: str, k8s_namespace: str, fake_gpu_nodes: list[dict[str, Any]]
+) -> Iterator[tuple[CachedKube, list[tuple[str, str]]]]:
+    # with the session's nodes present, as in the whole suite (its scheduler binds what it can)
     seen: list[tuple[str, str]] = []
     lock = threading.Lock()
 
