@@ -251,8 +251,6 @@ class Informers:
     from them."""
 
     def __init__(self, kube: Kube, on_event: OnEvent | None = None) -> None:
-        self.kube = kube
-        self.on_event = on_event
         ns = kube.namespace
         self.vcs = Store("virtualclusters")
         self.services = Store("inferenceservices")
@@ -297,16 +295,12 @@ class Informers:
                 ),
             ),
         ]
-        self.reflectors = [Reflector(s, _lister(call), _watcher(call), self._event) for s, call in sources]
+        self.reflectors = [Reflector(s, _lister(call), _watcher(call), on_event) for s, call in sources]
         self._threads: list[threading.Thread] = []
 
     @property
     def stores(self) -> list[Store]:
         return [r.store for r in self.reflectors]
-
-    def _event(self, store: str, type_: str, obj: Obj) -> None:
-        if self.on_event is not None:
-            self.on_event(store, type_, obj)
 
     def start(self) -> None:
         for r in self.reflectors:

@@ -193,8 +193,7 @@ class Kube:
         obj = self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, "inferenceservices", name, {"status": status}
         )
-        self.own.add(_version(obj))  # its watch event is this write's echo, not news
-        self._wrote("inferenceservices", obj if isinstance(obj, dict) else None)
+        self._echoed("inferenceservices", obj)
 
     # ---- writes -------------------------------------------------------------------------------
     def patch_dljob_status(
@@ -220,10 +219,7 @@ class Kube:
             obj = orjson.loads(resp.read())
         finally:
             resp.release_conn()
-        out = _version(obj)
-        self.own.add(out)  # its watch event is this write's echo
-        self._wrote("dljobs", obj)
-        return out
+        return self._echoed("dljobs", obj)
 
     def delete_dljob(self, namespace: str, name: str) -> None:
         """Delete a DLJob (its ttlSecondsAfterFinished passed); the garbage collector takes its pods."""
@@ -238,20 +234,26 @@ class Kube:
                 raise
         self._deleted("dljobs", namespace, name)
 
-    def _vc_written(self, obj: Any) -> None:
-        self.own.add(_version(obj))  # its watch event is this write's echo, not news
-        self._wrote("virtualclusters", obj if isinstance(obj, dict) else None)
+    def _echoed(self, resource: str, obj: Any) -> str | None:
+        """A status (or metadata) write of a pass: its watch event is this write's echo, not news, and
+        the cache takes the reply. Returns the new resourceVersion."""
+        rv = _version(obj)
+        self.own.add(rv)
+        self._wrote(resource, obj if isinstance(obj, dict) else None)
+        return rv
 
     def patch_vc_status(self, name: str, status: dict[str, Any]) -> None:
-        self._vc_written(
-            self.custom.patch_cluster_custom_object_status(GROUP, VERSION, "virtualclusters", name, {"status": status})
+        self._echoed(
+            "virtualclusters",
+            self.custom.patch_cluster_custom_object_status(GROUP, VERSION, "virtualclusters", name, {"status": status}),
         )
 
     def annotate_vc(self, name: str, annotations: dict[str, str | None]) -> None:
-        self._vc_written(
+        self._echoed(
+            "virtualclusters",
             self.custom.patch_cluster_custom_object(
                 GROUP, VERSION, "virtualclusters", name, {"metadata": {"annotations": annotations}}
-            )
+            ),
         )
 
     def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
