@@ -4,6 +4,7 @@
     python benchmarks/genie_forms.py --samples samples.csv    # `qosmos profile run` output (single-GPU rows)
     python benchmarks/genie_forms.py --samples a.csv b.csv    # repeated sessions: medians per batch size
     python benchmarks/genie_forms.py --samples a.csv b.csv --reproducible 5
+    python benchmarks/genie_forms.py --samples a.csv --steady 5
     python benchmarks/genie_forms.py --json
 
 Per model, the distinct batch sizes are split into every other one from the smallest (fit) and
@@ -20,7 +21,10 @@ Several sample files are sessions of the same measurement: each batch size count
 median rate (as `qosmos profile fit a.csv b.csv` fits), and "sessions %" shows how far the sessions
 disagree ((max - min) / median per batch size, mean/max over the model's sizes) — a floor no form
 can beat. ``--reproducible PCT`` scores the held-out half only on the batch sizes whose sessions
-agree within PCT (the fit half is unchanged).
+agree within PCT (the fit half is unchanged). ``--steady PCT`` scores it only on the batch sizes
+whose own measured windows agree within PCT (the samples' ``rate_spread_pct``, the largest over
+the sessions): where one session is all there is, the windows' spread is what says a rate was
+measured rather than drawn from the host's noise (launch-bound sizes on a shared VM).
 """
 
 from __future__ import annotations
@@ -48,6 +52,19 @@ def read_sessions(paths: list[Path]) -> dict[str, dict[float, list[float]]]:
         for s in read_samples(path):
             if s.shape.gpus == 1:
                 out[s.model][float(s.batch)].append(s.rate)
+    return out
+
+
+def window_spreads(paths: list[Path]) -> dict[str, dict[float, float]]:
+    """Per model and batch size: the largest spread of a sample's measured windows, in %, over the files."""
+    from qosmos.predictors.profiler import read_samples
+
+    out: dict[str, dict[float, float]] = defaultdict(dict)
+    for path in paths:
+        for s in read_samples(path):
+            if s.shape.gpus == 1 and s.spread_pct is not None:
+                b = float(s.batch)
+                out[s.model][b] = max(out[s.model].get(b, 0.0), s.spread_pct)
     return out
 
 
@@ -83,6 +100,8 @@ def evaluate(
     samples: dict[str, list[tuple[float, float]]],
     spread: dict[str, dict[float, float]] | None = None,
     reproducible: float | None = None,
+    steady: dict[str, dict[float, float]] | None = None,
+    max_spread: float | None = None,
 ) -> dict[str, Any]:
     models = {}
     for model in sorted(samples):
@@ -93,6 +112,9 @@ def evaluate(
         agree = (spread or {}).get(model, {})
         if reproducible is not None:  # ground truth only where the sessions reproduce
             held = [(b, r) for b, r in held if b in agree and agree[b] <= reproducible]
+        if max_spread is not None:  # ground truth only where the windows of the measurement agree
+            windows = (steady or {}).get(model, {})
+            held = [(b, r) for b, r in held if b in windows and windows[b] <= max_spread]
         entry: dict[str, Any] = {
             "fit_batches": fit_sizes,
             "heldout_batches": held_sizes,
@@ -183,9 +205,12 @@ def main() -> None:
     ap.add_argument(
         "--reproducible", type=float, metavar="PCT", help="score held-out sizes whose sessions agree within PCT"
     )
+    ap.add_argument(
+        "--steady", type=float, metavar="PCT", help="score held-out sizes whose measured windows agree within PCT"
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
-    spread = None
+    spread = steady = None
     if args.reproducible is not None and (args.samples is None or len(args.samples) < 2):
         ap.error("--reproducible needs two or more --samples files (sessions to compare)")
     if args.samples is not None:
@@ -194,13 +219,18 @@ def main() -> None:
         title = "single-GPU samples from " + ", ".join(map(str, args.samples))
         if args.reproducible is not None:
             title += f"; held-out sizes scored only where the sessions agree within {args.reproducible:g} %"
+        if args.steady is not None:
+            steady = window_spreads(args.samples)
+            title += f"; held-out sizes scored only where their windows agree within {args.steady:g} %"
+    elif args.steady is not None:
+        ap.error("--steady needs --samples (Lucid's rows carry no window spread)")
     else:
         from qosmos.predictors.data import shared_data_dir
         from qosmos.predictors.genie_profiles import read_lucid
 
         path = args.lucid or shared_data_dir() / "lucid-profiles" / "single_gpu_throughput.csv"
         samples, title = read_lucid(path)[0], f"Lucid single-GPU fp32 rows of {path}"
-    result = evaluate(samples, spread, args.reproducible)
+    result = evaluate(samples, spread, args.reproducible, steady, args.steady)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -503,6 +503,14 @@ def profile_run(
             "on a machine without CUDA): multi-GPU samples, d_gpn = gpus, for GENIE Eq. 8; --batches are global",
         ),
     ] = 1,
+    interleave: Annotated[
+        bool,
+        typer.Option(
+            "--interleave/--sequential",
+            help="take the windows in rounds over all batch sizes, so a drift of the host moves every size alike "
+            "(holds every size's model on the device at once); --sequential: one batch size after another",
+        ),
+    ] = True,
 ) -> None:
     """Time real PyTorch training steps on this machine's GPU (or CPU); writes single-GPU samples
     (median rate of repeated windows, their spread, the GPU, driver, CUDA, torch and precision)
@@ -527,7 +535,9 @@ def profile_run(
     except ImportError:
         typer.echo("error: PyTorch is not installed; `pip install torch` to profile on this machine", err=True)
         raise typer.Exit(2) from None
-    samples = measure_torch(model, sizes, steps=steps, warmup=warmup, windows=windows, precision=precision, gpus=gpus)
+    samples = measure_torch(
+        model, sizes, steps=steps, warmup=warmup, windows=windows, precision=precision, gpus=gpus, interleave=interleave
+    )
     write_samples(out, samples)
     for s in samples:
         console.print(

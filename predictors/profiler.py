@@ -54,6 +54,7 @@ from qosmos.predictors.timing import (
     parse_nvidia_smi,
     parse_precision,
     warm_up,
+    window_rounds,
     window_stats,
     window_steps,
 )
@@ -348,6 +349,7 @@ def measure_torch(
     max_warmup: int = MAX_WARMUP,
     min_window_s: float = MIN_WINDOW_S,
     gpus: int = 1,
+    interleave: bool = True,
 ) -> list[Sample]:
     """Training-step rate of a model per batch size on the local device (CUDA if present, else CPU).
 
@@ -358,6 +360,12 @@ def measure_torch(
     spreads of 20-35 % on an H200 for CIFAR-sized models); the sample's rate is the median
     window rate, with the windows' spread and the environment (:func:`torch_environment`).
     ``torch.backends.cudnn.benchmark`` is on, so the warm-up includes cuDNN's kernel choice.
+    ``interleave`` (default): every batch size's workload is built and warmed up first, then the
+    windows are taken in rounds, one window of each batch size per round, so a slow drift of the
+    host (another tenant, the CPU's clock: launch-bound sizes differ by up to 70 % between sessions
+    on an H200) moves every batch size alike instead of bending the curve; it holds all the
+    workloads at once (``False``: one batch size after another, for a GPU too small for that).
+    Python's garbage collector is off inside the measured windows, as ``timeit`` does.
     Precision: fp32 (TF32 off), tf32 (TF32 matmul and convolutions), bf16/fp16 (autocast; fp16
     with a gradient scaler, as AMP training runs).
 
@@ -377,7 +385,7 @@ def measure_torch(
     bad = [b for b in batches if b % gpus]
     if bad:
         raise InvalidInput("batches", bad, f"a global batch must split evenly over {gpus} GPUs")
-    args = (model, list(batches), steps, warmup, windows, precision, max_warmup, min_window_s)
+    args = (model, list(batches), steps, warmup, windows, precision, max_warmup, min_window_s, interleave)
     if gpus == 1:
         return _measure(0, 1, 0, *args)
     import multiprocessing
@@ -411,6 +419,7 @@ def _measure(
     precision: str,
     max_warmup: int,
     min_window_s: float,
+    interleave: bool,
 ) -> list[Sample]:
     """measure_torch's loop in one process: rank ``rank`` of ``world`` (1: no process group)."""
     import contextlib
@@ -463,37 +472,42 @@ def _measure(
         sync()
         return time.perf_counter() - t0
 
+    def window(n: int, train_step: Any) -> float:
+        if cuda and dist is None:  # one process: CUDA events, no host sync inside the window
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                train_step(autocast, scaler)
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1000.0
+        sync()  # data-parallel: the slowest process's window, all-reduces included
+        t0 = time.perf_counter()
+        for _ in range(n):
+            train_step(autocast, scaler)
+        sync()
+        return time.perf_counter() - t0
+
+    def prepare(b: int) -> tuple[int, Any, int]:
+        """(batch, its warmed-up step, steps per window)."""
+        train_step = workload(model, b // world, device, wrap=wrap).step
+        warm_up(functools.partial(timed_step, train_step), min_steps=warmup, max_steps=max(warmup, max_warmup))
+        n = window_steps(steps, window(steps, train_step), min_window_s)
+        if dist is not None:  # every process runs the same number of steps
+            n_t = torch.tensor([n], device=device if cuda else "cpu")
+            dist.broadcast(n_t, 0)
+            n = int(n_t.item())
+        return b, train_step, n
+
     out = []
     try:
-        for b in batches:
-            train_step = workload(model, b // world, device, wrap=wrap).step
-            warm_up(functools.partial(timed_step, train_step), min_steps=warmup, max_steps=max(warmup, max_warmup))
-
-            def window(n: int, train_step: Any = train_step) -> float:
-                if cuda and dist is None:  # one process: CUDA events, no host sync inside the window
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for _ in range(n):
-                        train_step(autocast, scaler)
-                    end.record()
-                    end.synchronize()
-                    return float(start.elapsed_time(end)) / 1000.0
-                sync()  # data-parallel: the slowest process's window, all-reduces included
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    train_step(autocast, scaler)
-                sync()
-                return time.perf_counter() - t0
-
-            n = window_steps(steps, window(steps), min_window_s)
-            if dist is not None:  # every process runs the same number of steps
-                n_t = torch.tensor([n], device=device if cuda else "cpu")
-                dist.broadcast(n_t, 0)
-                n = int(n_t.item())
-            seconds = [window(n) for _ in range(windows)]
-            st = window_stats(b, n, seconds)
-            out.append(Sample(model, b, Shape(1, world), st.rate, st.spread_pct, st.windows, env))
-            del train_step
+        for group in [list(batches)] if interleave else [[b] for b in batches]:
+            runs = [prepare(b) for b in group]
+            seconds = window_rounds([functools.partial(window, n, train_step) for _, train_step, n in runs], windows)
+            for (b, _, n), secs in zip(runs, seconds, strict=True):
+                st = window_stats(b, n, secs)
+                out.append(Sample(model, b, Shape(1, world), st.rate, st.spread_pct, st.windows, env))
+            del runs
             if cuda:
                 torch.cuda.empty_cache()
     finally:

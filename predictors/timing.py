@@ -8,6 +8,7 @@ no GPU and no torch lives here, so it is unit-tested without either.
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -75,6 +76,30 @@ def window_steps(steps: int, probe_s: float, min_window_s: float = MIN_WINDOW_S)
     if probe_s <= 0 or min_window_s <= 0:
         return steps
     return max(steps, math.ceil(steps * min_window_s / probe_s))
+
+
+def window_rounds(windows: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:
+    """Each window's time over ``rounds`` rounds, one window of every measurement per round.
+
+    Interleaved, a slow drift of the host (another tenant, the CPU's clock) moves every
+    measurement alike instead of bending the curve across batch sizes. Python's garbage collector
+    is off while the windows run (as ``timeit`` does): a collection lands in some windows and not
+    in others, which is noise, not the model; it is back on afterwards, also on an error.
+    """
+    if rounds < 1:
+        raise InvalidInput("windows", rounds, "must be >= 1")
+    times: list[list[float]] = [[] for _ in windows]
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for window, got in zip(windows, times, strict=True):
+                got.append(window())
+    finally:
+        if enabled:
+            gc.enable()
+    return times
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,9 +34,25 @@ def gpu_key(name: str) -> str:
     return key
 
 
+def family(key: str) -> str:
+    """The known GPU model a normalised name is a variant of (the longest of GPU_GENERATIONS it begins
+    with: ``h10080gbhbm3`` -> ``h100``, as CUDA names the device and a node's product label spells it);
+    the name itself when none."""
+    known = [g for g in GPU_GENERATIONS if key.startswith(g)]
+    return max(known, key=len) if known else key
+
+
 def generation(key: str) -> int:
-    """Position of a normalised name in GPU_GENERATIONS; -1 when unknown."""
-    return GPU_GENERATIONS.index(key) if key in GPU_GENERATIONS else -1
+    """Position of a normalised name's family in GPU_GENERATIONS; -1 when unknown."""
+    f = family(key)
+    return GPU_GENERATIONS.index(f) if f in GPU_GENERATIONS else -1
+
+
+def same_model(want: str, have: str) -> bool:
+    """Whether two normalised names are one GPU model: equal, or one is the bare family name of the
+    other (a node labelled ``H100`` and a profile of the ``NVIDIA H100 80GB HBM3``). Two different
+    variants (``h100nvl``, ``h10080gbhbm3``) are not: their memory and clocks differ."""
+    return want == have or (family(want) == family(have) and family(want) in (want, have))
 
 
 def distance(want: str, have: str, name: str) -> tuple[int, int, str]:
@@ -51,4 +67,4 @@ def distance(want: str, have: str, name: str) -> tuple[int, int, str]:
     return (-common, gen, name)
 
 
-__all__ = ["GPU_GENERATIONS", "distance", "generation", "gpu_key"]
+__all__ = ["GPU_GENERATIONS", "distance", "family", "generation", "gpu_key", "same_model"]

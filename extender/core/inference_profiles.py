@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.gpus import GPU_GENERATIONS, distance, generation, gpu_key
+from qosmos.extender.core.gpus import GPU_GENERATIONS, distance, generation, gpu_key, same_model
 
 
 def model_key(name: str) -> str:
@@ -206,7 +206,7 @@ class InferenceProfiles:
             return CurveLookup(best, "any", f"no GPU model given: the {best.gpu_model} profile (the newest measured)")
         want = gpu_key(gpu_model)
         best = min(found, key=lambda c: distance(want, gpu_key(c.gpu_model), c.gpu_model))
-        if gpu_key(best.gpu_model) == want:
+        if same_model(want, gpu_key(best.gpu_model)):
             return CurveLookup(best, "own", f"the {gpu_model} profile")
         return CurveLookup(best, "nearest", f"no {gpu_model} profile: the nearest GPU model's, {best.gpu_model}")
 
@@ -219,7 +219,7 @@ class InferenceProfiles:
         if not found:
             return None
         want = gpu_key(gpu_model) if gpu_model else None
-        same = [c for c in found if want is not None and gpu_key(c.gpu_model) == want]
+        same = [c for c in found if want is not None and same_model(want, gpu_key(c.gpu_model))]
         pool = same or found
         best = min(pool, key=lambda c: (abs(c.cores - cores), -c.cores, gpu_key(c.gpu_model)))
         notes = []

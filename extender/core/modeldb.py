@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.genie import ThroughputProfile
-from qosmos.extender.core.gpus import distance, generation, gpu_key
+from qosmos.extender.core.gpus import distance, generation, gpu_key, same_model
 from qosmos.extender.core.profiles_builtin import BUILTIN_PROFILES, PROFILE_ASSUMPTIONS
 from qosmos.extender.core.profiles_measured import MEASURED_PROFILES
 
@@ -99,8 +99,9 @@ class ModelDB:
         want = gpu_key(gpu_model)
         reference = per_gpu.get("")
         measured = {g: p for g, p in per_gpu.items() if g}
-        if want and want in measured:
-            p = measured[want]
+        own = sorted((g for g in measured if want and same_model(want, g)), key=lambda g: g != want)
+        if own:  # the exact name first, then the family's variant
+            p = measured[own[0]]
             return Lookup(p, p.model, how, "own", f"measured on {p.gpu_model}")
         if reference is not None:
             note = f"no {gpu_model} profile: the reference profile" if want else "the reference profile"

@@ -47,9 +47,11 @@ def test_the_own_gpu_model_first_then_the_nearest() -> None:
     db = toy_profiles(v100, h200)
     own = db.gpu("toy", "a100")  # names compared without case or punctuation
     assert own is not None and own.curve is GPU and own.match == "own"
-    near = db.gpu("Toy", "Tesla V100-SXM2-32GB")  # vendor prefix dropped: v100sxm232gb, nearest by prefix: V100
-    assert near is not None and near.curve is v100 and near.match == "nearest"
-    assert "no Tesla V100-SXM2-32GB profile" in near.source and "V100" in near.how
+    variant = db.gpu("Toy", "Tesla V100-SXM2-32GB")  # vendor prefix dropped: v100sxm232gb, a V100 variant
+    assert variant is not None and variant.curve is v100 and variant.match == "own"
+    near = db.gpu("Toy", "NVIDIA A10G")  # a10g: not an A100, but nearest by prefix ("a10")
+    assert near is not None and near.curve is GPU and near.match == "nearest"
+    assert "no NVIDIA A10G profile" in near.source and "A100" in near.how
     h100 = db.gpu("Toy", "H100")  # the common prefix "h" of H200, then the generation list
     assert h100 is not None and h100.curve is h200
     l40s = db.gpu("Toy", "L40S")  # no common prefix: the nearest generation, A100 (one step) before H200 (two)

@@ -7,7 +7,7 @@ import pytest
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.genie import ThroughputProfile
-from qosmos.extender.core.gpus import distance, gpu_key
+from qosmos.extender.core.gpus import distance, family, generation, gpu_key, same_model
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import OrderContext, get_policy
 from qosmos.extender.core.types import Job, Node, Platform
@@ -52,6 +52,22 @@ def test_add_replaces_only_the_same_model_and_gpu() -> None:
 def test_gpu_names_compare_without_vendor_and_punctuation() -> None:
     assert gpu_key("NVIDIA H200") == gpu_key("h200") == "h200" and gpu_key("Tesla V100-SXM2") == "v100sxm2"
     assert distance("v100m32", "v100", "V100") < distance("v100m32", "a100", "A100")
+
+
+def test_a_node_label_of_the_gpu_family_finds_the_variant_cuda_named() -> None:
+    """CUDA names the device "NVIDIA H100 80GB HBM3"; a node's label may say "H100" or the product string."""
+    hbm3 = profile("ResNet50", 25.0, "NVIDIA H100 80GB HBM3")
+    db = ModelDB([REF, H200, hbm3])
+    for label in ("H100", "NVIDIA-H100-80GB-HBM3", "nvidia h100 80gb hbm3"):
+        found = db.lookup("ResNet50", label)
+        assert found.profile is hbm3 and found.gpu == "own", label
+    nvl = db.lookup("ResNet50", "H100 NVL")  # another variant (94 GB, other clocks): not the same GPU
+    assert nvl.gpu == "reference"
+    assert ModelDB([H200, hbm3]).lookup("ResNet50", "H100 NVL").profile is hbm3  # but the nearest
+    assert ModelDB([H200, hbm3]).lookup("ResNet50").profile is H200  # newest: the family's generation
+    assert family("h10080gbhbm3") == "h100" and family("a10") == "a10" and family("a100sxm4") == "a100"
+    assert same_model("h100", "h10080gbhbm3") and not same_model("h100nvl", "h10080gbhbm3")
+    assert generation("h10080gbhbm3") == generation("h100") >= 0 and generation("mi300x") == -1
 
 
 def test_a_cpu_measured_profile_is_not_a_gpu_profile() -> None:

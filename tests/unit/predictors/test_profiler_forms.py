@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from qosmos.extender.core.errors import InvalidInput
@@ -97,18 +98,28 @@ def test_mixed_precisions_are_refused(tmp_path: Path) -> None:
     }
 
 
+GENIE_FORMS = Path(__file__).resolve().parents[3] / "benchmarks" / "genie_forms.py"
+
+
+def genie_forms() -> Any:
+    """benchmarks/genie_forms.py as a module (it is a script, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("genie_forms", GENIE_FORMS)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def test_genie_forms_benchmark_on_samples(tmp_path: Path) -> None:
     """benchmarks/genie_forms.py on a samples CSV: the form chosen on every other batch size predicts the rest."""
-    import importlib.util
     import os
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[3] / "benchmarks" / "genie_forms.py"
-    spec = importlib.util.spec_from_file_location("genie_forms", script)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    script = GENIE_FORMS
+    bench = genie_forms()
     t = {8: 0.02, 16: 0.02, 32: 0.02, 64: 0.02, 128: 0.045, 256: 0.1, 512: 0.2, 1024: 0.4}
     samples = saturating("Line") + [Sample("Kink", b, Shape(1, 1), b / tb) for b, tb in t.items()]
     path = tmp_path / "s.csv"
@@ -126,3 +137,22 @@ def test_genie_forms_benchmark_on_samples(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONSAFEPATH": "1"},
     )  # fmt: skip
     assert "Line" in out.stdout and "affine-time" in out.stdout and "target" in out.stdout
+
+
+def test_genie_forms_scores_only_steady_sizes_when_asked(tmp_path: Path) -> None:
+    """--steady: a held-out size whose windows disagree is not ground truth; one that agree is."""
+    bench = genie_forms()
+    t = {8: 0.02, 16: 0.02, 32: 0.02, 64: 0.02, 128: 0.045, 256: 0.1, 512: 0.2, 1024: 0.4}
+    noisy = {16: 0.03}  # a launch-bound size measured slow, with windows 60 % apart
+    samples = [
+        Sample("Kink", b, Shape(1, 1), b / noisy.get(b, tb), spread_pct=60.0 if b in noisy else 1.0)
+        for b, tb in t.items()
+    ]
+    path = tmp_path / "s.csv"
+    write_samples(path, samples)
+    data = bench.read_samples_csv(path)
+    every = bench.evaluate(data)["models"]["Kink"]
+    steady = bench.evaluate(data, steady=bench.window_spreads([path]), max_spread=5.0)["models"]["Kink"]
+    assert every["scored_batches"] == [16.0, 64.0, 256.0, 1024.0] and every["selected"]["max_pct"] > 30.0
+    assert steady["scored_batches"] == [64.0, 256.0, 1024.0]
+    assert steady["selected"]["max_pct"] < every["selected"]["max_pct"]

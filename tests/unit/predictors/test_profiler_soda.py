@@ -83,6 +83,8 @@ def test_torch_profile_run_optional(tmp_path) -> None:
     assert env["precision"] == "fp32" and env["torch"] and env["device"]
     bf16 = measure_torch("mlp", [4], steps=1, warmup=1, windows=1, max_warmup=5, precision="bf16")
     assert dict(bf16[0].env)["precision"] == "bf16" and bf16[0].rate > 0
+    one_by_one = measure_torch("mlp", [8, 4], steps=1, warmup=1, windows=2, max_warmup=5, interleave=False)
+    assert [s.batch for s in one_by_one] == [8, 4] and all(s.windows == 2 and s.rate > 0 for s in one_by_one)
 
 
 # ---- SODA ----------------------------------------------------------------------------------

@@ -75,3 +75,43 @@ def test_common_environment() -> None:
         "measured_at": "2026-01-02T10:00:00Z .. 2026-01-02T10:05:00Z",
     }
     assert timing.common_environment([{}]) == ()
+
+
+def test_window_rounds_interleave_and_keep_the_collector_off() -> None:
+    """One window of every measurement per round, in order, with the garbage collector off inside."""
+    import gc
+
+    calls: list[tuple[str, bool]] = []
+
+    def window(name: str, seconds: float):  # type: ignore[no-untyped-def]
+        def run() -> float:
+            calls.append((name, gc.isenabled()))
+            return seconds
+
+        return run
+
+    assert gc.isenabled()
+    times = timing.window_rounds([window("a", 1.0), window("b", 2.0), window("c", 3.0)], 3)
+    assert [n for n, _ in calls] == ["a", "b", "c"] * 3  # rounds, not one batch size after another
+    assert not any(on for _, on in calls)
+    assert gc.isenabled()
+    assert times == [[1.0] * 3, [2.0] * 3, [3.0] * 3]
+
+
+def test_window_rounds_restore_the_collector_on_error_and_refuse_no_rounds() -> None:
+    import gc
+
+    def broken() -> float:
+        raise RuntimeError("CUDA error")
+
+    with pytest.raises(RuntimeError):
+        timing.window_rounds([broken], 2)
+    assert gc.isenabled()
+    gc.disable()
+    try:  # a caller that had it off keeps it off
+        timing.window_rounds([lambda: 1.0], 1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(InvalidInput):
+        timing.window_rounds([lambda: 1.0], 0)
