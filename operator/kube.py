@@ -32,9 +32,10 @@ def _done(resp: Any) -> None:
 
 
 class OwnWrites:
-    """The resourceVersions of the operator's own recent DLJob status writes: a watch event carrying
-    one of them is the echo of a write the pass already mirrored, not news (bounded, oldest dropped;
-    set/deque operations are atomic under the GIL, and a miss only costs a pass)."""
+    """The resourceVersions of the operator's own recent writes (status writes, and pod writes whose
+    reply went into the caches): a watch event carrying one of them is the echo of a write the pass
+    already mirrored, not news (bounded, oldest dropped; set/deque operations are atomic under the
+    GIL, and a miss only costs a pass)."""
 
     def __init__(self, keep: int = 20_000) -> None:
         self._order: collections.deque[str] = collections.deque()
@@ -98,6 +99,8 @@ class Kube:
     def _reply(self, resource: str, resp: Any) -> None:
         obj = self._parsed(resp)
         if obj is not None:
+            if resource == "pods":  # a created, ungated or labelled pod: its watch event echoes the reply
+                self.own.add(_version(obj))
             self._wrote(resource, obj)
 
     # ---- reads (raw JSON: cheap on thousands of objects) ----------------------------------------

@@ -60,7 +60,7 @@ class PokeOnlyDiffBase(kopf.DiffBaseStorage):
 
 
 def echo(body: Any, own: OwnWrites) -> bool:
-    """A DLJob watch event that only echoes a status write a pass made (and mirrored) itself: its
+    """A watch event that only echoes a write a pass made (and mirrored) itself: its
     resourceVersion is one the apiserver returned to that write. Another writer's change after it
     has a new resourceVersion, so it is never taken for an echo."""
     return ((body.get("metadata") or {}).get("resourceVersion")) in own
@@ -84,8 +84,8 @@ class Trigger:
 
 class Changes:
     """Which watch events are worth a pass: every change a decision reads, not the echoes of the
-    passes' own status writes, not node heartbeats, not other pods (they only hold resources: the
-    timer's pass sees them)."""
+    passes' own writes (status; pods created, ungated, labelled), not node heartbeats, not other pods
+    (they only hold resources: the timer's pass sees them)."""
 
     def __init__(self, own: OwnWrites) -> None:
         self.own = own
@@ -98,7 +98,9 @@ class Changes:
             return type_ == "DELETED" or not echo(obj, self.own)
         if store == "nodes":
             return self.nodes.changed(type_, obj)
-        return store in ("pods", "replica-pods")
+        if store in ("pods", "replica-pods"):  # not the echo of a pod the pass created, ungated or labelled
+            return not echo(obj, self.own)
+        return False
 
 
 def build_registry(trigger: Trigger, opts: RunOptions) -> kopf.OperatorRegistry:

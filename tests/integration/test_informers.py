@@ -121,6 +121,8 @@ def test_the_operators_own_writes_are_in_the_cache_before_the_watch_delivers_the
     assert kube.create_pod({**pod("gang-1", **{"qosmos.io/job": "before"}), "metadata": {
         "name": "gang-1", "namespace": ns, "labels": {"qosmos.io/job": "before"}}})  # fmt: skip
     assert "gang-1" in names(kube.gang_pods())
+    created = next(p for p in kube.gang_pods() if p["metadata"]["name"] == "gang-1")
+    assert created["metadata"]["resourceVersion"] in kube.own  # its ADDED event echoes the reply
     kube.delete_pod(ns, "gang-1")  # not on a node: gone at once (200)
     assert "gang-1" not in names(kube.gang_pods())
     bound = pod("gang-2", node="qosmos-no-kubelet-informers", **{"qosmos.io/job": "before"})

@@ -78,4 +78,7 @@ def test_which_watch_events_ask_for_a_pass() -> None:
     assert c.worth_a_pass("nodes", "ADDED", n)
     assert not c.worth_a_pass("nodes", "MODIFIED", copy.deepcopy(n))  # nothing the pass reads moved
     assert c.worth_a_pass("pods", "MODIFIED", other) and c.worth_a_pass("replica-pods", "ADDED", other)
+    for store in ("pods", "replica-pods"):  # a pod the pass created, ungated or labelled: it has the reply
+        assert not c.worth_a_pass(store, "ADDED", echo_) and not c.worth_a_pass(store, "MODIFIED", echo_)
+        assert not c.worth_a_pass(store, "DELETED", echo_)  # its label took it out of the selection
     assert not c.worth_a_pass("other-pods", "ADDED", other)  # the timer's pass counts them
