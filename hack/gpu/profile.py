@@ -139,6 +139,8 @@ def main(argv: list[str]) -> int:
                     help="seconds left below which no further model's training is started")  # fmt: skip
     ap.add_argument("--models", default="", help="comma-separated: measure only these (default: the whole list)")
     ap.add_argument("--no-inference", action="store_true", help="training samples only")
+    ap.add_argument("--sequential", action="store_true",
+                    help="one batch size after another instead of interleaved windows (to compare the two)")  # fmt: skip
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -204,7 +206,7 @@ def main(argv: list[str]) -> int:
                 break
             got = attempt(
                 f"train {model}", measure_torch, model, list(sizes), steps=steps, warmup=3, windows=windows,
-                max_warmup=20, min_window_s=0.01 if args.smoke else args.min_window,
+                max_warmup=20, min_window_s=0.01 if args.smoke else args.min_window, interleave=not args.sequential,
             )  # fmt: skip
             training += got
             if got:
