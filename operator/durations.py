@@ -21,7 +21,8 @@ log = logging.getLogger("qosmos.operator")
 
 CONFIG_MAP = "qosmos-operator-durations"
 KEY = "observations.json"
-MAX_OBSERVATIONS = 5000  # a ConfigMap holds at most 1 MiB; ~150 bytes per observation
+MAX_OBSERVATIONS = 5000  # the newest observations kept ...
+MAX_BYTES = 960_000  # ... as far as they fit a ConfigMap (1 MiB of data at most; rows are 250-400 bytes)
 _FIELDS = ("id", "submit_time", "gpus", "kind", "user", "vc", "model", "batch", "iters", "cpu_milli", "memory_mib")
 
 
@@ -91,6 +92,27 @@ class Durations:
         return self.elapsed.predict(job, self._now, elapsed)
 
     def save(self) -> None:
-        if self.dirty and self.kube is not None:
-            self.kube.write_config_map(self.namespace, CONFIG_MAP, {KEY: json.dumps(self.rows, separators=(",", ":"))})
-            self.dirty = False
+        """Persist the newest observations that fit a ConfigMap. Best effort: a failed write is logged
+        and retried at the next pass; the pass's decisions, made and written, stand."""
+        if not self.dirty or self.kube is None:
+            return
+        text, kept = newest_that_fit(self.rows, MAX_BYTES)
+        self.rows = self.rows[len(self.rows) - kept :]  # a restart replays exactly these
+        try:
+            self.kube.write_config_map(self.namespace, CONFIG_MAP, {KEY: text})
+        except Exception as exc:  # the apiserver refused or is away: the pass stands
+            log.warning("duration history not saved to ConfigMap %s/%s: %s", self.namespace, CONFIG_MAP, exc)
+            return
+        self.dirty = False
+
+
+def newest_that_fit(rows: list[dict[str, Any]], max_bytes: int) -> tuple[str, int]:
+    """The JSON list of the newest ``rows`` that fits ``max_bytes``, and how many it holds."""
+    encoded = [json.dumps(r, separators=(",", ":")) for r in rows]
+    size, kept = 2, 0  # the brackets
+    for text in reversed(encoded):
+        if size + len(text) + (1 if kept else 0) > max_bytes:
+            break
+        size += len(text) + (1 if kept else 0)
+        kept += 1
+    return "[" + ",".join(encoded[len(encoded) - kept :]) + "]", kept

@@ -69,3 +69,40 @@ def test_the_eta_run_times_condition_on_the_elapsed_time_and_survive_a_restart()
     again.load()
     assert again.predict_run(job("train-c", 400.0), 400.0, 0.0) == thin
     assert again.predict_run(job("train-c", 400.0), 400.0, 70.0) > 70.0  # never "ends now"
+
+
+def test_the_history_kept_fits_a_config_map_and_a_refused_write_keeps_the_pass() -> None:
+    """Thousands of observations with long names: the newest that fit 1 MiB are saved (a ConfigMap
+    over it is refused with 422), a restart replays exactly those, and a failed write does not raise."""
+    from qosmos.operator import durations as mod
+
+    store: Any = ConfigMaps()
+    d = Durations(store, "ns")
+    d.load()
+    for i in range(mod.MAX_OBSERVATIONS):
+        d.observe(job(f"team-{i:05d}-{'x' * 120}", float(i)), 60.0 + i % 7, float(i) + 60.0)
+    d.save()
+    text = store.data[("ns", "qosmos-operator-durations")][KEY]
+    assert len(text) <= mod.MAX_BYTES < 1_048_576
+    rows = json.loads(text)
+    assert 1000 < len(rows) < mod.MAX_OBSERVATIONS and rows[-1]["name"].startswith(
+        f"team-{mod.MAX_OBSERVATIONS - 1:05d}"
+    )
+    assert d.rows == rows  # what a restart replays
+    again = Durations(store, "ns")
+    again.load()
+    assert len(again.rows) == len(rows)
+
+    class Refusing(ConfigMaps):
+        def write_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
+            raise RuntimeError("422 Unprocessable Entity")
+
+    broken = Durations(Refusing(), "ns")
+    broken.load()
+    broken.observe(job("train-a", 0.0), 100.0, 100.0)
+    broken.save()  # logged, not raised
+    assert broken.dirty  # tried again at the next pass
+    two = '[{"a":1},{"b":2}]'
+    assert mod.newest_that_fit([{"a": 1}, {"b": 2}], len(two)) == (two, 2)
+    assert mod.newest_that_fit([{"a": 1}, {"b": 2}], len(two) - 1) == ('[{"b":2}]', 1)  # the newest
+    assert mod.newest_that_fit([{"a": 1}], 8) == ("[]", 0)
