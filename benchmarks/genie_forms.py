@@ -96,6 +96,11 @@ def split_errors(fit: list[tuple[float, float]], held: list[tuple[float, float]]
     return {"mean_pct": statistics.fmean(errs), "max_pct": max(errs)}
 
 
+def _within(held: list[tuple[float, float]], pct: dict[float, float], limit: float) -> list[tuple[float, float]]:
+    """The held-out (batch, rate) pairs whose batch size has a percentage in ``pct`` of at most ``limit``."""
+    return [(b, r) for b, r in held if b in pct and pct[b] <= limit]
+
+
 def evaluate(
     samples: dict[str, list[tuple[float, float]]],
     spread: dict[str, dict[float, float]] | None = None,
@@ -111,10 +116,9 @@ def evaluate(
         held = [(b, r) for b, r in rows if b in held_sizes]
         agree = (spread or {}).get(model, {})
         if reproducible is not None:  # ground truth only where the sessions reproduce
-            held = [(b, r) for b, r in held if b in agree and agree[b] <= reproducible]
+            held = _within(held, agree, reproducible)
         if max_spread is not None:  # ground truth only where the windows of the measurement agree
-            windows = (steady or {}).get(model, {})
-            held = [(b, r) for b, r in held if b in windows and windows[b] <= max_spread]
+            held = _within(held, (steady or {}).get(model, {}), max_spread)
         entry: dict[str, Any] = {
             "fit_batches": fit_sizes,
             "heldout_batches": held_sizes,

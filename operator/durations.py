@@ -111,8 +111,8 @@ def newest_that_fit(rows: list[dict[str, Any]], max_bytes: int) -> tuple[str, in
     encoded = [json.dumps(r, separators=(",", ":")) for r in rows]
     size, kept = 2, 0  # the brackets
     for text in reversed(encoded):
-        if size + len(text) + (1 if kept else 0) > max_bytes:
+        size += len(text) + (1 if kept else 0)  # a comma before all but the first
+        if size > max_bytes:
             break
-        size += len(text) + (1 if kept else 0)
         kept += 1
     return "[" + ",".join(encoded[len(encoded) - kept :]) + "]", kept

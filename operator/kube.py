@@ -32,8 +32,8 @@ def _done(resp: Any) -> None:
 
 
 class OwnWrites:
-    """The resourceVersions of the operator's own recent writes (status writes, and pod writes whose
-    reply went into the caches): a watch event carrying one of them is the echo of a write the pass
+    """The resourceVersions of the operator's own recent writes (status, labels, created or ungated
+    pods; each reply went into the caches): a watch event carrying one of them is the echo of a write the pass
     already mirrored, not news (bounded, oldest dropped; set/deque operations are atomic under the
     GIL, and a miss only costs a pass)."""
 
@@ -99,9 +99,7 @@ class Kube:
     def _reply(self, resource: str, resp: Any) -> None:
         obj = self._parsed(resp)
         if obj is not None:
-            if resource == "pods":  # a created, ungated or labelled pod: its watch event echoes the reply
-                self.own.add(_version(obj))
-            self._wrote(resource, obj)
+            self._echoed(resource, obj)
 
     # ---- reads (raw JSON: cheap on thousands of objects) ----------------------------------------
     def _items(self, resp: Any) -> list[dict[str, Any]]:
@@ -238,8 +236,8 @@ class Kube:
         self._deleted("dljobs", namespace, name)
 
     def _echoed(self, resource: str, obj: Any) -> str | None:
-        """A status (or metadata) write of a pass: its watch event is this write's echo, not news, and
-        the cache takes the reply. Returns the new resourceVersion."""
+        """A write of a pass (status, labels, a created or ungated pod): its watch event is this write's
+        echo, not news, and the cache takes the reply. Returns the new resourceVersion."""
         rv = _version(obj)
         self.own.add(rv)
         self._wrote(resource, obj if isinstance(obj, dict) else None)
