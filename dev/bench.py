@@ -182,6 +182,81 @@ class ProcStats:
         return math.nan
 
 
+class ControlPlaneUse:
+    """What each process of a dev cluster spent during a run (CPU-s from /proc) and the apiserver's
+    requests by verb and resource (its ``apiserver_request_total``, read before and after): where a
+    run's time went when the operator waits on the apiserver."""
+
+    WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})  # the apiserver's verb label
+
+    def __init__(self, api_client: Any, pids: Mapping[str, int]) -> None:
+        self.api_client, self.procs = api_client, {n: ProcStats(p) for n, p in pids.items()}
+        self.cpu0, self.req0 = self._cpu(), self._requests()
+
+    def _cpu(self) -> dict[str, float]:
+        out = {}
+        for name, proc in self.procs.items():
+            with contextlib.suppress(OSError):
+                out[name] = proc.cpu_s()
+        return out
+
+    def _requests(self) -> dict[tuple[str, str], float]:
+        c = self.api_client
+        method, url, headers, _, _ = c.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+        resp = c.call_api(method, url, header_params=headers)
+        resp.read()
+        return request_counts(resp.data.decode())
+
+    def report(self, jobs: int) -> dict[str, Any]:
+        """CPU-s per process, the apiserver's reads and writes per resource over the run (writes per job)."""
+        cpu1 = self._cpu()
+        cpu = {n: round(cpu1[n] - self.cpu0.get(n, 0.0), 1) for n in cpu1}
+        reads, writes = requests_between(self.req0, self._requests())
+        total = sum(writes.values())
+        return {
+            "cpu_s": dict(sorted(cpu.items(), key=lambda kv: -kv[1])),
+            "apiserver_reads": reads,
+            "apiserver_writes": writes,
+            "apiserver_writes_total": total,
+            "apiserver_writes_per_job": round(total / jobs, 2) if jobs else None,
+        }
+
+
+def request_counts(text: str) -> dict[tuple[str, str], float]:
+    """``apiserver_request_total`` of a /metrics text summed over codes and scopes: (verb, resource[/sub])."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[str, str], float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name != "apiserver_request_total":
+                continue
+            sub = s.labels.get("subresource")
+            key = (s.labels.get("verb", ""), s.labels.get("resource", "") + (f"/{sub}" if sub else ""))
+            out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def requests_between(
+    before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """(reads, writes) made between two :func:`request_counts`, as ``"VERB resource"`` -> count, most first."""
+    reads: dict[str, int] = {}
+    writes: dict[str, int] = {}
+    for (verb, res), v in after.items():
+        d = int(v - before.get((verb, res), 0.0))
+        if not d:
+            continue
+        if verb in ControlPlaneUse.WRITES:
+            writes[f"{verb} {res}"] = d
+        elif verb in ("GET", "LIST", "WATCH"):
+            reads[f"{verb} {res}"] = d
+    return (
+        dict(sorted(reads.items(), key=lambda kv: -kv[1])),
+        dict(sorted(writes.items(), key=lambda kv: -kv[1])),
+    )
+
+
 def dljob_manifest(
     name: str,
     *,

@@ -804,7 +804,16 @@ def bench_scenario(
     from concurrent.futures import ThreadPoolExecutor
 
     from kubernetes import client
-    from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, DLJobWatch, ProcStats, _wait_done, dljob_manifest
+    from qosmos.dev.bench import (
+        GROUP,
+        NAMESPACE,
+        VERSION,
+        ControlPlaneUse,
+        DLJobWatch,
+        ProcStats,
+        _wait_done,
+        dljob_manifest,
+    )
     from qosmos.dev.cluster import DevOptions, _Quiet, down, up
     from qosmos.extender.core.admission import Partition
 
@@ -839,6 +848,7 @@ def bench_scenario(
             custom = client.CustomObjectsApi(api_client)
             op = ProcStats(int(state.operator["pid"]))
             cpu0 = op.cpu_s()
+            use = ControlPlaneUse(api_client, state.pids())
             core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
             with DLJobWatch(api_client, NAMESPACE) as watch:
                 t0 = time.time()  # Kueue's wall time runs from minimalkueue's start: queues are made in it
@@ -876,6 +886,7 @@ def bench_scenario(
                 t_end = time.time()
                 seen = watch.snapshot()
             op_cpu, op_peak = op.cpu_s() - cpu0, op.peak_rss_mb()
+            control_plane = use.report(len(sc.jobs))
         finally:
             down(opts.dir, grace=5)
     finally:
@@ -891,6 +902,7 @@ def bench_scenario(
         "failed": bad,
         "submit_lag_s": {"p50": round(sorted(lag)[len(lag) // 2], 3), "max": round(max(lag), 3)} if lag else None,
         "operator": {"cpu_s": round(op_cpu, 1), "peak_rss_mb": round(op_peak, 1)},
+        "control_plane": control_plane,
     }
     res: dict[str, Any] = {
         "generator": str(generator),

@@ -512,6 +512,9 @@ def allowed_nodes(spec: DLJobSpec, nodes: Sequence[Mapping[str, Any]]) -> list[b
 # --------------------------------------------------------------------------- rendezvous
 
 
+LOCAL_RANK0 = "localhost"  # a one-pod gang's rendezvous address (also right for hostNetwork pods)
+
+
 def rank0_address(dljob: str, namespace: str) -> str:
     """Rank 0's DNS name through the DLJob's headless Service (no cluster domain assumed: the pods'
     resolv.conf search path completes it)."""
@@ -540,7 +543,10 @@ def rendezvous_env(
     WORLD_SIZE/RANK (PyTorch's env:// init), torchrun's PET_* (its arguments' defaults: ``torchrun
     train.py`` runs ``PET_NPROC_PER_NODE`` workers per pod, ranks numbered across pods), JAX's coordinator,
     process count and id, and the gang's own figures."""
-    addr, port = rank0_address(name, namespace), str(spec.rendezvous.port)
+    # a gang of one pod has no headless Service (it would only cost writes: the Service and the endpoint
+    # controllers' Endpoints and EndpointSlice of every such job): its rank 0 is itself
+    addr = rank0_address(name, namespace) if pods > 1 else LOCAL_RANK0
+    port = str(spec.rendezvous.port)
     values = {
         "MASTER_ADDR": addr,
         "MASTER_PORT": port,

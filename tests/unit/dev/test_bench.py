@@ -142,3 +142,29 @@ def test_eta_summary_medians_in_seconds_and_of_the_wait_on_the_judged_slice() ->
         "mean_error_s": None,
         "early": 0,
     }
+
+
+def test_the_apiserver_requests_of_a_run_are_counted_by_verb_and_resource() -> None:
+    """What ``bench scenario`` reports as ``control_plane``: the apiserver's requests between two reads of
+    its /metrics, codes and scopes summed, subresources apart, reads and writes apart."""
+    from qosmos.dev.bench import request_counts, requests_between
+
+    def text(patches: int, creates: int, watches: int) -> str:
+        return f"""# HELP apiserver_request_total Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{{code="200",component="apiserver",resource="dljobs",scope="resource",subresource="status",verb="PATCH"}} {patches}
+apiserver_request_total{{code="409",component="apiserver",resource="dljobs",scope="resource",subresource="status",verb="PATCH"}} 2
+apiserver_request_total{{code="201",component="apiserver",resource="pods",scope="resource",subresource="",verb="POST"}} {creates}
+apiserver_request_total{{code="200",component="apiserver",resource="pods",scope="cluster",subresource="",verb="WATCH"}} {watches}
+apiserver_request_total{{code="200",component="apiserver",resource="nodes",scope="cluster",subresource="",verb="LIST"}} 4
+# HELP apiserver_request_duration_seconds x
+# TYPE apiserver_request_duration_seconds histogram
+apiserver_request_duration_seconds_count{{resource="pods",verb="POST"}} 999
+"""
+
+    before = request_counts(text(10, 5, 1))
+    assert before[("PATCH", "dljobs/status")] == 12 and before[("POST", "pods")] == 5
+    reads, writes = requests_between(before, request_counts(text(40, 6, 3)))
+    assert writes == {"PATCH dljobs/status": 30, "POST pods": 1}
+    assert list(writes) == ["PATCH dljobs/status", "POST pods"]  # most first
+    assert reads == {"WATCH pods": 2}  # the LIST did not change

@@ -102,7 +102,26 @@ def test_a_refused_template_holds_the_job_out_of_its_queue_until_edited() -> Non
     assert kube.dry_runs == ["a-0-0"] and len(kube.events) == 1  # one verdict per generation, one Event
     kube.refuse_template = None
     kube.jobs["a"]["metadata"]["generation"] = 2  # kubectl edit: a new spec
+    kube.jobs["a"]["spec"]["template"] = {"spec": {"containers": [{"name": "main", "image": "train:1"}]}}
     assert step().admitted == ["team/a"] and kube.dry_runs == ["a-0-0", "a-0-0"]
+
+
+def test_dljobs_of_one_spec_in_one_namespace_share_their_template_verdict() -> None:
+    """A dry run per distinct (namespace, spec), not per DLJob: 100 jobs applied from one manifest cost one
+    dry run (at Kueue's scale it was one apiserver request of each job's 21), a job of another spec or
+    another namespace its own; the verdict is kept while a job with that spec waits."""
+    jobs = [dljob(f"j{i}", "2026-01-02T03:00:00Z", gpus=80) for i in range(3)]  # too large: they wait
+    other_ns = dljob("k", "2026-01-02T03:00:00Z", gpus=80)
+    other_ns["metadata"]["namespace"] = "lab"
+    other_spec = dljob("m", "2026-01-02T03:00:00Z", gpus=72)
+    kube = FakeKube([node("n0")], [*jobs, other_ns, other_spec])
+    step = Pass(kube)
+    step()
+    assert sorted(kube.dry_runs) == ["j0-0-0", "k-0-0", "m-0-0"]
+    kube.jobs["j3"] = dljob("j3", "2026-01-02T03:01:00Z", gpus=80)  # one more of the same manifest
+    step()
+    assert kube.jobs["j3"]["status"]["phase"] == "Queued"  # seen, and queued on the verdict it shares
+    assert len(kube.dry_runs) == 3
 
 
 def test_a_dry_run_that_cannot_reach_the_apiserver_decides_nothing() -> None:

@@ -314,7 +314,7 @@ def test_the_core_is_told_the_templates_nodes() -> None:
 # --------------------------------------------------------------------------- a pass
 
 
-def test_a_pass_places_on_allowed_nodes_and_creates_the_service_first() -> None:
+def test_a_pass_places_on_allowed_nodes() -> None:
     tainted = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}
     nodes = [node("n0", taints=[tainted]), node("n1", zone="b"), node("n2", zone="b"), node("n3", zone="c")]
     nodes[1]["spec"]["unschedulable"] = True
@@ -328,7 +328,8 @@ def test_a_pass_places_on_allowed_nodes_and_creates_the_service_first() -> None:
     assert rep.admitted == ["team/plain"]
     placed = kube.jobs["plain"]["status"]["placement"]["nodeNames"]
     assert placed in (["n2"], ["n3"])
-    assert set(kube.services) == {"plain"} and {p["spec"]["hostname"] for p in kube.pods.values()} == {"plain-0"}
+    # one pod: its hostname, but no headless Service (its rank 0 is itself)
+    assert not kube.services and {p["spec"]["hostname"] for p in kube.pods.values()} == {"plain-0"}
     cond = kube.jobs["picky"]["status"]["conditions"][0]
     assert cond["status"] == "False" and "its pod template allows 2 of the 4 nodes of vc-a" in cond["message"]
     # every status write names the generation it was decided on, once
@@ -345,14 +346,32 @@ def test_a_pass_places_on_allowed_nodes_and_creates_the_service_first() -> None:
     rec.run_pass()
     assert kube.jobs["picky"]["status"]["observedGeneration"] == 3
     assert kube.jobs["picky"]["status"]["placement"]["nodeNames"] in (["n1"], ["n2"])
-    assert set(kube.services) == {"plain", "picky"}
+    assert not kube.services  # gangs of one pod
+
+
+def test_a_gang_of_one_pod_is_told_localhost_and_gets_no_service() -> None:
+    one = gang_pods(dljob("j", gpus=8), Gang(("n0",), (8,)), attempt=0)
+    two = gang_pods(dljob("j", gpus=16, gpusPerNode=8), Gang(("n0", "n1"), (8, 8)), attempt=0)
+    (solo,) = one
+    env = env_of(solo["spec"]["containers"][0])
+    assert (env["MASTER_ADDR"], env["PET_MASTER_ADDR"], env["JAX_COORDINATOR_ADDRESS"]) == (
+        "localhost",
+        "localhost",
+        "localhost:29500",
+    )
+    assert (solo["spec"]["hostname"], solo["spec"]["subdomain"]) == ("j-0", "j")  # the same names as a gang's
+    assert {env_of(p["spec"]["containers"][0])["MASTER_ADDR"] for p in two} == {"j-0.j.team.svc"}
+    kube = FakeKube([node("n0"), node("n1")], [dljob("j", gpus=8)])
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: T0 + 1)  # type: ignore[arg-type]
+    assert rec.run_pass().admitted == ["team/j"] and len(kube.pods) == 1
+    assert not kube.services and kube.service_creates == 0
 
 
 def test_a_service_of_the_name_that_is_not_the_dljobs_is_said() -> None:
-    kube = FakeKube([node("n0")], [dljob("j", gpus=8)])
+    kube = FakeKube([node("n0"), node("n1")], [dljob("j", gpus=16, gpusPerNode=8)])
     kube.services["j"] = {"metadata": {"name": "j", "ownerReferences": [{"uid": "someone-else"}]}}
     rep = Reconciler(kube, durations=Durations(None), clock=lambda: T0 + 1).run_pass()  # type: ignore[arg-type]
-    assert rep.admitted == ["team/j"] and len(kube.pods) == 1  # the gang still starts
+    assert rep.admitted == ["team/j"] and len(kube.pods) == 2  # the gang still starts
     assert [r for _, r, _ in kube.events if r == "ServiceConflict"] == ["ServiceConflict"]
 
 
