@@ -211,6 +211,39 @@ def test_far_positions_drift_are_refreshed_at_most_every_refresh_s_near_ones_at_
     assert far <= moved(T0 + 101 + REFRESH_S)
 
 
+def test_a_move_within_the_near_region_drifts_coming_near_is_written_at_once() -> None:
+    """Two of the running one-GPU jobs finish each pass and two start: every queued position moves by 2.
+    Written at once: a first position, a new head, a job coming below NEAR_HEAD; a move within the near
+    region (5 -> 3, 9 -> 7), and its message now naming another job ahead, drifts like a far one (each
+    admission rewrote all NEAR_HEAD jobs of its queue: 300 of a pass's ~670 writes with Kueue's 30
+    queues)."""
+    from qosmos.operator.reconcile import NEAR_HEAD, REFRESH_S
+
+    assert NEAR_HEAD == 10
+    queued = [dljob(f"q{i:02d}", 1, created=float(i)) for i in range(40)]
+    planner = Planner(durations=Durations(None))
+
+    def step(now: float, finishing: list[dict[str, Any]], admitted: list[str]) -> dict[str, int]:
+        for j in finishing:
+            j["status"]["phase"] = "Succeeded"
+        plan, rep = planner.plan(snapshot(*queued, nodes=1), now)
+        assert rep.admitted == [f"team/{n}" for n in admitted]
+        written = {w.name: w.status for w in plan.writes() if isinstance(w, PatchStatus)}
+        for j in queued:  # the state the writes made
+            j["status"] = {**j.get("status", {}), **written.get(j["metadata"]["name"], {})}
+        return {n: st["queuePosition"] for n, st in written.items() if st.get("queuePosition") is not None}
+
+    first = step(T0 + 100, [], [f"q{i:02d}" for i in range(8)])
+    assert first["q10"] == 10 and first["q39"] == 39  # every first position at once
+    # q10-q17 come near (10 -> 2 ... 17 -> 9): at once; q18 on (18 -> 10) drift, not due yet
+    assert step(T0 + 101, queued[:2], ["q08", "q09"]) == {f"q{i:02d}": i - 8 for i in range(10, 18)}
+    # q12 becomes the head (its reason changes: written, position and all); q13 5 -> 3 ... q17 9 -> 7 move
+    # within the near region, their message naming another job ahead: they drift; q18 and q19 come near
+    assert step(T0 + 102, queued[2:4], ["q10", "q11"]) == {"q12": 2, "q18": 8, "q19": 9}
+    due = step(T0 + 102 + REFRESH_S, queued[4:6], ["q12", "q13"])
+    assert due["q17"] == 5 and due["q20"] == 8 and due["q30"] == 18  # once due: near and far refreshed
+
+
 def test_drift_refreshes_are_bounded_per_pass_stalest_first() -> None:
     """150 queued one-GPU jobs whose far positions all drift and are all due: one pass writes at most
     DRIFT_WRITES of them, the ones written longest ago first; the next pass the rest."""
