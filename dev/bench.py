@@ -214,7 +214,7 @@ class ControlPlaneUse:
         reads, writes = requests_between(self.req0, self._requests())
         total = sum(writes.values())
         return {
-            "cpu_s": dict(sorted(cpu.items(), key=lambda kv: -kv[1])),
+            "cpu_s": _most_first(cpu),
             "apiserver_reads": reads,
             "apiserver_writes": writes,
             "apiserver_writes_total": total,
@@ -251,10 +251,11 @@ def requests_between(
             writes[f"{verb} {res}"] = d
         elif verb in ("GET", "LIST", "WATCH"):
             reads[f"{verb} {res}"] = d
-    return (
-        dict(sorted(reads.items(), key=lambda kv: -kv[1])),
-        dict(sorted(writes.items(), key=lambda kv: -kv[1])),
-    )
+    return _most_first(reads), _most_first(writes)
+
+
+def _most_first(counts: Mapping[str, float]) -> dict[str, Any]:
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def dljob_manifest(

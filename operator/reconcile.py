@@ -104,6 +104,7 @@ from qosmos.operator.translate import (
     constraints_of,
     core_nodes,
     gang_pods,
+    has_headless_service,
     headless_service,
     job_from_dljob,
     key_of,
@@ -306,7 +307,7 @@ class Planner:
         the template, the spec's shape of the gang and the namespace's admission (LimitRanges, Pod
         Security, webhooks), not on the job's name; a new spec generation is another key. Digests are
         remembered per (uid, generation): a pass does not re-serialise every waiting spec."""
-        ident = (dl.uid, int(meta(dl.obj).get("generation") or 0))
+        ident = _spec_ident(dl)
         key = self.memory.specs.get(ident)
         if key is None:
             text = json.dumps(dl.obj.get("spec") or {}, sort_keys=True, separators=(",", ":"))
@@ -566,7 +567,7 @@ class Planner:
         # the verdicts of specs a job still waits with are kept (a restarted operator asks again, once)
         live = set(keys.values())
         self.memory.templates = {k: v for k, v in self.memory.templates.items() if k in live}
-        idents = {(dl.uid, int(meta(dl.obj).get("generation") or 0)) for dl in waiting}
+        idents = {_spec_ident(dl) for dl in waiting}
         self.memory.specs = {k: v for k, v in self.memory.specs.items() if k in idents}
         invalid: set[str] = set()
         for dl in waiting:
@@ -819,7 +820,7 @@ class Planner:
         # the headless Service (rank 0's DNS name) with the pods, before any is ungated (side by side with
         # their creates); until it is known to exist it is asked for at every pass that finds the gang not
         # running yet (a failed create is retried, and holds the gates)
-        if len(manifests) > 1 and uid not in self.memory.headless:
+        if has_headless_service(len(manifests)) and uid not in self.memory.headless:
             svc = headless_service(dl.obj)
             conflict = (
                 f"Service {svc['metadata']['name']} exists and is not this DLJob's: its pods' rendezvous address "
@@ -1487,6 +1488,11 @@ def _confined_text(dl: DL, cluster: ClusterState) -> str:
     allowed = int((cluster.pools[job.pool] & vc).sum())
     what = "its pod template and status.avoidNodes allow" if dl.status.get("avoidNodes") else "its pod template allows"
     return f"; {what} {allowed} of the {int(vc.sum())} nodes of {job.vc}"
+
+
+def _spec_ident(dl: DL) -> tuple[str, int]:
+    """(uid, generation): one spec of one DLJob."""
+    return dl.uid, int(meta(dl.obj).get("generation") or 0)
 
 
 def _observed(dl: DL, status: dict[str, Any]) -> dict[str, Any]:

@@ -515,6 +515,13 @@ def allowed_nodes(spec: DLJobSpec, nodes: Sequence[Mapping[str, Any]]) -> list[b
 LOCAL_RANK0 = "localhost"  # a one-pod gang's rendezvous address (also right for hostNetwork pods)
 
 
+def has_headless_service(pods: int) -> bool:
+    """Whether a gang of ``pods`` pods finds rank 0 through the DLJob's headless Service. A gang of one
+    pod does not (its rank 0 is itself, :data:`LOCAL_RANK0`): the Service would only cost writes, the
+    Service and the endpoint controllers' Endpoints and EndpointSlice of every such job."""
+    return pods > 1
+
+
 def rank0_address(dljob: str, namespace: str) -> str:
     """Rank 0's DNS name through the DLJob's headless Service (no cluster domain assumed: the pods'
     resolv.conf search path completes it)."""
@@ -543,9 +550,7 @@ def rendezvous_env(
     WORLD_SIZE/RANK (PyTorch's env:// init), torchrun's PET_* (its arguments' defaults: ``torchrun
     train.py`` runs ``PET_NPROC_PER_NODE`` workers per pod, ranks numbered across pods), JAX's coordinator,
     process count and id, and the gang's own figures."""
-    # a gang of one pod has no headless Service (it would only cost writes: the Service and the endpoint
-    # controllers' Endpoints and EndpointSlice of every such job): its rank 0 is itself
-    addr = rank0_address(name, namespace) if pods > 1 else LOCAL_RANK0
+    addr = rank0_address(name, namespace) if has_headless_service(pods) else LOCAL_RANK0
     port = str(spec.rendezvous.port)
     values = {
         "MASTER_ADDR": addr,
@@ -757,6 +762,7 @@ __all__ = [
     "constraints_of",
     "core_nodes",
     "gang_pods",
+    "has_headless_service",
     "headless_service",
     "hostname",
     "job_from_dljob",
