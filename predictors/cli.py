@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import os
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -452,7 +454,7 @@ def profile_fit(
         )
     console.print(t)
     console.print(
-        "held-out %: leave-one-out error of sPR per form, quadratic / affine-time / interpolated; — not fitted "
+        "held-out %: leave-one-out error of sPR per form, " + " / ".join(FORMS) + "; — not fitted "
         "(too few batch sizes: the quadratic's held-out error needs 4, the others 3); "
         "form: the lowest, ties to the simpler; runs: single-GPU/multi-GPU; fit %: error over all runs in the form"
         + ("; * no form could be compared: Eq. 7 as fitted" if fallback else "")
@@ -469,7 +471,7 @@ def profile_run(
     batches: Annotated[str, typer.Option(help="comma-separated batch sizes")] = "16,32,64",
     steps: Annotated[int, typer.Option(min=1, help="timed steps per measured window")] = 10,
     windows: Annotated[
-        int, typer.Option(min=1, help="measured windows per batch size; the sample is their median rate")
+        int, typer.Option(min=1, help="measured windows per batch size (their rates' spread is reported)")
     ] = 5,
     warmup: Annotated[
         int, typer.Option(min=0, help="warm-up steps at least; warm-up goes on until the step time is stable")
@@ -511,10 +513,28 @@ def profile_run(
             "(holds every size's model on the device at once); --sequential: one batch size after another",
         ),
     ] = True,
+    cpus: Annotated[
+        str | None,
+        typer.Option(
+            help="run on these CPUs only (cpu-list: '8', '0-3,8'; one per process with --gpus): a launch-bound step "
+            "is the host thread's speed, steadier on a core of its own (recorded as host_cpus); default: not pinned",
+        ),
+    ] = None,
 ) -> None:
     """Time real PyTorch training steps on this machine's GPU (or CPU); writes single-GPU samples
-    (median rate of repeated windows, their spread, the GPU, driver, CUDA, torch and precision)
-    for `qosmos profile fit`. With --inference: forward passes, for `qosmos profile inference`."""
+    (the batch over the lower quartile of the step times, the windows' spread, the GPU, driver,
+    CUDA, torch, precision and host CPUs) for `qosmos profile fit`. With --inference: forward
+    passes, for `qosmos profile inference`."""
+    from qosmos.predictors.timing import cpu_list, parse_cpu_list
+
+    chosen = None if cpus is None else parse_cpu_list(cpus)
+    if chosen is not None:
+        allowed = os.sched_getaffinity(0)
+        if not chosen <= allowed:
+            raise InvalidInput("cpus", cpus, f"not CPUs this process may use (it may use {cpu_list(allowed)})")
+        if inference or len(chosen) < gpus:
+            why = "pins training steps only" if inference else f"need one CPU per process, {gpus} with --gpus {gpus}"
+            raise InvalidInput("cpus", cpus, why)
     if inference:
         from qosmos.predictors.inference_profiles import run_inference_profile
 
@@ -530,18 +550,18 @@ def profile_run(
         raise InvalidInput("batches", batches, "comma-separated integers") from None
     if not sizes or min(sizes) <= 0:
         raise InvalidInput("batches", batches, "one or more batch sizes > 0")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:
         typer.echo("error: PyTorch is not installed; `pip install torch` to profile on this machine", err=True)
         raise typer.Exit(2) from None
+    if chosen is not None:
+        os.sched_setaffinity(0, chosen)  # before torch starts its threads: they inherit it
     samples = measure_torch(
         model, sizes, steps=steps, warmup=warmup, windows=windows, precision=precision, gpus=gpus, interleave=interleave
     )
     write_samples(out, samples)
     for s in samples:
         console.print(
-            f"{s.model} batch {s.batch}: {s.rate:.1f} samples/s (median of {s.windows} windows, spread {s.spread_pct:.1f} %)"
+            f"{s.model} batch {s.batch}: {s.rate:.1f} samples/s ({s.windows} windows, spread {s.spread_pct:.1f} %)"
         )
     env = dict(samples[0].env) if samples else {}
     console.print("measured on " + ", ".join(f"{k} {v}" for k, v in env.items()))

@@ -22,6 +22,7 @@ file that ``ModelDB`` (pure) is built from: ``{"profiles": [{model, k0, ..., for
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
@@ -51,6 +52,7 @@ from qosmos.predictors.timing import (
     MIN_WINDOW_S,
     STAT_COLUMNS,
     common_environment,
+    cpu_list,
     parse_nvidia_smi,
     parse_precision,
     warm_up,
@@ -314,12 +316,13 @@ def load_modeldb(path: Path | None = None, *, resolve: bool = False) -> ModelDB:
 
 
 def torch_environment(torch: Any, device: str, precision: str) -> dict[str, str]:
-    """ENV_COLUMNS of this machine: GPU name, memory, driver (nvidia-smi), CUDA and torch versions."""
+    """ENV_COLUMNS of this machine: GPU name, memory, driver (nvidia-smi), CUDA and torch versions,
+    and the CPUs the measuring process may run on (a launch-bound step is the host's speed)."""
     import platform
     import shutil
     import subprocess
 
-    env = {"torch": str(torch.__version__), "precision": precision}
+    env = {"torch": str(torch.__version__), "precision": precision, "host_cpus": cpu_list(os.sched_getaffinity(0))}
     env["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if device != "cuda":
         env["device"] = f"cpu {platform.processor() or platform.machine()}".strip()
@@ -355,10 +358,12 @@ def measure_torch(
 
     Per batch size: warm-up of at least ``warmup`` steps that ends when the step time is stable
     (:func:`timing.warm_up`, at most ``max_warmup``), then ``windows`` windows of ``steps`` steps,
-    each timed with CUDA events (synchronised wall time on CPU) and lengthened to at least
-    ``min_window_s`` (a window of a few millisecond-steps measures launch jitter, not the model:
-    spreads of 20-35 % on an H200 for CIFAR-sized models); the sample's rate is the median
-    window rate, with the windows' spread and the environment (:func:`torch_environment`).
+    lengthened to at least ``min_window_s`` (a window of a few millisecond-steps measures launch
+    jitter, not the model), with a CUDA event after every step (on the CPU and data-parallel: the
+    window's synchronised wall time); the sample's rate is the batch over the lower quartile of the
+    step times (:func:`timing.window_stats`: the launch-bound step undisturbed by the host), with
+    the window rates' spread and the environment (:func:`torch_environment`, the CPUs the process
+    may run on included: ``qosmos profile run --cpus`` pins it).
     ``torch.backends.cudnn.benchmark`` is on, so the warm-up includes cuDNN's kernel choice.
     ``interleave`` (default): every batch size's workload is built and warmed up first, then the
     windows are taken in rounds, one window of each batch size per round, so a slow drift of the
@@ -472,27 +477,28 @@ def _measure(
         sync()
         return time.perf_counter() - t0
 
-    def window(n: int, train_step: Any) -> float:
-        if cuda and dist is None:  # one process: CUDA events, no host sync inside the window
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(n):
+    def window(n: int, train_step: Any) -> list[float]:
+        """The window's step times (s): each step's with CUDA events, else the window's mean per step."""
+        if cuda and dist is None:  # one process: an event after each step, no host sync inside the window
+            marks = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+            marks[0].record()
+            for mark in marks[1:]:
                 train_step(autocast, scaler)
-            end.record()
-            end.synchronize()
-            return float(start.elapsed_time(end)) / 1000.0
+                mark.record()
+            marks[-1].synchronize()
+            return [float(a.elapsed_time(b)) / 1000.0 for a, b in itertools.pairwise(marks)]
         sync()  # data-parallel: the slowest process's window, all-reduces included
         t0 = time.perf_counter()
         for _ in range(n):
             train_step(autocast, scaler)
         sync()
-        return time.perf_counter() - t0
+        return [(time.perf_counter() - t0) / n] * n
 
     def prepare(b: int) -> tuple[int, Any, int]:
         """(batch, its warmed-up step, steps per window)."""
         train_step = workload(model, b // world, device, wrap=wrap).step
         warm_up(functools.partial(timed_step, train_step), min_steps=warmup, max_steps=max(warmup, max_warmup))
-        n = window_steps(steps, window(steps, train_step), min_window_s)
+        n = window_steps(steps, math.fsum(window(steps, train_step)), min_window_s)
         if dist is not None:  # every process runs the same number of steps
             n_t = torch.tensor([n], device=device if cuda else "cpu")
             dist.broadcast(n_t, 0)
@@ -503,9 +509,9 @@ def _measure(
     try:
         for group in [list(batches)] if interleave else [[b] for b in batches]:
             runs = [prepare(b) for b in group]
-            seconds = window_rounds([functools.partial(window, n, train_step) for _, train_step, n in runs], windows)
-            for (b, _, n), secs in zip(runs, seconds, strict=True):
-                st = window_stats(b, n, secs)
+            measured = window_rounds([functools.partial(window, n, train_step) for _, train_step, n in runs], windows)
+            for (b, _, _), steps_of in zip(runs, measured, strict=True):
+                st = window_stats(b, steps_of)
                 out.append(Sample(model, b, Shape(1, world), st.rate, st.spread_pct, st.windows, env))
             del runs
             if cuda:

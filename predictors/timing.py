@@ -13,19 +13,24 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+import numpy as np
 from qosmos.extender.core.errors import InvalidInput
+
+T = TypeVar("T")
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # Environment columns written with every sample (optional when reading) and carried into the
 # model database's ``measured_on``: what a profile was measured on.
-ENV_COLUMNS = ("device", "device_memory_mib", "driver", "cuda", "torch", "precision", "measured_at")
+ENV_COLUMNS = ("device", "device_memory_mib", "driver", "cuda", "torch", "precision", "host_cpus", "measured_at")
 STAT_COLUMNS = ("rate_spread_pct", "windows")  # per sample: spread of the window rates, how many windows
 
 STABLE_STEPS = 5  # warm-up ends when this many consecutive step times ...
 STABLE_SPREAD = 0.05  # ... lie within 5 % of their median of each other ((max - min) / median)
 MIN_WINDOW_S = 0.25  # a measured window lasts at least this long (see window_steps)
 MAX_WARMUP = 50  # steps; a step time that never settles is measured anyway (and its spread shows it)
+STEP_QUANTILE = 0.25  # a sample's step time: this quantile of its measured steps (see window_stats)
 
 
 def parse_precision(text: str) -> str:
@@ -78,8 +83,8 @@ def window_steps(steps: int, probe_s: float, min_window_s: float = MIN_WINDOW_S)
     return max(steps, math.ceil(steps * min_window_s / probe_s))
 
 
-def window_rounds(windows: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:
-    """Each window's time over ``rounds`` rounds, one window of every measurement per round.
+def window_rounds(windows: Sequence[Callable[[], T]], rounds: int) -> list[list[T]]:
+    """What each window returned over ``rounds`` rounds, one window of every measurement per round.
 
     Interleaved, a slow drift of the host (another tenant, the CPU's clock) moves every
     measurement alike instead of bending the curve across batch sizes. Python's garbage collector
@@ -88,7 +93,7 @@ def window_rounds(windows: Sequence[Callable[[], float]], rounds: int) -> list[l
     """
     if rounds < 1:
         raise InvalidInput("windows", rounds, "must be >= 1")
-    times: list[list[float]] = [[] for _ in windows]
+    times: list[list[T]] = [[] for _ in windows]
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
@@ -106,20 +111,59 @@ def window_rounds(windows: Sequence[Callable[[], float]], rounds: int) -> list[l
 class WindowStats:
     """The rate of one batch size over repeated measured windows."""
 
-    rate: float  # median of the window rates, samples/s
+    rate: float  # batch / the lower quartile of the step times, samples/s
     spread_pct: float  # (max - min) / median of the window rates, in %
     windows: int
-    rates: tuple[float, ...]
+    rates: tuple[float, ...]  # each window's rate
 
 
-def window_stats(batch: int, steps: int, window_seconds: Sequence[float]) -> WindowStats:
-    """Median rate and spread from the wall (or CUDA-event) time of each window of ``steps`` steps."""
-    if batch <= 0 or steps <= 0:
-        raise InvalidInput("batch/steps", (batch, steps), "must be > 0")
-    if not window_seconds or min(window_seconds) <= 0:
-        raise InvalidInput("window_seconds", list(window_seconds), "need one or more positive window times")
-    rates = tuple(batch * steps / s for s in window_seconds)
-    return WindowStats(statistics.median(rates), 100.0 * relative_spread(rates), len(rates), rates)
+def window_stats(batch: int, window_steps: Sequence[Sequence[float]]) -> WindowStats:
+    """The rate and the windows' spread from each window's step times (seconds).
+
+    A launch-bound step (the host thread issuing kernels sets its time) is slowed now and then by
+    the host, in stretches of a second or more; on an H200 VM the median of five 0.2 s windows of
+    one size differed by up to 50 % between stretches of a run while the lower quartile of its
+    step times differed by 2-12 % (``benchmarks/launch_noise.py``). So the rate is the batch over
+    the lower quartile (STEP_QUANTILE) of all step times: the step undisturbed by the host, as
+    reproducible as a compute-bound one, for which it is the median within a percent. A window
+    timed as a whole (one time for its steps) gives its mean step time for each of its steps.
+    """
+    if batch <= 0:
+        raise InvalidInput("batch", batch, "must be > 0")
+    if not window_steps or any(not w or min(w) <= 0 for w in window_steps):
+        raise InvalidInput("window_steps", [list(w) for w in window_steps], "need windows of positive step times")
+    rates = tuple(batch * len(w) / math.fsum(w) for w in window_steps)
+    step = float(np.quantile([t for w in window_steps for t in w], STEP_QUANTILE))
+    return WindowStats(batch / step, 100.0 * relative_spread(rates), len(rates), rates)
+
+
+def cpu_list(cpus: Sequence[int]) -> str:
+    """Linux's cpu-list notation of a set of CPUs: [0, 1, 2, 3, 8] -> '0-3,8'."""
+    if not cpus or min(cpus) < 0:
+        raise InvalidInput("cpus", list(cpus), "need one or more CPU numbers >= 0")
+    ordered = sorted(set(cpus))
+    runs: list[list[int]] = [[ordered[0], ordered[0]]]
+    for c in ordered[1:]:
+        if c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """The CPUs of a cpu-list ('8', '0-3,8'); InvalidInput names what is wrong."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise InvalidInput("cpus", text, "a cpu-list such as '8' or '0-3,8'") from None
+        if a < 0 or b < a:
+            raise InvalidInput("cpus", text, f"range {part.strip()!r} must be 0 <= first <= last")
+        cpus.update(range(a, b + 1))
+    return cpus
 
 
 def parse_nvidia_smi(text: str) -> dict[str, str]:

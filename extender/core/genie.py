@@ -29,7 +29,8 @@ class ThroughputProfile:
 
     - ``quadratic`` (default, the seed's reference): sPR(b') = k0 + k1 b' + k2 b'^2 (Eq. 7);
     - ``affine-time``: iteration time t(b') = time_a + time_c b' seconds, sPR = b' / t;
-    - ``interpolated``: piecewise-linear iteration time through ``knots`` ((b', t) pairs).
+    - ``interpolated``: piecewise-linear iteration time through ``knots`` ((b', t) pairs);
+    - ``launch-floor``: t(b') = max(floor, a + c b'), stored as its ``knots`` (two or three).
 
     k0..k2 always hold the Eq. 7 fit (the reference every form is compared with); only the
     quadratic form evaluates them. ``heldout_error`` is the form's leave-one-out error in %
@@ -121,7 +122,7 @@ class ThroughputProfile:
             return throughput.time_at(
                 throughput.affine_knots(self.time_a, self.time_c, self.b_min, self.b_max), local_batch
             )
-        if self.form == throughput.INTERPOLATED:
+        if self.form in throughput.KNOTTED:
             return throughput.time_at(self.knots, local_batch)
         raise InvalidInput("form", self.form, "has no iteration time; it models the rate (Eq. 7)")
 
@@ -446,7 +447,8 @@ def fit_single_gpu_profile(
 
     k_i are always :func:`fit_spr`'s (Eq. 7, the reference); the affine-time form adds
     :func:`throughput.fit_affine_time`'s a, c, the interpolated form
-    :func:`throughput.fit_monotone_knots`'s knots.
+    :func:`throughput.fit_monotone_knots`'s knots, the launch-floor form
+    :func:`throughput.fit_launch_floor`'s.
     """
     k0, k1, k2 = fit_spr(batches, rates)
     if form not in throughput.FORMS:
@@ -457,6 +459,8 @@ def fit_single_gpu_profile(
         time_a, time_c = throughput.fit_affine_time(batches, rates)
     elif form == throughput.INTERPOLATED:
         knots = throughput.fit_monotone_knots(batches, rates)
+    elif form == throughput.LAUNCH_FLOOR:
+        knots = throughput.fit_launch_floor(batches, rates)
     return ThroughputProfile(
         model,
         k0,

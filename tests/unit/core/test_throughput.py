@@ -30,16 +30,59 @@ def test_affine_time_is_chosen_on_a_saturating_curve_and_quadratic_is_not() -> N
     assert p.spr(1000) == pytest.approx(1000 / (0.01 + 1.0))  # beyond b_max: the line continues
 
 
-def test_interpolation_wins_on_a_kinked_curve() -> None:
-    # iteration time flat (launch-bound) up to 64, then compute-bound: a kink no line or parabola follows
+def test_launch_floor_wins_on_a_launch_bound_head_and_is_recovered() -> None:
+    # iteration time flat (launch-bound: the host issuing kernels) up to 64, then compute-bound
     t = [0.02 if b <= 64 else 0.02 + 0.0004 * (b - 64) for b in BATCHES]
     rates = [b / ti for b, ti in zip(BATCHES, t, strict=True)]
     choice = genie.select_single_gpu_profile("m", BATCHES, rates)
     errs = choice.candidates
+    assert choice.profile.form == "launch-floor"
+    assert errs["launch-floor"] == pytest.approx(0.0, abs=1e-9)
+    assert errs["interpolated"] is not None and 0.0 < errs["interpolated"] < 2.0  # misses the bend between sizes
+    assert min(errs["affine-time"], errs["quadratic"]) > 2.0  # no line or parabola follows a kink
+    (b0, f0), (bend, f1), (b1, t1) = choice.profile.knots
+    assert (b0, b1) == (8.0, 512.0) and f0 == f1 == pytest.approx(0.02) and bend == pytest.approx(64.0)
+    assert t1 == pytest.approx(0.02 + 0.0004 * 448)
+    assert choice.profile.spr(40) == pytest.approx(40 / 0.02)  # on the floor
+    assert choice.profile.spr(1000) == pytest.approx(1000 / (0.02 + 0.0004 * 936))  # the line continues
+
+
+def test_one_floor_averages_the_launch_bound_noise_out() -> None:
+    # the floor's sizes measured with the host's noise (±8 %): the floor is their (relative) mean,
+    # so a held-out launch-bound size is predicted within the noise, not at one neighbour's error
+    noise = [1.08, 0.93, 1.05, 0.95, 1.07, 0.92]
+    t = [0.01 * noise[i] if b <= 64 else 0.01 + 0.0001 * (b - 64) for i, b in enumerate(BATCHES)]
+    knots = throughput.fit_launch_floor(BATCHES, [b / ti for b, ti in zip(BATCHES, t, strict=True)])
+    floor = knots[0][1]
+    assert knots[1][1] == floor and floor == pytest.approx(0.01, rel=0.02)
+    assert knots[-1] == (512.0, pytest.approx(0.01 + 0.0001 * 448, rel=1e-3))
+
+
+def test_launch_floor_degenerates_to_a_line_or_a_flat_time() -> None:
+    line = throughput.fit_launch_floor(BATCHES, affine_rates())  # no launch-bound head
+    assert line == ((8.0, pytest.approx(0.018)), (512.0, pytest.approx(0.522)))
+    flat = throughput.fit_launch_floor(BATCHES, [b / 0.005 for b in BATCHES])  # launch-bound throughout
+    assert flat == ((8.0, pytest.approx(0.005)), (512.0, pytest.approx(0.005)))
+    p = genie.fit_single_gpu_profile("m", BATCHES, [b / 0.005 for b in BATCHES], form="launch-floor")
+    assert p.spr(1024) == pytest.approx(512 / 0.005)  # a flat last segment: the rate is held beyond b_max
+    with pytest.raises(InvalidInput, match="three distinct"):
+        throughput.fit_launch_floor([8, 16, 16], [100.0, 150.0, 160.0])
+
+
+def test_interpolation_wins_on_a_curve_of_two_bends() -> None:
+    # launch-bound, then one slope, then a steeper one (a kernel switch): only the knots follow both bends
+    t = [0.02 if b <= 32 else 0.02 + 0.0002 * (b - 32) if b <= 192 else 0.052 + 0.001 * (b - 192) for b in BATCHES]
+    rates = [b / ti for b, ti in zip(BATCHES, t, strict=True)]
+    choice = genie.select_single_gpu_profile("m", BATCHES, rates)
+    errs = choice.candidates
     assert choice.profile.form == "interpolated"
-    assert errs["interpolated"] is not None and errs["affine-time"] is not None and errs["quadratic"] is not None
-    assert errs["interpolated"] < 2.0 < min(errs["affine-time"], errs["quadratic"])
-    assert choice.profile.spr(40) == pytest.approx(40 / 0.02)  # between knots: read off the line
+    assert (
+        errs["interpolated"]
+        < 5.0
+        < 4 * errs["interpolated"]
+        < min(errs["affine-time"], errs["quadratic"], errs["launch-floor"])
+    )
+    assert choice.profile.spr(40) == pytest.approx(40 / (0.02 + 0.0002 * 8))  # between knots: read off the line
 
 
 def test_quadratic_wins_on_a_true_quadratic() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -264,6 +266,27 @@ def test_profile_run(app: typer.Typer, tmp_path: Path) -> None:
     out = tmp_path / "s.csv"
     _ok(runner.invoke(app, ["profile", "run", "--out", str(out), "--model", "mlp", "--batches", "4,8", "--steps", "2"]))
     assert out.read_text().startswith("model,batch,d_node,d_gpn,rate")
+    mine = os.sched_getaffinity(0)
+    core = max(mine)
+    try:  # pinned: the process runs on that core, and the samples say so
+        args = ["profile", "run", "--out", str(out), "--model", "mlp", "--batches", "4", "--steps", "2"]
+        _ok(runner.invoke(app, [*args, "--cpus", str(core)]))
+        assert os.sched_getaffinity(0) == {core}
+        (row,) = csv.DictReader(out.open())
+        assert row["host_cpus"] == str(core)
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+def test_profile_run_refuses_cpus_it_cannot_pin(app: typer.Typer, tmp_path: Path) -> None:
+    mine = os.sched_getaffinity(0)
+    out = str(tmp_path / "s.csv")
+    for cpus, why in (("x", "cpu-list"), ("3-1", "first <= last"), ("4096", "not CPUs this process may use"),
+                      ("0", "one CPU per process")):  # fmt: skip
+        extra = ["--gpus", "2"] if cpus == "0" else []
+        res = runner.invoke(app, ["profile", "run", "--out", out, "--cpus", cpus, *extra])
+        assert res.exit_code == 2 and why in res.output and "Traceback" not in res.output, res.output
+        assert os.sched_getaffinity(0) == mine  # nothing pinned on a refusal
 
 
 def test_unwritable_outputs_are_clean_errors(app: typer.Typer, tmp_path: Path) -> None:

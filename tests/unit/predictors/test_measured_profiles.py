@@ -13,6 +13,7 @@ from qosmos.extender.core.inference_profiles import Device, InferenceProfiles
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.profiles_builtin import BUILTIN_PROFILES
 from qosmos.extender.core.profiles_measured import MEASURED_INFERENCE_CURVES, MEASURED_PROFILES
+from qosmos.extender.core.throughput import FORMS
 from qosmos.extender.core.types import Shape
 from qosmos.predictors.genie_profiles import MEASURED_ROOT, fit_measured, render_measured_module
 from qosmos.predictors.profiler import Sample, fit_file, fit_profile, write_samples
@@ -37,7 +38,7 @@ def test_every_measurable_builtin_model_has_a_profile_of_each_measured_gpu(gpu: 
     for p in mine:
         on = dict(p.measured_on)
         assert on["precision"] == "fp32" and on["torch"].startswith("2.11")
-        assert p.heldout_error is not None and p.form in ("quadratic", "affine-time", "interpolated")
+        assert p.heldout_error is not None and p.form in FORMS
     db = ModelDB.builtin()
     own = db.lookup("ResNet50", gpu.split()[1])  # a node's label names the model: "H200", "H100"
     assert own.gpu == "own" and own.profile.gpu_model == gpu and own.profile.heldout_error < 5

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Shape
@@ -64,7 +65,7 @@ def test_fit_stores_the_chosen_form_its_error_and_environment(tmp_path: Path) ->
 
 
 def test_interpolated_profile_roundtrips_through_the_db(tmp_path: Path) -> None:
-    t = {8: 0.02, 16: 0.02, 32: 0.02, 64: 0.02, 128: 0.045, 256: 0.1}  # a kink at 64
+    t = {8: 0.02, 16: 0.02, 32: 0.021, 64: 0.03, 128: 0.045, 256: 0.1}  # bends at 16, 32, 64 and 128
     samples = [Sample("Kink", b, Shape(1, 1), b / t[b]) for b in BATCHES]
     rep = fit_profile(samples)
     assert rep.profile.form == "interpolated" and len(rep.profile.knots) == 6
@@ -98,14 +99,15 @@ def test_mixed_precisions_are_refused(tmp_path: Path) -> None:
     }
 
 
-GENIE_FORMS = Path(__file__).resolve().parents[3] / "benchmarks" / "genie_forms.py"
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+GENIE_FORMS = BENCHMARKS / "genie_forms.py"
 
 
-def genie_forms() -> Any:
-    """benchmarks/genie_forms.py as a module (it is a script, not a package)."""
+def genie_forms(name: str = "genie_forms") -> Any:
+    """benchmarks/<name>.py as a module (a script, not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("genie_forms", GENIE_FORMS)
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -156,3 +158,33 @@ def test_genie_forms_scores_only_steady_sizes_when_asked(tmp_path: Path) -> None
     assert every["scored_batches"] == [16.0, 64.0, 256.0, 1024.0] and every["selected"]["max_pct"] > 30.0
     assert steady["scored_batches"] == [64.0, 256.0, 1024.0]
     assert steady["selected"]["max_pct"] < every["selected"]["max_pct"]
+
+
+def test_launch_noise_estimates_per_stretch_and_the_committed_study() -> None:
+    bench = genie_forms("launch_noise")
+    # 6 s of 5 ms steps, the host slow (7.5 ms) for the first second of each 2 s stretch but one
+    host, step, t = [], [], 0.0
+    while t + 0.0075 < 6.0:
+        slow = int(t // 2.0) != 1 and t % 2.0 < 1.0
+        t += 0.0075 if slow else 0.005
+        host.append(t)
+        step.append(0.0075 if slow else 0.005)
+    est = bench.estimates(np.array(host), np.array(step))
+    assert len(est["lower_quartile"]) == 2  # the last (short) stretch is dropped
+    assert est["lower_quartile"] == pytest.approx([0.005, 0.005])  # never fooled by the slow half
+    assert est["median_of_windows"][1] == pytest.approx(0.005)
+    assert est["median_of_windows"][0] > 0.006  # half its windows slow: the old estimate moved 25 %
+    # the committed H200 study: pinned and rated by the lower quartile reproduces best
+    result = bench.study(bench.DATA)
+    assert len(result["cases"]) == 16 and all(c["steps"] > 400 for c in result["cases"].values())
+    spread = result["mean_stretch_spread_pct"]
+    assert (
+        spread["pinned"]["lower_quartile"] < spread["pinned"]["median_of_windows"] < spread["free"]["median_of_windows"]
+    )
+    assert spread["pinned"]["lower_quartile"] < 8.0
+    assert (
+        result["cases"]["pinned ResNet18 64"]["median_step_ms"]
+        < 0.7 * result["cases"]["free ResNet18 64"]["median_step_ms"]
+    )
+    assert set(result["sessions"]) == {"free-interleaved-1", "free-interleaved-2", "pinned-interleaved-1",
+                                       "pinned-interleaved-2", "pinned-sequential-1", "pinned-interleaved-others"}  # fmt: skip

@@ -36,7 +36,7 @@ def test_profiler_recovers_known_coefficients() -> None:
         assert getattr(p, name) == pytest.approx(getattr(TRUE, name), abs=1e-6), name
     assert rep.mape < 1e-6 and rep.comm_fitted and rep.single_gpu_runs == 6 and rep.multi_gpu_runs == 5
     # every form was scored; the chosen one is the lowest held-out error and is what the profile evaluates
-    assert set(rep.candidates) == {"quadratic", "affine-time", "interpolated"}
+    assert set(rep.candidates) == {"quadratic", "affine-time", "interpolated", "launch-floor"}
     assert p.heldout_error == min(e for e in rep.candidates.values() if e is not None)
 
 

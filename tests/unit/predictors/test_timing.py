@@ -29,17 +29,46 @@ def test_is_stable_looks_at_the_last_k_only() -> None:
     assert not timing.is_stable([1.0, 1.0], k=3)  # too few steps yet
 
 
-def test_window_stats_median_and_spread() -> None:
-    # 10 steps of batch 32 per window: rates 320/1.0, 320/0.8, 320/1.6 = 320, 400, 200
-    st = timing.window_stats(32, 10, [1.0, 0.8, 1.6])
-    assert st.rates == pytest.approx((320.0, 400.0, 200.0))
-    assert st.rate == pytest.approx(320.0)  # the median, not the mean (306.7)
-    assert st.spread_pct == pytest.approx(100.0 * (400 - 200) / 320)
+def test_window_stats_rate_is_the_lower_quartile_step_and_spread_the_windows() -> None:
+    # batch 32, three windows of four steps; the third window is a slow stretch of the host
+    steps = [[0.010, 0.011, 0.010, 0.012], [0.010, 0.010, 0.011, 0.010], [0.020, 0.018, 0.022, 0.020]]
+    st = timing.window_stats(32, steps)
+    assert st.rates == pytest.approx((32 * 4 / 0.043, 32 * 4 / 0.041, 32 * 4 / 0.080))
+    assert st.rate == pytest.approx(32 / 0.010)  # the lower quartile of the 12 steps, not a window's mean
+    assert st.spread_pct == pytest.approx(100.0 * (st.rates[1] - st.rates[2]) / st.rates[0])
     assert st.windows == 3
-    with pytest.raises(InvalidInput):
-        timing.window_stats(32, 10, [])
-    with pytest.raises(InvalidInput):
-        timing.window_stats(32, 10, [0.0])
+    # the median of the window rates would have been the first window's (32 * 4 / 0.043 = 2977/s)
+    assert st.rate > 1.05 * sorted(st.rates)[1]
+
+
+def test_window_stats_is_steady_where_the_median_of_windows_is_not() -> None:
+    # the same launch-bound size in two stretches of a run: 5 ms steps, with 1 window of 5 (first)
+    # or 3 of 5 (second) slowed to 7.5 ms by the host: the windows' median moves 50 %, the quartile not
+    fast, slow = [0.005] * 40, [0.0075] * 40
+    first = timing.window_stats(64, [slow, fast, fast, fast, fast])
+    second = timing.window_stats(64, [slow, slow, fast, slow, fast])
+    assert first.rate == second.rate == pytest.approx(64 / 0.005)
+    assert sorted(second.rates)[2] == pytest.approx(sorted(first.rates)[2] / 1.5)
+
+
+def test_window_stats_refuses_empty_or_non_positive_windows() -> None:
+    for bad in ([], [[]], [[0.01, 0.0]], [[0.01], [-1.0]]):
+        with pytest.raises(InvalidInput, match="window_steps"):
+            timing.window_stats(32, bad)
+    with pytest.raises(InvalidInput, match="batch"):
+        timing.window_stats(0, [[0.01]])
+
+
+def test_cpu_lists_both_ways() -> None:
+    assert timing.cpu_list([8]) == "8"
+    assert timing.cpu_list({3, 0, 1, 2, 8, 10, 11}) == "0-3,8,10-11"
+    assert timing.parse_cpu_list("0-3,8, 10-11") == {0, 1, 2, 3, 8, 10, 11}
+    assert timing.parse_cpu_list(timing.cpu_list(range(16))) == set(range(16))
+    for bad in ("", "a", "3-1", "-2", "1,,2"):
+        with pytest.raises(InvalidInput, match="cpus"):
+            timing.parse_cpu_list(bad)
+    with pytest.raises(InvalidInput, match="cpus"):
+        timing.cpu_list([])
 
 
 def test_parse_nvidia_smi() -> None:
