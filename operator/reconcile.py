@@ -28,6 +28,7 @@ Order of a plan (its stages; the sequences of one stage are applied side by side
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -55,7 +56,7 @@ from qosmos.extender.core.admission import (
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.cohorts import CohortMember, nominal_of, quota_state
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.forecast import forecast
+from qosmos.extender.core.forecast import Forecast, forecast
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.quota import accounting
 from qosmos.extender.core.services import ServiceReplica, place_services
@@ -147,6 +148,9 @@ ALLOWANCE_STEP_S = 10  # a waiting allowance is rewritten when it moved by this 
 OLDEST_WAIT_STEP_S = 10
 MAX_FORECAST_JOBS = 500  # queues longer than this get no ETA (the forecast is a pass per event)
 FORECAST_WORK = 20_000  # job decisions one forecast may make (queue length summed over its passes)
+# ... and all of a pass's forecasts together: the VirtualClusters forecast longest ago go first, the
+# others keep the ETAs their statuses hold (30 queues of ~500 jobs made the forecasts 45 % of a pass)
+FORECAST_PASS_WORK = 60_000
 ETA_STEP_S = 30
 REFRESH_S = 30  # drifting numbers of a queued DLJob's status are rewritten at most this often
 # ... and at most this many such refreshes a pass (the stalest first): with 2,000 jobs queued, passes
@@ -267,6 +271,17 @@ class Memory:
     specs: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)  # (uid, generation) -> that key
     refused: dict[tuple[str, int], str] = field(default_factory=dict)  # (uid, attempt) -> pod refused (422)
     turns: TurnClock = field(default_factory=TurnClock)  # turn ends under preemptive policies (a cache)
+    forecast_at: dict[str, float] = field(default_factory=dict)  # VirtualCluster -> its last ETA forecast
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """A VirtualCluster's jobs left waiting by its admission pass: (DLJob, the core's reason, message),
+    and its ETA forecast (given a work cap) if its policy has one."""
+
+    vc: str
+    etas: Callable[[int], Forecast] | None
+    jobs: list[tuple[DL, WaitReason, str]]
 
 
 class Planner:
@@ -286,6 +301,7 @@ class Planner:
         self._deleted: set[str] = set()  # pods deleted in the current plan (each once)
         self._leaving: set[str] = set()  # nodes with a pod terminating (as of the pass, and its deletions)
         self._drift: list[tuple[float, DL, dict[str, Any]]] = []  # (last write, job, drift-only patch)
+        self._waits: list[Waits] = []  # each VirtualCluster's jobs left waiting this pass, for _write_waits
 
     def templates_to_probe(self, snap: Snapshot) -> list[tuple[tuple[str, str], dict[str, Any]]]:
         """Waiting DLJobs whose template has no verdict yet: (key, one pod of its gang) to dry-run, one per
@@ -321,6 +337,7 @@ class Planner:
         self._w = Recorder()
         self._deleted = set()
         self._drift = []
+        self._waits = []
         jobs = [_own(dl) for dl in snap.jobs]
         nodes, pods, others = snap.nodes, snap.pods, snap.others
         # nodes where a pod is still terminating (and, as the pass deletes more, those too): a new gang's
@@ -451,6 +468,7 @@ class Planner:
             except Exception:
                 metrics.ERRORS.labels("admit").inc()
                 log.exception("admission pass of VirtualCluster %s failed", name)
+        self._write_waits(now)
         self._refresh_drift(now)
         self._w.stage()
         self._vc_statuses(vcs, vc_specs, by_vc, running, cluster, now)
@@ -462,6 +480,7 @@ class Planner:
         live = {(d.uid, attempt_of(d.status)) for d in jobs if d.phase in ACTIVE}
         mem.refused = {k: v for k, v in mem.refused.items() if k in live}
         mem.turns.prune()
+        mem.forecast_at = {k: v for k, v in mem.forecast_at.items() if k in vc_specs}
         return self._w.done(), rep
 
     # ---- run policy: suspend, activeDeadlineSeconds, ttlSecondsAfterFinished ---------------------
@@ -1073,11 +1092,11 @@ class Planner:
             rt, waiting, held, cluster, 0.0, carry=carry, estimate=estimate, explain=True, first=heads, cohort=members
         )
 
-        def etas() -> dict[str, float]:
-            """Predicted starts of the jobs left waiting: the core's admission cycle run forward
-            (called once this pass's starts are booked on ``cluster``)."""
+        def etas(max_work: int, books: ClusterState) -> Forecast:
+            """Predicted starts of the jobs left waiting: the core's admission cycle run forward from
+            ``books`` (the cluster once this pass's starts are booked, see _decided)."""
             if len(waiting) > MAX_FORECAST_JOBS:
-                return {}
+                return Forecast({}, 0)
             started = {s.job.id for s in res.starts}
             gone = {p.job.id for p in res.preemptions}
             live = [r for r in held if r.job.id not in gone]
@@ -1096,18 +1115,18 @@ class Planner:
                     rt,
                     rest,
                     live,
-                    cluster,
+                    books,
                     0.0,
                     eta_estimate,
                     carry=res.carry,
-                    max_work=FORECAST_WORK,
+                    max_work=max_work,
                     run_time=run_time,
                     cohort=members,
                 )
             except Exception:  # advice only: a failed forecast leaves the ETAs unset
                 metrics.ERRORS.labels("forecast").inc()
                 log.exception("ETA forecast of VirtualCluster %s failed", name)
-                return {}
+                return Forecast({}, 0)
 
         by_id = all_jobs if members else {d.job.id: d for d in group}  # a reclaim stops other members' jobs
         self._decided(vc, res, by_id, running_of, cluster, now, rep, etas, at)
@@ -1121,7 +1140,7 @@ class Planner:
         cluster: ClusterState,
         now: float,
         rep: PassReport,
-        etas: Callable[[], dict[str, float]] | None = None,
+        etas: Callable[[int, ClusterState], Forecast] | None = None,
         at: float | None = None,
     ) -> None:
         name = meta(vc)["name"]
@@ -1154,16 +1173,33 @@ class Planner:
             self._start_gang(dl, gang, s.backfilled, now)
             rep.admitted.append(dl.job.id)
             rep.vc_of[dl.job.id] = name
-        forecast_starts = etas() if etas is not None and res.waiting else {}
-        for w in res.waiting:  # independent writes (side by side): a long queue's refresh costs round trips / 16
-            dl = by_id[w.job.id]
-            start = forecast_starts.get(w.job.id)
-            eta = None if start is None else now + start
-            message = w.message + _confined_text(dl, cluster)
-            self._wait_status(dl, reason_of(w.code), message, w, eta, now)
+        if res.waiting:  # their statuses once every VirtualCluster has decided: the ETAs share a budget
+            waits = [(by_id[w.job.id], w, w.message + _confined_text(by_id[w.job.id], cluster)) for w in res.waiting]
+            # the books as this VirtualCluster left them: a later cohort member's reclaim must not show
+            forecaster = None if etas is None else functools.partial(etas, books=cluster.copy())
+            self._waits.append(Waits(name, forecaster, waits))
         text = carry_to_json(res.carry, cluster, now)
         if not _same_carry((meta(vc).get("annotations") or {}).get(ANN_CARRY), text):
             self._w.add(f"vc/{name}", AnnotateVC(name, {ANN_CARRY: text}))
+
+    def _write_waits(self, now: float) -> None:
+        """The waiting jobs' statuses, each VirtualCluster's with its ETA forecast while the pass's
+        FORECAST_PASS_WORK lasts, the one forecast longest ago (or never) first; a VirtualCluster left
+        over, or the jobs a forecast cut short by that budget did not reach, keep the ETAs they have."""
+        budget = FORECAST_PASS_WORK
+        for waits in sorted(self._waits, key=lambda x: (self.memory.forecast_at.get(x.vc, -math.inf), x.vc)):
+            starts: dict[str, float] = {}
+            keep = waits.etas is not None  # without a forecast the ETAs stand, unless it could never run
+            if waits.etas is not None and budget > 0:
+                cap = min(FORECAST_WORK, budget)
+                fc = waits.etas(cap)
+                budget -= fc.work
+                self.memory.forecast_at[waits.vc] = now
+                starts, keep = fc.starts, fc.work >= cap and cap < FORECAST_WORK
+            for dl, w, message in waits.jobs:  # independent writes (side by side)
+                start = starts.get(w.job.id)
+                eta = None if start is None else now + start
+                self._wait_status(dl, reason_of(w.code), message, w, eta, now, keep_eta=keep and start is None)
 
     def _start_gang(self, dl: DL, gang: Gang, backfilled: bool, now: float) -> None:
         """One admission's writes, in this order: the status, only into the version the decision read
@@ -1199,8 +1235,10 @@ class Planner:
         w: WaitReason | None,
         eta: float | None,
         now: float,
+        *,
+        keep_eta: bool = False,
     ) -> None:
-        """Queued with the core's reason. Written at once when something changes in kind (phase, reason,
+        """Queued with the core's reason (``keep_eta``: no forecast reached the job, its ETA stands). Written at once when something changes in kind (phase, reason,
         the head's message words, a first position, reaching or leaving the head, coming below ``NEAR_HEAD``, ETA
         appearing); what drifts with every start and finish (free GPUs and the job waited behind in the
         message, other position moves, allowance, prediction, ETA) is refreshed at most every
@@ -1251,7 +1289,9 @@ class Planner:
                 now_patch["deadline"] = rfc3339(due)
         want_eta = eta if eta is not None and math.isfinite(eta) else None
         old_eta = parse_time(st.get("eta"))
-        if (want_eta is None) != (old_eta is None):
+        if keep_eta:
+            pass
+        elif (want_eta is None) != (old_eta is None):
             now_patch["eta"] = None if want_eta is None else rfc3339(want_eta)
         elif want_eta is not None and old_eta is not None and abs(want_eta - old_eta) >= ETA_STEP_S:
             later["eta"] = rfc3339(want_eta)

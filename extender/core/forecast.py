@@ -16,11 +16,18 @@ import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from qosmos.extender.core.admission import Carry, Estimate, PartitionRuntime, RunningJob, admit
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.cohorts import CohortMember
 from qosmos.extender.core.types import Job
+
+
+class Forecast(NamedTuple):
+    starts: dict[str, float]  # job id -> predicted start
+    work: int  # job decisions made (the queue length summed over the passes run forward)
+
 
 RunTime = Callable[[Job, float], float | None]
 """(job, elapsed seconds) -> its whole run time given that it has run that long, or None: unknown."""
@@ -51,16 +58,17 @@ def forecast(
     max_work: int = 50_000,
     run_time: RunTime | None = None,
     cohort: Sequence[CohortMember] = (),
-) -> dict[str, float]:
-    """Job id -> predicted start, for the waiting jobs that start within ``max_passes`` passes and
-    ``max_work`` job decisions in all (the queue length summed over the passes): a forecast is
-    advice, never worth stalling admission. ``running`` end at :func:`running_end` (``run_time``:
+) -> Forecast:
+    """Job id -> predicted start (``starts``) and the job decisions it made (``work``), for the waiting jobs that start within
+    ``max_passes`` passes and ``max_work`` job decisions in all (the queue length summed over the
+    passes): a forecast is advice, never worth stalling admission; the work lets a caller share one
+    budget among several forecasts. ``running`` end at :func:`running_end` (``run_time``:
     the elapsed-time predictor); jobs the forecast starts end after ``estimate``. ``cohort``: the
     partition's cohort members as its admission pass got them (their nodes shared as there; their own
     jobs stay as they are)."""
     rt = runtime
     if rt.policy.preemptive or not waiting:
-        return {}
+        return Forecast({}, 0)
     # a private runtime: the live one's fit memo is keyed to the live cluster's release counters
     sim = PartitionRuntime(rt.partition, dataclasses.replace(rt.ctx))
     st = cluster.copy()
@@ -102,7 +110,7 @@ def forecast(
             live.remove(r)
             if r.allocation is not None:
                 st.release(r.allocation)
-    return eta
+    return Forecast(eta, work)
 
 
-__all__ = ["RunTime", "forecast", "running_end"]
+__all__ = ["Forecast", "RunTime", "forecast", "running_end"]

@@ -347,7 +347,7 @@ def test_the_eta_forecast_of_a_cohort_member_shares_its_nodes_as_its_pass_did() 
     waiting = [Job("W", 5, 4, vc="a")]
     res = admit(rt, waiting, ra, c, 10, cohort=members, estimate=lambda j, a: 100.0)
     assert not res.starts  # both nodes busy
-    eta = forecast(rt, waiting, ra, c, 10, lambda j, a: 100.0, cohort=members)
+    eta = forecast(rt, waiting, ra, c, 10, lambda j, a: 100.0, cohort=members).starts
     assert eta == {"W": 1000}
     with pytest.raises(InvalidInput):
         forecast(rt, waiting, ra, c, 10, lambda j, a: 100.0)

@@ -28,28 +28,31 @@ def test_fifo_starts_each_job_when_the_one_ahead_releases() -> None:
     a = Job("A", 1.0, 4, vc="p", duration=5)
     b = Job("B", 2.0, 2, vc="p", duration=3)
     # 0: A needs 4, 2 free -> the FIFO queue blocks; 10: J0 ends, A starts (ends 15); 15: B starts
-    assert forecast(rt, [a, b], running, cluster, 0.0, runs) == {"A": 10.0, "B": 15.0}
+    assert forecast(rt, [a, b], running, cluster, 0.0, runs) == ({"A": 10.0, "B": 15.0}, 2 + 2 + 1)
     assert cluster.free_gpus.tolist() == [2]  # the live state is untouched
+    # the work (queue length summed over the passes) bounds it: two decisions stop it after the first pass
+    assert forecast(rt, [a, b], running, cluster, 0.0, runs, max_work=2) == ({}, 2)
+    assert forecast(rt, [a, b], running, cluster, 0.0, runs, max_work=3) == ({"A": 10.0}, 4)
 
 
 def test_easy_backfilling_starts_the_short_job_now() -> None:
     rt, cluster, running = setup("easy")
     a = Job("A", 1.0, 4, vc="p", duration=5)
     b = Job("B", 2.0, 2, vc="p", duration=3)  # ends at 3 <= A's reservation at 10
-    assert forecast(rt, [a, b], running, cluster, 0.0, runs) == {"B": 0.0, "A": 10.0}
+    assert forecast(rt, [a, b], running, cluster, 0.0, runs).starts == {"B": 0.0, "A": 10.0}
 
 
 def test_a_running_job_without_expected_end_holds_its_gpus_for_ever() -> None:
     rt, cluster, running = setup()
     running[0].expected_end = math.inf
-    assert forecast(rt, [Job("A", 1.0, 4, vc="p", duration=5)], running, cluster, 0.0, runs) == {}
+    assert forecast(rt, [Job("A", 1.0, 4, vc="p", duration=5)], running, cluster, 0.0, runs).starts == {}
     # a job that fits now still gets its ETA (now)
-    assert forecast(rt, [Job("S", 1.0, 2, vc="p", duration=5)], running, cluster, 0.0, runs) == {"S": 0.0}
+    assert forecast(rt, [Job("S", 1.0, 2, vc="p", duration=5)], running, cluster, 0.0, runs).starts == {"S": 0.0}
 
 
 def test_preemptive_policies_are_not_forecast() -> None:
     rt, cluster, running = setup(policy="srtf")
-    assert forecast(rt, [Job("A", 1.0, 4, vc="p", duration=5)], running, cluster, 0.0, runs) == {}
+    assert forecast(rt, [Job("A", 1.0, 4, vc="p", duration=5)], running, cluster, 0.0, runs).starts == {}
 
 
 def test_a_running_job_is_expected_to_end_at_its_run_time_given_the_time_it_has_run() -> None:
@@ -64,8 +67,8 @@ def test_a_running_job_is_expected_to_end_at_its_run_time_given_the_time_it_has_
         seen.append((job.id, elapsed))
         return elapsed + 25.0 if job.id == "J0" else None
 
-    assert forecast(rt, [a], running, cluster, 0.0, runs) == {"A": 0.0}  # the overdue job "ends now"
-    assert forecast(rt, [a], running, cluster, 0.0, runs, run_time=run_time) == {"A": 25.0}
+    assert forecast(rt, [a], running, cluster, 0.0, runs).starts == {"A": 0.0}  # the overdue job "ends now"
+    assert forecast(rt, [a], running, cluster, 0.0, runs, run_time=run_time).starts == {"A": 25.0}
     assert seen == [("J0", 30.0)]
     assert running[0].expected_end == -20.0  # the caller's running jobs are not changed
 

@@ -281,3 +281,58 @@ def test_a_refusal_of_a_job_deleted_before_the_next_pass_is_forgotten() -> None:
     kube.delete_dljob("team", "a")
     rec.run_pass()
     assert rec.planner.memory.refused == {}
+
+
+class FixedRuns(Durations):
+    """Every job runs 100 s; a running one 100 s in all, or 10 s more once it has run that long."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+    def predict(self, job: Any, now: float) -> float | None:
+        return 100.0
+
+    def predict_run(self, job: Any, now: float, elapsed: float) -> float | None:
+        return max(100.0, elapsed + 10.0)
+
+
+def test_the_eta_forecasts_of_a_pass_share_a_budget_stalest_virtual_cluster_first(monkeypatch: Any) -> None:
+    """Four VirtualClusters, each a node of 8 GPUs and 16 one-GPU jobs: 8 start, 8 wait 100 s. Each
+    forecast makes 8 + 8 job decisions; with a pass budget of 40 two run whole, the third is cut short
+    (its jobs keep what ETA they had) and the fourth waits for a later pass, which serves it first."""
+    from qosmos.operator import reconcile
+
+    monkeypatch.setattr(reconcile, "FORECAST_PASS_WORK", 40)
+    pools = "abcd"
+    vcs = [{"metadata": {"name": f"vc-{x}"}, "spec": {"policy": "fifo", "placement": "consolidate",
+                                                       "nodeSelector": {"pool": x}}} for x in pools]  # fmt: skip
+    jobs = [dljob_object(f"{x}{i:02d}", T0 + i, vc=f"vc-{x}", gpus=1) for x in pools for i in range(16)]
+    for j in jobs:
+        j["metadata"]["resourceVersion"] = "7"
+        j["status"] = {}
+    planner = Planner(durations=FixedRuns())
+
+    def etas(now: float) -> dict[str, float | None]:
+        snap = Snapshot(vcs=copy.deepcopy(vcs), nodes=[gpu_node(f"n-{x}", pool=x) for x in pools],
+                        jobs=parse_dljobs(copy.deepcopy(jobs)), pods=[])  # fmt: skip
+        plan, _ = planner.plan(snap, now)
+        written = {w.name: w.status for w in plan.writes() if isinstance(w, PatchStatus)}
+        for j in jobs:  # the state the writes made
+            j["status"] = {**j["status"], **written.get(j["metadata"]["name"], {})}
+        return {
+            j["metadata"]["name"]: parse_time(j["status"].get("eta")) for j in jobs if j["status"]["phase"] == "Queued"
+        }
+
+    first = etas(T0 + 100)
+    waiting = [f"{x}{i:02d}" for x in pools for i in range(8, 16)]
+    assert sorted(first) == waiting
+    assert all(first[f"{x}{i:02d}"] == T0 + 200 for x in "ab" for i in range(8, 16))  # whole forecasts
+    assert all(first[f"{x}{i:02d}"] is None for x in "cd" for i in range(8, 16))  # cut short, not reached
+    second = etas(T0 + 101)
+    # vc-d (never forecast) first, then vc-a; vc-b is cut short and keeps its ETAs, vc-c gets nothing yet
+    assert all(second[f"d{i:02d}"] == T0 + 200 for i in range(8, 16))
+    assert all(second[f"{x}{i:02d}"] == T0 + 200 for x in "ab" for i in range(8, 16))
+    assert all(second[f"c{i:02d}"] is None for i in range(8, 16))
+    assert planner.memory.forecast_at == {"vc-a": T0 + 101, "vc-b": T0 + 101, "vc-c": T0 + 100, "vc-d": T0 + 101}
+    third = etas(T0 + 102)  # vc-c's turn
+    assert all(v == T0 + 200 for v in third.values())
