@@ -79,15 +79,19 @@ def key_of(obj: Mapping[str, Any]) -> str:
     return job_key(m.get("namespace", "default"), m.get("name", ""))
 
 
-def job_from_dljob(obj: Mapping[str, Any], predicted_duration: float | None = None) -> Job:
+def job_from_dljob(
+    obj: Mapping[str, Any], predicted_duration: float | None = None, *, spec: DLJobSpec | None = None
+) -> Job:
     """A DLJob as the core's Job: GENIE's task, QoS class, GPUs (with gpusPerNode: that many nodes),
     CPU and memory of the whole gang (every pod's), submitted at its creation; the namespace is the user (tenant).
     The service of its finished run segments (``attained``, ``executed``) and when it last went back
-    to its queue (``enqueued``) come from its status; the current segment is :func:`with_service`'s."""
+    to its queue (``enqueued``) come from its status; the current segment is :func:`with_service`'s.
+    ``spec``: the object's spec, already validated."""
     m = meta(obj)
     st = obj.get("status") or {}
     requeued = parse_time(st.get("queuedSince"))
-    spec = DLJobSpec.model_validate(obj.get("spec") or {})
+    if spec is None:
+        spec = DLJobSpec.model_validate(obj.get("spec") or {})
     submit = parse_time(m.get("creationTimestamp"))
     if submit is None:
         raise InvalidInput("metadata.creationTimestamp", m.get("creationTimestamp"), "expected an RFC 3339 time")

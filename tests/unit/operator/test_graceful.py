@@ -102,7 +102,7 @@ def test_a_refused_template_holds_the_job_out_of_its_queue_until_edited() -> Non
     assert kube.dry_runs == ["a-0-0"] and len(kube.events) == 1  # one verdict per generation, one Event
     kube.refuse_template = None
     kube.jobs["a"]["metadata"]["generation"] = 2  # kubectl edit: a new spec
-    kube.jobs["a"]["spec"]["template"] = {"spec": {"containers": [{"name": "main", "image": "train:1"}]}}
+    kube.edit("a", template={"spec": {"containers": [{"name": "main", "image": "train:1"}]}})
     assert step().admitted == ["team/a"] and kube.dry_runs == ["a-0-0", "a-0-0"]
 
 

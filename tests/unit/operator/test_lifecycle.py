@@ -174,12 +174,12 @@ def test_suspend_holds_a_queued_job_stops_a_running_one_and_resume_queues_it() -
     r.step()
     assert r.status["phase"] == "Queued" and r.status["conditions"][0]["reason"] == "Suspended"
     assert r.kube.pods == {}
-    r.kube.jobs["j"]["spec"]["suspend"] = False
+    r.kube.edit("j", suspend=False)
     r.step()
     r.run_current()
     r.step()
     assert r.status["phase"] == "Running"
-    r.kube.jobs["j"]["spec"]["suspend"] = True
+    r.kube.edit("j", suspend=True)
     rep = r.step()
     assert rep.preempted == ["team/j"] and r.status["phase"] == "Queued"
     assert r.status["conditions"][0]["reason"] == "Suspended"
@@ -188,7 +188,7 @@ def test_suspend_holds_a_queued_job_stops_a_running_one_and_resume_queues_it() -
     r.step()
     assert r.status["phase"] == "Queued"  # held, and its old pod still books n0
     r.kube.terminate()
-    r.kube.jobs["j"]["spec"]["suspend"] = False
+    r.kube.edit("j", suspend=False)
     assert r.step().admitted == ["team/j"] and r.live() == ["j-1-0"]
 
 

@@ -336,3 +336,34 @@ def test_the_eta_forecasts_of_a_pass_share_a_budget_stalest_virtual_cluster_firs
     assert planner.memory.forecast_at == {"vc-a": T0 + 101, "vc-b": T0 + 101, "vc-c": T0 + 100, "vc-d": T0 + 101}
     third = etas(T0 + 102)  # vc-c's turn
     assert all(v == T0 + 200 for v in third.values())
+
+
+def test_parsed_dljobs_are_reused_while_their_resource_version_stands() -> None:
+    from qosmos.operator.reconcile import Parsed
+
+    a, b = dljob("a", 8), dljob("b", 8, created=1.0)
+    parsed: Parsed = {}
+    first = parse_dljobs([a, b], parsed)
+    assert set(parsed) == {"uid-a", "uid-b"}
+    b2 = copy.deepcopy(b)
+    b2["metadata"]["resourceVersion"] = "8"
+    b2["status"] = {"phase": "Queued", "queuedSince": rfc3339(T0 + 5)}
+    again = parse_dljobs([copy.deepcopy(a), b2], parsed)
+    assert again[0].spec is first[0].spec and again[0].job is first[0].job  # a: same version, not parsed again
+    assert again[1].job is not first[1].job and again[1].job.enqueued == T0 + 5  # b moved: parsed anew
+    assert parse_dljobs([b2], parsed)[0].job is again[1].job and set(parsed) == {"uid-b"}  # a deleted: forgotten
+    bad = copy.deepcopy(b2)
+    bad["metadata"]["resourceVersion"] = "9"
+    bad["spec"]["gpus"] = -1
+    assert parse_dljobs([bad], parsed) == [] and parsed == {}  # refused, and nothing kept for it
+
+
+def test_the_plans_copy_of_a_job_is_equal_and_independent() -> None:
+    from qosmos.operator.reconcile import _own
+
+    (dl,) = parse_dljobs([dljob("a", 8)])
+    own = _own(dl)
+    assert own.job == dl.job and own.job is not dl.job
+    own.job.predicted_duration = 42.0
+    own.status["phase"] = "Queued"
+    assert dl.job.predicted_duration is None and dl.status == {}

@@ -335,13 +335,11 @@ def test_a_pass_places_on_allowed_nodes() -> None:
     # every status write names the generation it was decided on, once
     assert kube.jobs["plain"]["status"]["observedGeneration"] == kube.jobs["picky"]["status"]["observedGeneration"] == 1
     rec.run_pass()  # settled: the next pass writes only what changes
-    kube.jobs["picky"]["metadata"]["generation"] = 2
-    kube.jobs["picky"]["spec"]["backoffLimit"] = 5  # changed while queued, nothing else moved: said at once
+    kube.edit("picky", backoffLimit=5)  # generation 2, changed while queued, nothing else moved: said at once
     kube.status_patches.clear()
     rec.run_pass()
     assert kube.status_patches == [("picky", {"observedGeneration": 2})]
-    kube.jobs["picky"]["metadata"]["generation"] = 3
-    kube.jobs["picky"]["spec"]["gpus"] = 8
+    kube.edit("picky", gpus=8)  # generation 3
     nodes[1]["spec"]["unschedulable"] = False
     rec.run_pass()
     assert kube.jobs["picky"]["status"]["observedGeneration"] == 3
