@@ -248,8 +248,8 @@ def parse_dljobs(objs: list[dict[str, Any]], parsed: Parsed | None = None) -> li
     """The DLJobs as the pass's domain objects; one the model refuses is skipped, saying why.
 
     ``parsed``: what the last pass parsed, reused for an object whose resourceVersion has not moved
-    (with 15,000 DLJobs, most of them finished, validating every spec each pass was a quarter of the
-    operator's CPU) and updated to this pass's. A plan never changes a snapshot's spec or Job (it works
+    (with ~12,000 DLJobs queued, validating every spec each pass was a quarter of the operator's
+    CPU) and updated to this pass's. A plan never changes a snapshot's spec or Job (it works
     on :func:`_own` copies), so sharing them between passes is safe."""
     jobs: list[DL] = []
     seen: Parsed = {}

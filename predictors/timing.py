@@ -121,9 +121,9 @@ def window_stats(batch: int, window_steps: Sequence[Sequence[float]]) -> WindowS
     """The rate and the windows' spread from each window's step times (seconds).
 
     A launch-bound step (the host thread issuing kernels sets its time) is slowed now and then by
-    the host, in stretches of a second or more; on an H200 VM the median of five 0.2 s windows of
-    one size differed by up to 50 % between stretches of a run while the lower quartile of its
-    step times differed by 2-12 % (``benchmarks/launch_noise.py``). So the rate is the batch over
+    the host, in stretches of a second or more; on an H200 VM, between 2 s stretches of one run, the
+    median of 0.2 s windows of one size moved by 28 % on average (12 % pinned to one core), the
+    lower quartile of its step times by 23 % (7 % pinned) (``benchmarks/launch_noise.py``). So the rate is the batch over
     the lower quartile (STEP_QUANTILE) of all step times: the step undisturbed by the host, as
     reproducible as a compute-bound one, for which it is the median within a percent. A window
     timed as a whole (one time for its steps) gives its mean step time for each of its steps.
