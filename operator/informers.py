@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from qosmos.operator import metrics
 from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_INFERENCE, LABEL_JOB, VERSION
-from qosmos.operator.kube import BOUND, GANG_PODS, Kube
+from qosmos.operator.kube import BOUND, GANG_PODS, LIVE, Kube
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -167,6 +167,146 @@ class Store:
                 self._gone.add(key)
 
 
+class GangPods(Store):
+    """The DLJob pods' store. Its watch selects unfinished pods only (``kube.LIVE``), so pods that
+    finished long ago never reach memory and no write is needed to retire them. A pod that finishes
+    leaves the watch, which reports that as DELETED with the pod's last unfinished state; the store
+    then reads the pod (``fetch``, one GET, on its own threads: a stream that waited for each GET fell
+    behind a burst of finishes) and keeps it, finished, so the pass sees how it ended (phase, exit
+    codes, finish time); until the GET answers, the pod stays as it was last seen. A read that fails is
+    retried. A finished pod stays until its DLJob leaves the working set (:meth:`prune`) or the
+    operator deletes it. Pods that finished while no watch ran (the operator down, a relist after 410)
+    are found by :meth:`recover_jobs`, one list per DLJob that may have them."""
+
+    def __init__(
+        self,
+        name: str,
+        selects: Callable[[Obj], bool],
+        fetch: Callable[[str, str], Obj | None],
+        on_change: Callable[[Obj], None] | None = None,
+    ) -> None:
+        super().__init__(name, selects)
+        self.fetch = fetch
+        self.on_change = on_change  # a pod read after it left the watch (the pass's news)
+        self.recovered_at = 0  # the list (``lists``) the last recover_jobs() ran after
+        self.stopped = threading.Event()
+        self._reading: dict[str, int | None] = {}  # pods being read: key -> version of the DELETED event
+        self._readers: Any = None  # a ThreadPoolExecutor, made on the first finish
+
+    def event(self, type_: str, obj: Obj) -> bool:
+        k = key_of(obj)
+        if type_ != "DELETED" or k in self._gone:
+            self._reading.pop(k, None)  # a later event decides (the pod was made again, or deleted by us)
+            return super().event(type_, obj)
+        with self._lock:
+            v = version(obj)
+            if v is not None:
+                self.rv = max(self.rv, v)
+            self._reading[k] = v
+        if self._readers is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._readers = ThreadPoolExecutor(8, thread_name_prefix="qosmos-finished")
+        m = obj.get("metadata") or {}
+        self._readers.submit(self._read, k, v, str(m.get("namespace", "")), str(m.get("name", "")), obj)
+        return True
+
+    def _read(self, k: str, v: int | None, namespace: str, name: str, last: Obj) -> None:
+        failures = 0
+        while not self.stopped.is_set():
+            try:
+                now = self.fetch(namespace, name)
+                break
+            except Exception as exc:
+                failures += 1
+                metrics.ERRORS.labels("watch").inc()
+                log.warning("pod %s left the watch and could not be read (%s); again", k, exc)
+                self.stopped.wait(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
+        else:
+            return
+        with self._lock:
+            if k not in self._reading or self._reading[k] != v:
+                return  # a later event or write decided meanwhile
+            del self._reading[k]
+            have = self._objs.get(k)
+            hv = version(have) if have is not None else None
+            if now is not None and _finished(now):  # finished, not deleted: kept as it ended
+                nv = version(now)
+                if hv is None or nv is None or nv >= hv:
+                    self._objs[k] = now
+            elif have is not None and (v is None or hv is None or hv <= v):
+                del self._objs[k]
+        if self.on_change is not None:
+            self.on_change(now if now is not None else last)
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """True once no pod is being read (tests)."""
+        deadline = time.monotonic() + timeout
+        while self._reading and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self._reading
+
+    def deleted(self, key: str) -> None:
+        self._reading.pop(key, None)
+        super().deleted(key)
+
+    def wrote(self, obj: Obj) -> bool:
+        taken = super().wrote(obj)
+        if taken:
+            self._reading.pop(key_of(obj), None)
+        return taken
+
+    def replace(self, items: Iterable[Obj], rv: int) -> None:
+        """A relist holds no finished pod: those stored stay, as do those being read (recover_jobs()
+        adds what the gap missed); a pod listed again was made again."""
+        listed = list(items)
+        names = {key_of(o) for o in listed}
+        with self._lock:
+            kept = [o for k, o in self._objs.items() if k not in names and (_finished(o) or k in self._reading)]
+            for k in names:
+                self._reading.pop(k, None)
+        super().replace([*listed, *kept], rv)
+
+    def prune(self, jobs: set[str]) -> None:
+        """Finished pods whose DLJob (``namespace/name``) is not among ``jobs`` go."""
+        with self._lock:
+            for k, o in list(self._objs.items()):
+                if _finished(o) and _job_key(o) not in jobs:
+                    del self._objs[k]
+
+    def recover_jobs(self, jobs: list[tuple[str, str]], job_pods: Callable[[str, str], list[Obj]]) -> None:
+        """After the first list and every relist: the finished pods of ``jobs`` ((namespace, name) of
+        the DLJobs that may have some), one ``job_pods`` list each, side by side. Between lists the
+        watch reports every finish, so this is not repeated."""
+        at = self.lists
+        if at != self.recovered_at and jobs:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(8, thread_name_prefix="qosmos-recover") as pool:
+                for pods in pool.map(lambda j: job_pods(*j), jobs):
+                    self.recover(pods)
+        self.recovered_at = at
+
+    def recover(self, pods: Iterable[Obj]) -> None:
+        """Finished pods listed by their DLJob: kept unless the store has a newer state."""
+        with self._lock:
+            for o in pods:
+                k, v = key_of(o), version(o)
+                have = self._objs.get(k)
+                hv = version(have) if have is not None else None
+                if _finished(o) and self.selects(o) and k not in self._gone and (hv is None or (v or 0) > hv):
+                    self._objs[k] = o
+
+
+def _finished(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in FINISHED
+
+
+def _job_key(pod: Obj) -> str:
+    m = pod.get("metadata") or {}
+    return f"{m.get('namespace', '')}/{(m.get('labels') or {}).get(LABEL_JOB, '')}"
+
+
 class Reflector:
     """Keeps a :class:`Store` in step with the apiserver: list, then watch from the list's version;
     a watch that ends is resumed from the stream's position, one refused with 410 Gone (the version
@@ -256,7 +396,12 @@ class Informers:
         self.services = Store("inferenceservices")
         self.nodes_ = Store("nodes")
         self.dljobs_ = Store("dljobs", lambda o: LABEL_FINISHED not in _labels(o))
-        self.gang = Store("pods", lambda o: LABEL_JOB in _labels(o) and LABEL_FINISHED not in _labels(o))
+        self.gang = GangPods(
+            "pods",
+            lambda o: LABEL_JOB in _labels(o) and LABEL_FINISHED not in _labels(o),
+            kube.pod,
+            None if on_event is None else lambda o: on_event("pods", "FINISHED", o),
+        )
         self.replicas = Store("replica-pods", lambda o: LABEL_INFERENCE in _labels(o))
         self.others = Store(
             "other-pods", lambda o: _bound(o) and LABEL_JOB not in _labels(o) and LABEL_INFERENCE not in _labels(o)
@@ -271,10 +416,10 @@ class Informers:
                 )
             return custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", label_selector=finished, **more)
 
-        def pods(labels: str) -> Callable[..., Any]:
+        def pods(labels: str, **sel: Any) -> Callable[..., Any]:
             if ns:
-                return lambda **more: core.list_namespaced_pod(ns, label_selector=labels, **more)
-            return lambda **more: core.list_pod_for_all_namespaces(label_selector=labels, **more)
+                return lambda **more: core.list_namespaced_pod(ns, label_selector=labels, **sel, **more)
+            return lambda **more: core.list_pod_for_all_namespaces(label_selector=labels, **sel, **more)
 
         def services(**more: Any) -> Any:
             if ns:
@@ -286,7 +431,7 @@ class Informers:
             (self.services, services),
             (self.nodes_, lambda **more: core.list_node(**more)),
             (self.dljobs_, dljobs),
-            (self.gang, pods(GANG_PODS)),
+            (self.gang, pods(GANG_PODS, field_selector=LIVE)),
             (self.replicas, pods(LABEL_INFERENCE)),
             (
                 self.others,
@@ -318,10 +463,17 @@ class Informers:
         return True
 
     def stop(self) -> None:
+        self.gang.stopped.set()
         for r in self.reflectors:
             r.stopped.set()
         for t in self._threads:
             t.join(timeout=1.0)
+
+    def gang_pods(self) -> list[Obj]:
+        """The DLJob pods: unfinished ones, and the finished pods of the working set's DLJobs (a retired
+        DLJob's go with it)."""
+        self.gang.prune({key_of(o) for o in self.dljobs_.items()})
+        return self.gang.items()
 
     # ---- write-through ------------------------------------------------------------------------
     def wrote(self, resource: str, obj: Obj) -> None:
@@ -394,7 +546,10 @@ class CachedKube(Kube):
         return self.informers.dljobs_.items()
 
     def gang_pods(self) -> list[Obj]:
-        return self.informers.gang.items()
+        return self.informers.gang_pods()
+
+    def recover_pods(self, jobs: list[tuple[str, str]]) -> None:
+        self.informers.gang.recover_jobs(jobs, self.job_pods)
 
     def pending_replica_pods(self) -> list[Obj]:
         return [

@@ -20,7 +20,8 @@ from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_INFERENCE, LABEL_J
 log = logging.getLogger("qosmos.operator")
 
 BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-GANG_PODS = f"{LABEL_JOB},!{LABEL_FINISHED}"  # DLJob pods of the working set
+GANG_PODS = f"{LABEL_JOB},!{LABEL_FINISHED}"  # DLJob pods (but those an older operator retired with the label)
+LIVE = "status.phase!=Succeeded,status.phase!=Failed"  # the gang pods' watch: a pod leaves it when it finishes
 EVENT_BUFFER = 10_000  # Events waiting to be written; beyond it new ones are dropped
 
 
@@ -146,24 +147,36 @@ class Kube:
         return self._items(self.core.list_pod_for_all_namespaces(**kw))
 
     def gang_pods(self) -> list[dict[str, Any]]:
-        """Pods of DLJobs (label qosmos.io/job), bound or not, in the operator's namespace(s), but those
-        retired with their finished DLJob (``qosmos.io/finished``)."""
+        """Pods of DLJobs (label qosmos.io/job), bound or not, finished or not, in the operator's
+        namespace(s). This listing keeps every finished pod; the operator's watch caches keep a finished
+        pod only while its DLJob is in the working set (``qosmos.operator.informers.GangPods``)."""
         return self._own_pods(GANG_PODS)
 
-    def label_pod(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
-        """Merge ``labels`` into a pod's metadata; a pod gone already is no error."""
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One pod as it is now; None when it is gone."""
         from kubernetes.client.rest import ApiException
 
         try:
-            self._reply(
-                "pods",
-                self.core.patch_namespaced_pod(
-                    name, namespace, {"metadata": {"labels": labels}}, _preload_content=False
-                ),
-            )
+            resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
         except ApiException as exc:
-            if exc.status != 404:
-                raise
+            if exc.status == 404:
+                return None
+            raise
+        try:
+            return dict(orjson.loads(resp.read()))
+        finally:
+            resp.release_conn()
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """Every pod of one DLJob, finished ones included."""
+        return self._items(
+            self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_JOB}={job}", _preload_content=False)
+        )
+
+    def recover_pods(self, jobs: list[tuple[str, str]]) -> None:
+        """Find the finished pods of these (namespace, name) DLJobs that the reads would miss. Nothing to
+        do here: :meth:`gang_pods` lists finished pods too (the watch caches do not keep them; see
+        ``qosmos.operator.informers.GangPods``)."""
 
     def other_bound_pods(self) -> list[dict[str, Any]]:
         """Bound, unfinished pods that are not DLJob pods (they hold node resources too)."""

@@ -35,7 +35,7 @@ import logging
 import math
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -130,7 +130,6 @@ from qosmos.operator.writes import (
     Event,
     LabelDLJob,
     LabelNode,
-    LabelPod,
     PatchStatus,
     PatchVCStatus,
     Plan,
@@ -156,6 +155,9 @@ REFRESH_S = 30  # drifting numbers of a queued DLJob's status are rewritten at m
 # ... and at most this many such refreshes a pass (the stalest first): with 2,000 jobs queued, passes
 # longer than REFRESH_S (their writes included) would otherwise make every job's refresh due every pass
 DRIFT_WRITES = 100
+# ... refilled at this rate (a token bucket of DRIFT_WRITES): 100 a pass was a fifth of every busy pass's
+# writes in Kueue's scenario (passes of 4-8 s), spent on numbers no decision reads
+DRIFT_WRITES_PER_S = 5.0
 NEAR_HEAD = 10  # a position coming below this is written at once (as is the head, 0)
 
 
@@ -218,6 +220,8 @@ class PassReport:
     replicas_booked: int = 0  # InferenceService replica pods not bound yet, booked before the queues
     writes: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds of read, plan, apply, ... (the log line)
+    status_writes: dict[str, int] = field(default_factory=dict)  # DLJob status patches planned, by why (the log line)
     wake_at: float | None = None  # the earliest turn end of a running job (preemptive policies): pass then
     terminating: int = 0  # gang pods no current gang owns that still hold devices (booked until gone)
     vc_of: dict[str, str] = field(default_factory=dict)  # admitted job -> its VirtualCluster (metrics)
@@ -307,6 +311,7 @@ class Memory:
     refused: dict[tuple[str, int], str] = field(default_factory=dict)  # (uid, attempt) -> pod refused (422)
     turns: TurnClock = field(default_factory=TurnClock)  # turn ends under preemptive policies (a cache)
     forecast_at: dict[str, float] = field(default_factory=dict)  # VirtualCluster -> its last ETA forecast
+    drift: tuple[float, float] | None = None  # (time, drift refreshes left to spend then): the bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -575,20 +580,17 @@ class Planner:
 
     def _retire(self, finished: list[DL], pods_of: Mapping[str, list[dict[str, Any]]]) -> None:
         """Finished DLJobs with nothing left to do (no pod still running, no ttlSecondsAfterFinished to
-        wait for) get ``qosmos.io/finished``, their pods first: the watches (and lists) select neither
-        any more, so a pass's work and the operator's memory do not grow with history. A failed label
-        write is retried by the next pass (the DLJob is labelled only after all its pods were)."""
+        wait for) get ``qosmos.io/finished``: the DLJob watch (and list) selects them no more, so a
+        pass's work and the operator's memory do not grow with history. Their pods need no write: the
+        pod watch selects unfinished pods only, and the caches drop a retired DLJob's finished pods
+        (kept for ``kubectl logs``). A failed label write is retried by the next pass."""
         for dl in finished:
             if dl.spec.ttl_seconds_after_finished is not None:
                 continue  # still the pass's to delete
-            pods = pods_of.get(dl.job.id, [])
-            if any(_phase(p) not in FINISHED for p in pods):
+            if any(_phase(p) not in FINISHED for p in pods_of.get(dl.job.id, [])):
                 continue  # its pods are still being stopped (or kept running: cleanPodPolicy None)
-            done = {LABEL_FINISHED: "true"}
-            for p in pods:  # kept for `kubectl logs`, out of the working set
-                self._w.add(dl.job.id, LabelPod(dl.namespace, meta(p)["name"], done))
             # an optimisation: a failed label leaves the job in the working set for now
-            self._w.add(dl.job.id, LabelDLJob(dl.namespace, dl.name, done, optional=True))
+            self._w.add(dl.job.id, LabelDLJob(dl.namespace, dl.name, {LABEL_FINISHED: "true"}, optional=True))
 
     def _suspended(self, waiting: list[DL], now: float) -> set[str]:
         """Waiting DLJobs with ``spec.suspend``: out of their queue, saying so (once)."""
@@ -1338,14 +1340,19 @@ class Planner:
         if not now_patch:
             return
         self.memory.refreshed[dl.job.id] = now
-        self._patch(dl, now_patch)
+        self._patch(dl, now_patch, why="wait")
 
     def _refresh_drift(self, now: float) -> None:
-        """The pass's drift-only refreshes, the stalest first, at most DRIFT_WRITES (the rest wait)."""
+        """The pass's drift-only refreshes, the stalest first, as many as the bucket holds (DRIFT_WRITES,
+        refilled at DRIFT_WRITES_PER_S); the rest wait."""
+        at, left = self.memory.drift or (now, float(DRIFT_WRITES))
+        left = min(float(DRIFT_WRITES), left + max(now - at, 0.0) * DRIFT_WRITES_PER_S)
+        n = min(len(self._drift), int(left))
+        self.memory.drift = (now, left - n)
         self._drift.sort(key=lambda d: (d[0], d[1].job.id))
-        for _, dl, patch in self._drift[:DRIFT_WRITES]:
+        for _, dl, patch in self._drift[:n]:
             self.memory.refreshed[dl.job.id] = now
-            self._patch(dl, patch)
+            self._patch(dl, patch, why="drift")
         self._drift = []
 
     def _vc_statuses(
@@ -1437,16 +1444,17 @@ class Planner:
         return {"type": "Ready", "status": status, "reason": reason, "message": msg, "lastTransitionTime": since}
 
     # ---- writes -------------------------------------------------------------------------------
-    def _patch(self, dl: DL, status: dict[str, Any], precondition: bool = False) -> None:
+    def _patch(self, dl: DL, status: dict[str, Any], precondition: bool = False, why: str | None = None) -> None:
         """A status merge patch, mirrored on the plan's copy of the object (a job that finished early in
         the pass frees its GPUs for the admissions later in the same pass); it carries the generation of
         the spec it was decided on (``observedGeneration``) when that moved. ``precondition``: written
         only into the version of the DLJob the decision read (the applier then stops the job's writes
         when another writer changed it since: the next pass re-reads and re-decides instead)."""
         status = _observed(dl, status)
+        why = why or str(status.get("phase") or "other").lower()
         self._w.add(
             dl.job.id,
-            PatchStatus(dl.namespace, dl.name, status, meta(dl.obj).get("resourceVersion"), precondition),
+            PatchStatus(dl.namespace, dl.name, status, meta(dl.obj).get("resourceVersion"), precondition, why),
             admits=dl.job.id if precondition else None,
         )
         merged = {**dl.status, **status}
@@ -1478,6 +1486,8 @@ class Reconciler:
         vcs = self.kube.virtual_clusters()
         nodes = self.kube.nodes()
         dljobs = parse_dljobs(self.kube.dljobs(), self._parsed)
+        # after the pod watch (re)listed: the finished pods of the running gangs (the list holds none)
+        self.kube.recover_pods([(dl.namespace, dl.name) for dl in dljobs if dl.phase in ACTIVE])
         pods = self.kube.gang_pods()
         pending = self.kube.pending_replica_pods()  # before the bound ones: one binding between is seen bound
         others = self.kube.other_bound_pods()
@@ -1504,9 +1514,14 @@ class Reconciler:
         now = self.clock()
         snap = self.read()
         self.durations.load()
+        t1 = time.perf_counter()
         self.probe(snap)
+        t2 = time.perf_counter()
         plan, rep = self.planner.plan(snap, now)
+        rep.status_writes = dict(Counter(w.why for w in plan.writes() if isinstance(w, PatchStatus)))
+        t3 = time.perf_counter()
         done = self.applier.apply(plan)
+        t4 = time.perf_counter()
         rep.writes, rep.pods_created = done.writes, done.pods_created
         written = set(done.admitted)
         rep.admitted = [k for k in rep.admitted if k in written]
@@ -1519,6 +1534,14 @@ class Reconciler:
             rep.wake(now)
         self.durations.save()
         rep.seconds = time.perf_counter() - t0
+        rep.phases = {
+            "read": t1 - t0,
+            "probe": t2 - t1,
+            "plan": t3 - t2,
+            "apply": t4 - t3,
+            "save": t0 + rep.seconds - t4,
+        }
+        rep.phases.update({f"stage{i}": s for i, s in enumerate(done.stage_s)})
         metrics.PASS_SECONDS.observe(rep.seconds)
         return rep
 
@@ -1601,8 +1624,13 @@ def _same_carry(old: str | None, new: str) -> bool:
 
 def _on_pass_clock(job: Job, now: float) -> Job:
     """``job`` on the core's clock of this pass (now = 0): its messages then read "reserved to start at
-    120 s" and waiting allowances are as GENIE defines them; Unix times stay out of the core."""
-    return dataclasses.replace(job, submit_time=job.submit_time - now, enqueued=job.enqueued - now)
+    120 s" and waiting allowances are as GENIE defines them; Unix times stay out of the core. A copy
+    (``_copy_job``), not ``dataclasses.replace``: re-validating every queued job's fields each pass was
+    a tenth of a busy plan's time (py-spy, Kueue's scenario)."""
+    out = _copy_job(job)
+    object.__setattr__(out, "submit_time", job.submit_time - now)
+    object.__setattr__(out, "enqueued", job.enqueued - now)
+    return out
 
 
 def _gpus(r: RunningJob) -> int:

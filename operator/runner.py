@@ -225,13 +225,15 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
                     wake = power.sooner(wake, await asyncio.to_thread(power.step))
                 if rep.admitted or rep.finished or rep.restarted or rep.preempted:
                     log.info(
-                        "pass %.0f ms: admitted %d, finished %d, restarted %d, preempted %d, %d writes",
+                        "pass %.0f ms (%s): admitted %d, finished %d, restarted %d, preempted %d, %d writes (status: %s)",
                         (time.perf_counter() - t0) * 1e3,
+                        " ".join(f"{k} {v * 1e3:.0f}" for k, v in rep.phases.items()),
                         len(rep.admitted),
                         len(rep.finished),
                         len(rep.restarted),
                         len(rep.preempted),
                         rep.writes,
+                        " ".join(f"{k} {v}" for k, v in sorted(rep.status_writes.items())),
                     )
             except Exception:
                 metrics.ERRORS.labels("pass").inc()

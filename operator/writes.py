@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class PatchStatus(_Named):
     status: Mapping[str, Any]
     resource_version: str | None = None
     precondition: bool = False
+    why: str = ""  # what it writes (admitted, running, succeeded, wait, drift, ...): the pass's log line
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +93,6 @@ class LabelDLJob(_Named):
 
 
 @dataclass(frozen=True, slots=True)
-class LabelPod(_Named):
-    """Labels merged into a pod's metadata (a retired DLJob's pods leave the working set with it)."""
-
-    labels: Mapping[str, str | None]
-
-
-@dataclass(frozen=True, slots=True)
 class LabelNode:
     name: str
     labels: Mapping[str, str | None]
@@ -133,7 +128,6 @@ Write = (
     | EnsureService
     | DeleteDLJob
     | LabelDLJob
-    | LabelPod
     | LabelNode
     | PatchVCStatus
     | AnnotateVC
@@ -141,7 +135,7 @@ Write = (
 )
 
 
-_PARALLEL: dict[type, str] = {CreatePod: "create", EnsureService: "create", Ungate: "ungate", LabelPod: "label"}
+_PARALLEL: dict[type, str] = {CreatePod: "create", EnsureService: "create", Ungate: "ungate"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +191,7 @@ class Applied:
     stale: list[str] = field(default_factory=list)  # DLJobs whose preconditioned write was refused
     refused: dict[tuple[str, int], str] = field(default_factory=dict)  # (uid, attempt) -> the apiserver's words
     services: set[str] = field(default_factory=set)  # DLJob uids whose headless Service exists
+    stage_s: list[float] = field(default_factory=list)  # seconds each stage took (the pass's log line)
 
 
 class Applier:
@@ -213,10 +208,12 @@ class Applier:
         lock = threading.Lock()
         rv: dict[str, str] = {}  # DLJob key -> resourceVersion its last status write in this apply returned
         for stage in plan.stages:
+            t0 = time.perf_counter()
             if len(stage) == 1:
                 self._sequence(stage[0], out, rv, lock)
             else:
                 list(self._seqs.map(lambda s: self._sequence(s, out, rv, lock), stage))
+            out.stage_s.append(time.perf_counter() - t0)
         return out
 
     def _sequence(self, seq: Sequence, out: Applied, rv: dict[str, str], lock: threading.Lock) -> None:
@@ -260,7 +257,7 @@ class Applier:
             with lock:
                 out.refused[w.attempt] = words
             log.warning("DLJob %s: its pods are refused: %s", w.job, words)
-        elif isinstance(w, LabelPod) or (isinstance(w, LabelDLJob) and w.optional):
+        elif isinstance(w, LabelDLJob) and w.optional:
             metrics.ERRORS.labels("retire").inc()
             log.warning("%s/%s not retired from the working set: %s", w.namespace, w.name, exc)
         else:
@@ -297,8 +294,6 @@ class Applier:
             k.delete_dljob(w.namespace, w.name)
         elif isinstance(w, LabelDLJob):
             k.label_dljob(w.namespace, w.name, dict(w.labels))
-        elif isinstance(w, LabelPod):
-            k.label_pod(w.namespace, w.name, dict(w.labels))
         elif isinstance(w, LabelNode):
             k.label_node(w.name, dict(w.labels), dict(w.annotations))
         elif isinstance(w, PatchVCStatus):

@@ -13,6 +13,7 @@ import copy
 import itertools
 from typing import Any
 
+from qosmos.operator.crds import LABEL_JOB
 from qosmos.operator.kube import Stale
 
 DEFAULT_VCS = ({"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}},)
@@ -117,18 +118,22 @@ class FakeKube:
         self._touch(self.jobs[name])
 
     def gang_pods(self) -> list[dict[str, Any]]:
-        """As the selector ``qosmos.io/job,!qosmos.io/finished`` returns them."""
+        """As the selector ``qosmos.io/job,!qosmos.io/finished`` returns them, finished ones included."""
         return copy.deepcopy(
             [p for p in self.pods.values() if "qosmos.io/finished" not in (p["metadata"].get("labels") or {})]
         )
 
-    def label_pod(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         p = self.pods.get(name)
-        if p is None:
-            return
-        md = p["metadata"]
-        md["labels"] = {k: v for k, v in {**(md.get("labels") or {}), **labels}.items() if v is not None}
-        self._touch(p)
+        return copy.deepcopy(p) if p is not None else None
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        return copy.deepcopy(
+            [p for p in self.pods.values() if (p["metadata"].get("labels") or {}).get(LABEL_JOB) == job]
+        )
+
+    def recover_pods(self, jobs: list[tuple[str, str]]) -> None:
+        """Nothing to recover: :meth:`gang_pods` returns finished pods too (as ``Kube``'s listing does)."""
 
     def pending_replica_pods(self) -> list[dict[str, Any]]:
         return []

@@ -67,6 +67,7 @@ class ClusterState:
         self.pools: dict[str, np.ndarray] = {}
         # Cohorts (``share_nodes``): VC name -> the VCs whose nodes its requests may use; static, shared.
         self.cohorts: dict[str, tuple[str, ...]] = {}
+        self._groups: dict[str | None, tuple[int, ...]] = {}  # vc_group's answers (static between cohort changes)
         self._own: dict[str, int] = {}  # GPUs on each VC's own nodes (static)
         # Per partition (VC): wholly free GPUs, and a counter bumped on every release, so callers
         # can remember a refusal until something is released (allocations only shrink free space).
@@ -163,12 +164,16 @@ class ClusterState:
             self.cohorts[m] = group
         self._masks.clear()  # in place: every copy's cached masks go too
         self._biggest.clear()
+        self._groups.clear()
 
     def vc_group(self, vc: str | None) -> tuple[int, ...]:
         """Indices (into ``vcs``) of the VCs whose nodes a request of ``vc`` may use: its cohort's, else
-        its own (empty when none of them has a node)."""
-        names = self.cohorts.get(vc, (vc,)) if vc is not None else ()
-        return tuple(self.vcs.index(v) for v in names if v in self.vcs)
+        its own (empty when none of them has a node). Memoised: every admission cycle of a forecast asks."""
+        g = self._groups.get(vc)
+        if g is None:
+            names = self.cohorts.get(vc, (vc,)) if vc is not None else ()
+            g = self._groups[vc] = tuple(self.vcs.index(v) for v in names if v in self.vcs)
+        return g
 
     def own_gpus(self, vc: str) -> int:
         """GPUs on ``vc``'s own nodes, whatever it shares (a cohort member's default nominal share)."""

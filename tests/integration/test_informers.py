@@ -105,6 +105,41 @@ def test_the_caches_follow_the_apiserver_through_its_selectors(
     wait_for(lambda: "other-bound" not in names(kube.other_bound_pods()))
 
 
+def test_a_gang_pod_that_finishes_is_kept_finished_and_goes_with_its_dljob(
+    k8s_api: Any, k8s_namespace: str, cached: tuple[CachedKube, list[tuple[str, str]]]
+) -> None:
+    """The gang pods' watch selects unfinished pods (no write retires a pod): the apiserver reports a
+    finish as DELETED with the pod's last running state, and the cache reads the pod and keeps it
+    Succeeded while its DLJob is in the working set. A restarted operator's list holds no finished
+    pod; its per-job list after the first list finds it."""
+    kube, seen = cached
+    ns = k8s_namespace
+    v1, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
+    v1.create_namespaced_pod(ns, pod("before-0-0", node="qosmos-no-kubelet-informers", **{"qosmos.io/job": "before"}))
+    v1.patch_namespaced_pod_status("before-0-0", ns, {"status": {"phase": "Running"}})
+    wait_for(lambda: "before-0-0" in names(kube.gang_pods()))
+    v1.patch_namespaced_pod_status("before-0-0", ns, {"status": {"phase": "Succeeded"}})
+    phase = lambda k: {p["metadata"]["name"]: p["status"].get("phase") for p in k.gang_pods()}.get("before-0-0")  # noqa: E731
+    wait_for(lambda: phase(kube) == "Succeeded")
+    assert ("pods", "DELETED") in seen  # the finish was a pass's news
+
+    again = CachedKube(kube.api, kube.namespace)  # a restart: the pods' list selects unfinished ones
+    again.informers.start()
+    try:
+        assert again.informers.wait_synced(30)
+        assert phase(again) is None
+        again.recover_pods([(ns, "before")])
+        assert phase(again) == "Succeeded"
+    finally:
+        again.informers.stop()
+
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, ns, "dljobs", "before", {"metadata": {"labels": {"qosmos.io/finished": "true"}}}
+    )
+    wait_for(lambda: "before-0-0" not in names(kube.gang_pods()))  # retired with its DLJob
+    assert v1.read_namespaced_pod("before-0-0", ns).metadata.labels == {"qosmos.io/job": "before"}  # never written
+
+
 def test_the_operators_own_writes_are_in_the_cache_before_the_watch_delivers_them(
     k8s_api: Any, k8s_namespace: str, cached: tuple[CachedKube, list[tuple[str, str]]]
 ) -> None:

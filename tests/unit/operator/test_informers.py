@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from qosmos.operator.durations import Durations
-from qosmos.operator.informers import Informers, Reflector, Store
+from qosmos.operator.informers import GangPods, Informers, Reflector, Store
 from qosmos.operator.reconcile import Reconciler
 from qosmos.testing.fakekube import DEFAULT_VCS, FakeKube, dljob_object, gpu_node
 
@@ -188,6 +188,92 @@ def test_a_collection_not_served_is_empty_and_synced_until_its_crd_appears(monke
     assert s.get("team/svc") is not None and "RELIST" in seen  # it appeared: a pass
 
 
+# ---- the DLJob pods' store: unfinished pods watched, finished ones read once ---------------------
+def pod(name: str, rv: int, phase: str = "Running", job: str = "j", **meta: Any) -> Obj:
+    return {**obj(name, rv, labels={"qosmos.io/job": job}, **meta), "status": {"phase": phase}}
+
+
+def test_a_pod_that_finishes_is_read_once_and_kept_as_it_ended() -> None:
+    """The watch selects unfinished pods, so a finish arrives as DELETED with the pod's last running
+    state: the store reads the pod (one GET, off the stream's thread) and keeps it finished; a pod
+    really gone goes, and one the operator deleted itself is not read again."""
+    now: dict[str, Obj | None] = {"j-0": pod("j-0", 9, "Succeeded"), "j-1": None, "j-2": pod("j-2", 9, "Failed")}
+    reads: list[str] = []
+    news: list[str] = []
+
+    def fetch(ns: str, name: str) -> Obj | None:
+        reads.append(name)
+        return now[name]
+
+    s = GangPods("pods", lambda o: True, fetch, lambda o: news.append(o["metadata"]["name"]))
+    s.replace([pod("j-0", 5), pod("j-1", 5), pod("j-2", 5)], 5)
+    assert s.event("DELETED", pod("j-0", 9))  # the event carries the running state, at the finish's version
+    assert s.settle() and s.rv == 9
+    assert s.get("team/j-0")["status"]["phase"] == "Succeeded" and news == ["j-0"]  # type: ignore[index]
+    assert s.event("DELETED", pod("j-1", 10))  # gone: nothing to keep
+    assert s.settle() and s.get("team/j-1") is None and reads == ["j-0", "j-1"]
+    s.deleted("team/j-2")  # the operator deleted it: its DELETED event is not read
+    assert s.event("DELETED", pod("j-2", 11))
+    assert s.settle() and s.get("team/j-2") is None and reads == ["j-0", "j-1"]
+
+
+def test_a_pod_is_kept_as_last_seen_until_its_read_succeeds() -> None:
+    """The stream does not wait for the read (its position moves on); a relist meanwhile keeps the pod;
+    a failed read is retried, and only its answer changes what the pass sees."""
+    gate = threading.Event()
+    tries: list[int] = []
+
+    def fetch(ns: str, name: str) -> Obj | None:
+        tries.append(1)
+        if len(tries) < 2:
+            raise ConnectionError("apiserver unreachable")
+        gate.wait(5)
+        return pod(name, 9, "Failed")
+
+    s = GangPods("pods", lambda o: True, fetch)
+    s.replace([pod("j-0", 5)], 5)
+    s.event("DELETED", pod("j-0", 9))
+    assert s.rv == 9  # the stream's position moved on at once
+    s.replace([], 12)  # a relist (it holds no finished pod) while the read is under way
+    assert s.get("team/j-0")["status"]["phase"] == "Running"  # type: ignore[index]  # as last seen
+    gate.set()
+    assert s.settle() and len(tries) == 2
+    assert s.get("team/j-0")["status"]["phase"] == "Failed"  # type: ignore[index]
+    s.stopped.set()
+
+
+def test_finished_pods_survive_a_relist_and_go_with_their_dljob() -> None:
+    s = GangPods("pods", lambda o: True, lambda ns, name: pod(name, 9, "Succeeded", job=name[0]))
+    s.replace([pod("a-0", 5, job="a"), pod("b-0", 5, job="b")], 5)
+    s.event("DELETED", pod("a-0", 9, job="a"))
+    assert s.settle()
+    s.replace([pod("b-0", 5, job="b")], 12)  # a relist after 410 holds no finished pod
+    assert s.get("team/a-0")["status"]["phase"] == "Succeeded"  # type: ignore[index]
+    s.prune({"team/b"})  # a's DLJob left the working set: its finished pod goes, b's running one stays
+    assert s.get("team/a-0") is None and s.get("team/b-0") is not None
+    s.prune(set())
+    assert s.get("team/b-0") is not None  # an unfinished pod is the watch's to remove, never pruned
+
+
+def test_pods_that_finished_unwatched_are_listed_once_per_list() -> None:
+    listed: list[tuple[str, str]] = []
+
+    def job_pods(ns: str, job: str) -> list[Obj]:
+        listed.append((ns, job))
+        return [pod(f"{job}-0", 7, "Succeeded", job=job), pod(f"{job}-1", 7, "Running", job=job)]
+
+    s = GangPods("pods", lambda o: True, lambda ns, name: None)
+    s.replace([pod("a-1", 8, job="a")], 8)
+    s.recover_jobs([("team", "a")], job_pods)
+    assert listed == [("team", "a")] and s.get("team/a-0")["status"]["phase"] == "Succeeded"  # type: ignore[index]
+    assert s.get("team/a-1")["metadata"]["resourceVersion"] == "8"  # type: ignore[index]  # the watch's is newer
+    s.recover_jobs([("team", "a")], job_pods)  # no list since: the watch has reported every finish
+    assert listed == [("team", "a")]
+    s.replace([], 20)
+    s.recover_jobs([("team", "a")], job_pods)
+    assert listed == [("team", "a")] * 2
+
+
 # ---- read-your-writes through a whole pass ----------------------------------------------------
 class CachedFake(FakeKube):
     """The in-memory apiserver read through the informers' stores the way ``CachedKube`` reads it:
@@ -196,7 +282,7 @@ class CachedFake(FakeKube):
 
     def __init__(self, *a: Any, write_through: bool = True, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.inf = Informers(SimpleNamespace(custom=None, core=None, namespace=None))  # type: ignore[arg-type]
+        self.inf = Informers(SimpleNamespace(custom=None, core=None, namespace=None, pod=self.pod))  # type: ignore[arg-type]
         self.write_through = write_through
         self.deliver()
 
@@ -207,7 +293,8 @@ class CachedFake(FakeKube):
         self.inf.services.replace([], top)
         self.inf.nodes_.replace(copy.deepcopy(self._nodes), top)
         self.inf.dljobs_.replace(FakeKube.dljobs(self), top)
-        self.inf.gang.replace(FakeKube.gang_pods(self), top)
+        live = [p for p in FakeKube.gang_pods(self) if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        self.inf.gang.replace(live, top)  # the pods' watch selects unfinished ones (kube.LIVE)
         self.inf.replicas.replace([], top)
         self.inf.others.replace([], top)
 
@@ -217,7 +304,17 @@ class CachedFake(FakeKube):
 
     # reads: the stores
     dljobs = lambda self: self.inf.dljobs_.items()  # noqa: E731
-    gang_pods = lambda self: self.inf.gang.items()  # noqa: E731
+    gang_pods = lambda self: self.inf.gang_pods()  # noqa: E731
+
+    def recover_pods(self, jobs: list[tuple[str, str]]) -> None:
+        self.inf.gang.recover_jobs(jobs, self.job_pods)
+
+    def leaves_watch(self, name: str, last: Obj) -> None:
+        """The pods' watch reports that ``name`` no longer matches it (it finished, or it is gone):
+        DELETED with ``last``, its last state that matched."""
+        self.inf.gang.event("DELETED", copy.deepcopy(last))
+        assert self.inf.gang.settle()
+
     nodes = lambda self: self.inf.nodes_.items()  # noqa: E731
     virtual_clusters = lambda self: self.inf.vcs.items()  # noqa: E731
 
@@ -273,3 +370,49 @@ def test_a_pass_changes_nothing_it_reads_from_the_stores() -> None:
     kube.write_through = False  # what the pass read must be as the stream left it
     rec.run_pass()
     assert [s.items() for s in kube.inf.stores] == before
+
+
+def test_a_gang_that_finishes_is_seen_through_the_watch_and_its_pods_leave_with_it() -> None:
+    """Through whole passes: the pod's finish comes as the watch's DELETED (a finished pod leaves the
+    selection); the pass sees it Succeeded, retires the DLJob (one label, no pod written), and the
+    finished pod leaves the caches with it."""
+    kube = CachedFake([gpu_node("n0")], [job("a")])
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: 1_767_000_100.0)  # type: ignore[arg-type]
+    assert rec.run_pass().admitted == ["team/a"]
+    kube.bind("a-0-0", "n0")
+    kube.deliver()
+    rec.run_pass()
+    assert kube.jobs["a"]["status"]["phase"] == "Running"
+    running = copy.deepcopy(kube.pods["a-0-0"])
+    kube.bind("a-0-0", "n0", "Succeeded")
+    kube.leaves_watch("a-0-0", running)
+    assert rec.run_pass().finished == ["team/a"]
+    assert kube.jobs["a"]["status"]["phase"] == "Succeeded"
+    rec.run_pass()  # retired
+    assert kube.jobs["a"]["metadata"]["labels"] == {"qosmos.io/finished": "true"}
+    assert "qosmos.io/finished" not in kube.pods["a-0-0"]["metadata"]["labels"]  # the pod was not written
+    assert kube.inf.gang_pods() != []  # kept while its DLJob is in the working set
+    kube.deliver()  # the label's event: the DLJob leaves the working set, and its finished pod with it
+    assert kube.inf.dljobs_.items() == [] and kube.inf.gang_pods() == []
+
+
+def test_a_gang_that_finished_while_the_operator_was_down_succeeds_after_the_restart() -> None:
+    """The pods' list holds no finished pod: without the per-job list after it, a restarted operator
+    would take the Running gang's missing pod for a failure and restart it."""
+    kube = CachedFake([gpu_node("n0")], [job("a")])
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: 1_767_000_100.0)  # type: ignore[arg-type]
+    rec.run_pass()
+    kube.bind("a-0-0", "n0")
+    kube.deliver()
+    rec.run_pass()
+    assert kube.jobs["a"]["status"]["phase"] == "Running"
+    kube.bind("a-0-0", "n0", "Succeeded")  # finished while no operator watched
+    restarted = CachedFake.__new__(CachedFake)
+    restarted.__dict__.update(kube.__dict__)
+    restarted.inf = Informers(SimpleNamespace(custom=None, core=None, namespace=None, pod=restarted.pod))  # type: ignore[arg-type]
+    restarted.deliver()  # the new caches' first lists
+    assert restarted.inf.gang.items() == []
+    rec = Reconciler(restarted, durations=Durations(None), clock=lambda: 1_767_000_200.0)  # type: ignore[arg-type]
+    rep = rec.run_pass()
+    assert rep.finished == ["team/a"] and rep.restarted == []
+    assert restarted.jobs["a"]["status"]["phase"] == "Succeeded"

@@ -246,8 +246,9 @@ def test_a_move_within_the_near_region_drifts_coming_near_is_written_at_once() -
 
 def test_drift_refreshes_are_bounded_per_pass_stalest_first() -> None:
     """150 queued one-GPU jobs whose far positions all drift and are all due: one pass writes at most
-    DRIFT_WRITES of them, the ones written longest ago first; the next pass the rest."""
-    from qosmos.operator.reconcile import DRIFT_WRITES, REFRESH_S
+    DRIFT_WRITES of them, the ones written longest ago first; later passes the rest, as fast as the
+    bucket refills (DRIFT_WRITES_PER_S), whatever the number of passes."""
+    from qosmos.operator.reconcile import DRIFT_WRITES, DRIFT_WRITES_PER_S, REFRESH_S
 
     queued = [dljob(f"q{i:03d}", 1, created=float(i)) for i in range(150)]
     planner = Planner(durations=Durations(None))
@@ -267,10 +268,15 @@ def test_drift_refreshes_are_bounded_per_pass_stalest_first() -> None:
     # q008-q015 start; q_i moves from position i to i - 8: q016 and q017 end near the head (written at
     # once), q018-q149 drift, of which the DRIFT_WRITES written longest ago go now, the rest next pass
     near = {"q016", "q017"}
-    first = set(drift(T0 + 100 + REFRESH_S + 1))
+    t = T0 + 100 + REFRESH_S + 1
+    first = set(drift(t))
     assert first == near | {f"q{i:03d}" for i in range(150 - DRIFT_WRITES, 150)}
-    rest = set(drift(T0 + 100 + REFRESH_S + 2))
-    assert rest == near | {f"q{i:03d}" for i in range(18, 150 - DRIFT_WRITES)}
+    # one second on: the bucket holds DRIFT_WRITES_PER_S more, the next stalest
+    k = int(DRIFT_WRITES_PER_S)
+    assert set(drift(t + 1)) == near | {f"q{i:03d}" for i in range(150 - DRIFT_WRITES - k, 150 - DRIFT_WRITES)}
+    assert set(drift(t + 1)) == near  # a second pass at the same time finds it empty
+    rest = set(drift(t + 1 + (150 - 18 - DRIFT_WRITES) / DRIFT_WRITES_PER_S))
+    assert rest == near | {f"q{i:03d}" for i in range(18, 150 - DRIFT_WRITES - k)}
 
 
 def test_a_refusal_of_a_job_deleted_before_the_next_pass_is_forgotten() -> None:
