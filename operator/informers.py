@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -124,10 +125,7 @@ class Store:
                 self.rv = max(self.rv, v)
             if type_ == "DELETED":
                 self._gone.discard(k)
-                have = self._objs.get(k)
-                hv = version(have) if have is not None else None
-                if have is not None and (v is None or hv is None or hv <= v):
-                    del self._objs[k]
+                self._drop(k, v)
                 return True
             if k in self._gone:  # deleted by us; this event is from before the delete
                 return False
@@ -137,6 +135,13 @@ class Store:
                 return False
             self._objs[k] = obj
             return True
+
+    def _drop(self, k: str, v: int | None) -> None:
+        """Removed as of version ``v`` (under the lock): unless what is stored is newer."""
+        have = self._objs.get(k)
+        hv = version(have) if have is not None else None
+        if have is not None and (v is None or hv is None or hv <= v):
+            del self._objs[k]
 
     def bookmark(self, rv: int) -> None:
         with self._lock:
@@ -191,7 +196,7 @@ class GangPods(Store):
         self.recovered_at = 0  # the list (``lists``) the last recover_jobs() ran after
         self.stopped = threading.Event()
         self._reading: dict[str, int | None] = {}  # pods being read: key -> version of the DELETED event
-        self._readers: Any = None  # a ThreadPoolExecutor, made on the first finish
+        self._readers = ThreadPoolExecutor(8, thread_name_prefix="qosmos-finished")  # threads made on demand
 
     def event(self, type_: str, obj: Obj) -> bool:
         k = key_of(obj)
@@ -203,10 +208,6 @@ class GangPods(Store):
             if v is not None:
                 self.rv = max(self.rv, v)
             self._reading[k] = v
-        if self._readers is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._readers = ThreadPoolExecutor(8, thread_name_prefix="qosmos-finished")
         m = obj.get("metadata") or {}
         self._readers.submit(self._read, k, v, str(m.get("namespace", "")), str(m.get("name", "")), obj)
         return True
@@ -228,14 +229,13 @@ class GangPods(Store):
             if k not in self._reading or self._reading[k] != v:
                 return  # a later event or write decided meanwhile
             del self._reading[k]
-            have = self._objs.get(k)
-            hv = version(have) if have is not None else None
             if now is not None and _finished(now):  # finished, not deleted: kept as it ended
-                nv = version(now)
+                have = self._objs.get(k)
+                hv, nv = version(have) if have is not None else None, version(now)
                 if hv is None or nv is None or nv >= hv:
                     self._objs[k] = now
-            elif have is not None and (v is None or hv is None or hv <= v):
-                del self._objs[k]
+            else:
+                self._drop(k, v)
         if self.on_change is not None:
             self.on_change(now if now is not None else last)
 
@@ -280,8 +280,6 @@ class GangPods(Store):
         watch reports every finish, so this is not repeated."""
         at = self.lists
         if at != self.recovered_at and jobs:
-            from concurrent.futures import ThreadPoolExecutor
-
             with ThreadPoolExecutor(8, thread_name_prefix="qosmos-recover") as pool:
                 for pods in pool.map(lambda j: job_pods(*j), jobs):
                     self.recover(pods)
