@@ -4,14 +4,15 @@
 
 A ``qosmos dev`` cluster (4 fake 8-GPU KWOK nodes, no operator of its own) with one VirtualCluster and
 ``--active`` queued DLJobs; then, step by step, finished DLJobs are added until the cluster holds each
-``--steps`` count: created, their status set to Succeeded and, as the operator does once a finished
-DLJob has nothing left to do, labelled ``qosmos.io/finished=true`` (three writes each, all seen by the
-caches' DLJob watch: added, then gone from its selection). At each step an
+``--steps`` count: created, then their status set to Succeeded and, as the operator's finishing write
+does where the apiserver selects DLJobs by it (Kubernetes >= 1.31), ``status.retired`` (two writes each,
+both seen by the caches' DLJob watch: added, then gone from its selection; ``--label``: three, the
+status then the label ``qosmos.io/finished=true``, as on Kubernetes 1.30). At each step an
 in-process ``Reconciler`` (the operator's pass, on a real client) reading the operator's watch caches
 (``CachedKube``, started before the first step, as the operator runs) runs ``--passes`` passes; the
 JSON line per step gives the median pass time, the pass's peak Python allocation (tracemalloc), the
 process's RSS, the objects the caches hold, and, for comparison, the same pass reading by LIST (the
-apiserver filters ``!qosmos.io/finished`` but still scans every DLJob: ``listing_pass_p50_s``), the
+apiserver filters the retired ones but still scans every DLJob: ``listing_pass_p50_s``), the
 time of that list and of a list of every DLJob.
 """
 
@@ -43,6 +44,7 @@ def main() -> None:
     ap.add_argument("--active", type=int, default=20, help="queued DLJobs the passes work on")
     ap.add_argument("--passes", type=int, default=7, help="passes measured at each step (after 2 warm-up passes)")
     ap.add_argument("--workers", type=int, default=16, help="clients creating the finished DLJobs side by side")
+    ap.add_argument("--label", action="store_true", help="retire them by label (Kubernetes 1.30's way), not status")
     a = ap.parse_args()
     from qosmos.operator.crds import LABEL_FINISHED
     from qosmos.operator.durations import Durations
@@ -63,14 +65,17 @@ def main() -> None:
             body = dljob_manifest(f"done-{i}", gpus=1, run_s=5)
             body["spec"]["virtualCluster"] = "vc-a"
             custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "dljobs", body, _preload_content=False)
-            status = {"status": {"phase": "Succeeded", "completionTime": "2026-11-26T00:00:00Z"}}
+            status: dict[str, Any] = {"phase": "Succeeded", "completionTime": "2026-11-26T00:00:00Z"}
+            if not a.label:
+                status["retired"] = True
             custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, NAMESPACE, "dljobs", f"done-{i}", status, _preload_content=False
+                GROUP, VERSION, NAMESPACE, "dljobs", f"done-{i}", {"status": status}, _preload_content=False
             )
-            retire = {"metadata": {"labels": {LABEL_FINISHED: "true"}}}  # each passes through the caches' watch
-            custom.patch_namespaced_custom_object(
-                GROUP, VERSION, NAMESPACE, "dljobs", f"done-{i}", retire, _preload_content=False
-            )
+            if a.label:  # each passes through the caches' watch
+                retire = {"metadata": {"labels": {LABEL_FINISHED: "true"}}}
+                custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, NAMESPACE, "dljobs", f"done-{i}", retire, _preload_content=False
+                )
 
         kube = Kube(api)
         cached = CachedKube(api)

@@ -51,7 +51,11 @@ LABEL_VC = "qosmos.io/vc"  # the node label the operator keeps in sync and the e
 LABEL_JOB = "qosmos.io/job"  # the pod label naming its DLJob
 LABEL_INFERENCE = "qosmos.io/inference"  # the pod label naming its InferenceService
 # on a finished DLJob with nothing left to do (no live pod, no TTL): out of the operator's working set
+# (where the apiserver cannot select DLJobs by status.retired: Kubernetes 1.30, or an older CRD)
 LABEL_FINISHED = "qosmos.io/finished"
+# the same, as the DLJob's selectable status field: set in the status write that finishes the job, no
+# extra write; the operator's DLJob watch selects ``status.retired!=true`` (an absent field reads "")
+RETIRED_FIELD = "status.retired"
 ANN_QPS = "qosmos.io/qps"  # an InferenceService's query rate when it has no spec.load.prometheus
 MAX_INFERENCE_REPLICAS = 256
 DEFAULT_PROMETHEUS_INTERVAL_S = 10.0
@@ -670,6 +674,11 @@ class DLJobStatus(_Model):
     restart_after: datetime | None = Field(
         None, description="a failed gang is recreated at this time (back-off: 10 s doubling up to 6 min)"
     )
+    retired: bool | None = Field(
+        None,
+        description="finished with nothing left to do (no pod running, no ttlSecondsAfterFinished): out of the "
+        "operator's working set (a selectable field: its watch selects status.retired!=true)",
+    )
     conditions: Conditions | None = None
 
 
@@ -976,6 +985,7 @@ class Resource:
     columns: tuple[PrinterColumn, ...]
     name_label: str  # the label whose value is the object's name, so names are at most 63 characters
     root_rules: tuple[dict[str, str], ...] = field(default=())
+    selectable_fields: tuple[str, ...] = ()  # JSON paths list and watch requests may select on
     name_max: int = 63
     name_pattern: str | None = None  # what else the name names asks of it (a Service, hostnames)
     name_why: str = ""
@@ -1038,6 +1048,7 @@ DL_JOB = Resource(
     root_rules=tuple(
         _immutable_after_admission([DLJobSpec.model_fields[f].alias or f for f in DLJobSpec.model_fields])
     ),
+    selectable_fields=(f".{RETIRED_FIELD}",),
 )
 
 INFERENCE_SERVICE = Resource(
@@ -1208,7 +1219,18 @@ def open_api_schema(resource: Resource) -> dict[str, Any]:
 
 
 def crd(resource: Resource) -> dict[str, Any]:
-    """The CustomResourceDefinition object of a resource."""
+    """The CustomResourceDefinition object of a resource. ``selectableFields`` needs Kubernetes 1.31
+    (beta, on by default); a 1.30 apiserver drops it, and the operator then retires DLJobs by label."""
+    version: dict[str, Any] = {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": [c.to_dict() for c in resource.columns],
+    }
+    if resource.selectable_fields:
+        version["selectableFields"] = [{"jsonPath": p} for p in resource.selectable_fields]
+    version["schema"] = {"openAPIV3Schema": open_api_schema(resource)}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -1224,16 +1246,7 @@ def crd(resource: Resource) -> dict[str, Any]:
                 "categories": [CATEGORY],
             },
             "scope": resource.scope,
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [c.to_dict() for c in resource.columns],
-                    "schema": {"openAPIV3Schema": open_api_schema(resource)},
-                }
-            ],
+            "versions": [version],
         },
     }
 

@@ -18,8 +18,8 @@ stream from undoing each other:
 * a watch event replaces an object only when it is not older than the one stored (an event still in
   flight from before the write cannot undo it).
 
-What the stores hold mirrors the server-side selectors, so finished DLJobs (``qosmos.io/finished``)
-and pods of no concern never enter memory: the pass's time and memory do not grow with history.
+What the stores hold mirrors the server-side selectors, so retired DLJobs (``status.retired``, or the
+label ``qosmos.io/finished`` where the apiserver cannot select by status) and pods of no concern never enter memory: the pass's time and memory do not grow with history.
 """
 
 from __future__ import annotations
@@ -393,7 +393,9 @@ class Informers:
         self.vcs = Store("virtualclusters")
         self.services = Store("inferenceservices")
         self.nodes_ = Store("nodes")
-        self.dljobs_ = Store("dljobs", lambda o: LABEL_FINISHED not in _labels(o))
+        self.dljobs_ = Store(
+            "dljobs", lambda o: LABEL_FINISHED not in _labels(o) and not (kube.retire_in_status and _retired(o))
+        )
         self.gang = GangPods(
             "pods",
             lambda o: LABEL_JOB in _labels(o) and LABEL_FINISHED not in _labels(o),
@@ -405,14 +407,12 @@ class Informers:
             "other-pods", lambda o: _bound(o) and LABEL_JOB not in _labels(o) and LABEL_INFERENCE not in _labels(o)
         )
         custom, core = kube.custom, kube.core
-        finished = f"!{LABEL_FINISHED}"
 
         def dljobs(**more: Any) -> Any:
+            sel = kube.dljob_selectors()  # the same for a list and the watch that follows it
             if ns:
-                return custom.list_namespaced_custom_object(
-                    GROUP, VERSION, ns, "dljobs", label_selector=finished, **more
-                )
-            return custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", label_selector=finished, **more)
+                return custom.list_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", **sel, **more)
+            return custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", **sel, **more)
 
         def pods(labels: str, **sel: Any) -> Callable[..., Any]:
             if ns:
@@ -490,6 +490,10 @@ class Informers:
             "dljobs": [self.dljobs_],
             "pods": [self.gang, self.replicas, self.others],
         }.get(resource, [])
+
+
+def _retired(obj: Obj) -> bool:
+    return bool((obj.get("status") or {}).get("retired"))
 
 
 def _lister(call: Callable[..., Any]) -> Callable[[], tuple[list[Obj], int]]:

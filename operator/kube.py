@@ -15,13 +15,14 @@ import time
 from typing import Any
 
 import orjson
-from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_INFERENCE, LABEL_JOB, VERSION
+from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_INFERENCE, LABEL_JOB, RETIRED_FIELD, VERSION
 
 log = logging.getLogger("qosmos.operator")
 
 BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 GANG_PODS = f"{LABEL_JOB},!{LABEL_FINISHED}"  # DLJob pods (but those an older operator retired with the label)
 LIVE = "status.phase!=Succeeded,status.phase!=Failed"  # the gang pods' watch: a pod leaves it when it finishes
+NOT_RETIRED = f"{RETIRED_FIELD}!=true"  # the DLJobs' watch: a DLJob leaves it with the write that retires it
 EVENT_BUFFER = 10_000  # Events waiting to be written; beyond it new ones are dropped
 
 
@@ -73,6 +74,8 @@ class Kube:
         self.own = own if own is not None else OwnWrites()
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        # whether the apiserver selects DLJobs by status.retired (None: not known yet, see dljob_selectors)
+        self.retire_in_status: bool | None = None
         self._events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(maxsize=EVENT_BUFFER)
         threading.Thread(target=self._record_events, name="qosmos-events", daemon=True).start()
 
@@ -112,18 +115,52 @@ class Kube:
         )
 
     def dljobs(self) -> list[dict[str, Any]]:
-        """The working set: every DLJob but the finished ones retired with ``qosmos.io/finished`` (the
-        apiserver filters them out, so a pass does not grow with history)."""
-        sel = f"!{LABEL_FINISHED}"
+        """The working set: every DLJob but the retired ones (the apiserver filters them out, so a pass
+        does not grow with history)."""
+        kw = {**self.dljob_selectors(), "_preload_content": False}
         if self.namespace:
-            resp = self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, "dljobs", label_selector=sel, _preload_content=False
+            return self._items(
+                self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "dljobs", **kw)
             )
-        else:
-            resp = self.custom.list_cluster_custom_object(
-                GROUP, VERSION, "dljobs", label_selector=sel, _preload_content=False
-            )
-        return self._items(resp)
+        return self._items(self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", **kw))
+
+    def dljob_selectors(self) -> dict[str, str]:
+        """The selectors of the working set's list and watch: DLJobs neither labelled
+        ``qosmos.io/finished`` (by an operator that could not select by status) nor ``status.retired``.
+        The first call that finds the CRD asks the apiserver whether it selects DLJobs by
+        ``status.retired`` (a CRD of Kubernetes 1.31 or later with its ``selectableFields``); where it does
+        not, the label alone retires them (:attr:`retire_in_status` False)."""
+        if self.retire_in_status is None:
+            self.retire_in_status = self._selects_retired()
+        sel = {"label_selector": f"!{LABEL_FINISHED}"}
+        if self.retire_in_status:
+            sel["field_selector"] = NOT_RETIRED
+        return sel
+
+    def _selects_retired(self) -> bool | None:
+        """True when a list selecting ``status.retired`` is served; False when it is refused (400: field
+        label not supported); None when DLJobs are not served (their CRD not installed yet)."""
+        from kubernetes.client.rest import ApiException
+
+        kw: dict[str, Any] = {"field_selector": NOT_RETIRED, "limit": 1, "_preload_content": False}
+        try:
+            if self.namespace:
+                resp = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "dljobs", **kw)
+            else:
+                resp = self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", **kw)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 400:
+                log.warning(
+                    "DLJobs are retired with the label %s (one more write per finished DLJob): the apiserver "
+                    "cannot select them by %s (%s); Kubernetes 1.31 or later and the current CRD can",
+                    LABEL_FINISHED, RETIRED_FIELD, exc.reason,
+                )  # fmt: skip
+                return False
+            raise
+        _done(resp)
+        return True
 
     def label_dljob(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
         """Merge ``labels`` into a DLJob's metadata (a metadata-only write: the spec rule passes at once)."""

@@ -242,6 +242,9 @@ class Snapshot:
     pods: list[dict[str, Any]]  # gang pods
     pending: list[dict[str, Any]] = field(default_factory=list)  # inference replica pods not bound yet
     others: list[dict[str, Any]] = field(default_factory=list)  # other bound, non-terminal pods
+    # the apiserver selects DLJobs by status.retired: a finished one retires in its finishing status
+    # write; otherwise (Kubernetes 1.30, an older CRD) by the label qosmos.io/finished, one write more
+    retire_in_status: bool = False
 
 
 Parsed = dict[str, tuple[str, DLJobSpec, Job]]
@@ -342,6 +345,7 @@ class Planner:
         self._leaving: set[str] = set()  # nodes with a pod terminating (as of the pass, and its deletions)
         self._drift: list[tuple[float, DL, dict[str, Any]]] = []  # (last write, job, drift-only patch)
         self._waits: list[Waits] = []  # each VirtualCluster's jobs left waiting this pass, for _write_waits
+        self._retire_in_status = False  # the pass's Snapshot.retire_in_status
 
     def templates_to_probe(self, snap: Snapshot) -> list[tuple[tuple[str, str], dict[str, Any]]]:
         """Waiting DLJobs whose template has no verdict yet: (key, one pod of its gang) to dry-run, one per
@@ -378,6 +382,7 @@ class Planner:
         self._deleted = set()
         self._drift = []
         self._waits = []
+        self._retire_in_status = snap.retire_in_status
         jobs = [_own(dl) for dl in snap.jobs]
         nodes, pods, others = snap.nodes, snap.pods, snap.others
         # nodes where a pod is still terminating (and, as the pass deletes more, those too): a new gang's
@@ -580,17 +585,21 @@ class Planner:
 
     def _retire(self, finished: list[DL], pods_of: Mapping[str, list[dict[str, Any]]]) -> None:
         """Finished DLJobs with nothing left to do (no pod still running, no ttlSecondsAfterFinished to
-        wait for) get ``qosmos.io/finished``: the DLJob watch (and list) selects them no more, so a
-        pass's work and the operator's memory do not grow with history. Their pods need no write: the
-        pod watch selects unfinished pods only, and the caches drop a retired DLJob's finished pods
-        (kept for ``kubectl logs``). A failed label write is retried by the next pass."""
+        wait for) are retired: ``status.retired`` (a Succeeded gang's finishing write says it already), or,
+        where the apiserver cannot select DLJobs by it, the label ``qosmos.io/finished``. The DLJob watch
+        (and list) selects them no more, so a pass's work and the operator's memory do not grow with
+        history. Their pods need no write: the pod watch selects unfinished pods only, and the caches
+        drop a retired DLJob's finished pods (kept for ``kubectl logs``). A failed write is retried by
+        the next pass."""
         for dl in finished:
-            if dl.spec.ttl_seconds_after_finished is not None:
-                continue  # still the pass's to delete
+            if dl.spec.ttl_seconds_after_finished is not None or dl.status.get("retired"):
+                continue  # still the pass's to delete, or retired by its finishing write
             if any(_phase(p) not in FINISHED for p in pods_of.get(dl.job.id, [])):
                 continue  # its pods are still being stopped (or kept running: cleanPodPolicy None)
-            # an optimisation: a failed label leaves the job in the working set for now
-            self._w.add(dl.job.id, LabelDLJob(dl.namespace, dl.name, {LABEL_FINISHED: "true"}, optional=True))
+            if self._retire_in_status:
+                self._patch(dl, {"retired": True}, why="retired")
+            else:  # an optimisation: a failed label leaves the job in the working set for now
+                self._w.add(dl.job.id, LabelDLJob(dl.namespace, dl.name, {LABEL_FINISHED: "true"}, optional=True))
 
     def _suspended(self, waiting: list[DL], now: float) -> set[str]:
         """Waiting DLJobs with ``spec.suspend``: out of their queue, saying so (once)."""
@@ -731,14 +740,14 @@ class Planner:
         if all(p == "Succeeded" for p in phases):
             end = max((_finished_at(cur[n]) or now for n in want), default=now)
             start = parse_time(st.get("startTime")) or parse_time(st.get("admittedAt")) or end
-            self._patch(
-                dl,
-                {
-                    "phase": DLJobPhase.SUCCEEDED.value,
-                    "completionTime": rfc3339(end),
-                    "startTime": st.get("startTime") or rfc3339(start),
-                },
-            )
+            done = {
+                "phase": DLJobPhase.SUCCEEDED.value,
+                "completionTime": rfc3339(end),
+                "startTime": st.get("startTime") or rfc3339(start),
+            }
+            if self._retire_in_status and dl.spec.ttl_seconds_after_finished is None:
+                done["retired"] = True  # nothing left to do (every pod finished): retired in this write
+            self._patch(dl, done)
             self.durations.observe(dl.job, max(end - start, 0.0), end)
             self._clean_pods(dl, [cur[n] for n in want if n in cur])
             self._event(dl, "Succeeded", f"all {len(want)} pods succeeded")
@@ -1491,7 +1500,7 @@ class Reconciler:
         pods = self.kube.gang_pods()
         pending = self.kube.pending_replica_pods()  # before the bound ones: one binding between is seen bound
         others = self.kube.other_bound_pods()
-        return Snapshot(vcs, nodes, dljobs, pods, pending, others)
+        return Snapshot(vcs, nodes, dljobs, pods, pending, others, bool(self.kube.retire_in_status))
 
     def probe(self, snap: Snapshot) -> None:
         """Server-side dry runs of one pod of each new template (side by side); a dry run that fails for

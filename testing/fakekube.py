@@ -53,8 +53,12 @@ class FakeKube:
         nodes: list[dict[str, Any]],
         jobs: list[dict[str, Any]] = (),  # type: ignore[assignment]
         vcs: list[dict[str, Any]] | None = None,
+        retire_in_status: bool = True,
     ) -> None:
         self._nodes = nodes
+        # an apiserver that selects DLJobs by status.retired (Kubernetes >= 1.31 and the CRD's
+        # selectableFields); False: as 1.30, DLJobs are retired with the label qosmos.io/finished
+        self.retire_in_status = retire_in_status
         self._vcs = copy.deepcopy(list(DEFAULT_VCS)) if vcs is None else vcs
         self._versions = itertools.count(1)
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -107,9 +111,15 @@ class FakeKube:
         return copy.deepcopy(self._nodes)
 
     def dljobs(self) -> list[dict[str, Any]]:
-        """The working set, as the apiserver's label selector ``!qosmos.io/finished`` returns it."""
+        """The working set, as the apiserver's selectors ``!qosmos.io/finished`` (labels) and, where it
+        can, ``status.retired!=true`` (fields) return it."""
         return copy.deepcopy(
-            [j for j in self.jobs.values() if "qosmos.io/finished" not in (j["metadata"].get("labels") or {})]
+            [
+                j
+                for j in self.jobs.values()
+                if "qosmos.io/finished" not in (j["metadata"].get("labels") or {})
+                and not (self.retire_in_status and (j.get("status") or {}).get("retired"))
+            ]
         )
 
     def label_dljob(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:

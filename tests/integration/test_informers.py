@@ -1,5 +1,5 @@
 """The operator's watch caches on a real apiserver (issue 21 §1): one list each, then the watch; the
-selectors the apiserver applies (finished DLJobs never enter, other pods only while bound and
+selectors the apiserver applies (retired DLJobs never enter, other pods only while bound and
 unfinished); the operator's own writes in the cache as soon as the apiserver answered them, before
 the watch delivers; a watch from a compacted-away version listed again; a restart rebuilt from one
 list each."""
@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 from qosmos.operator.crds import GROUP, VERSION
 from qosmos.operator.informers import CachedKube, Informers, Store
+from qosmos.operator.kube import NOT_RETIRED
 from qosmos.testing.node import wait_for
 
 pytestmark = pytest.mark.integration
@@ -54,6 +55,10 @@ def cached(
     custom.create_namespaced_custom_object(
         GROUP, VERSION, k8s_namespace, "dljobs", dljob("old", **{"qosmos.io/finished": "true"})
     )
+    custom.create_namespaced_custom_object(GROUP, VERSION, k8s_namespace, "dljobs", dljob("retired"))
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, k8s_namespace, "dljobs", "retired", {"status": {"phase": "Succeeded", "retired": True}}
+    )
     kube = CachedKube(k8s_api, k8s_namespace, on_event=record)
     kube.informers.start()
     try:
@@ -73,16 +78,26 @@ def test_the_caches_follow_the_apiserver_through_its_selectors(
     kube, seen = cached
     ns = k8s_namespace
     custom, v1 = client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api)
-    assert names(kube.dljobs()) == {"before"}  # listed; the retired one never enters
+    # this apiserver (1.34) selects DLJobs by the CRD's selectable field status.retired
+    assert kube.retire_in_status is True
+    assert names(kube.dljobs()) == {"before"}  # listed; the retired ones (status, or label) never enter
     assert all(s.lists == 1 for s in kube.informers.stores)
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", dljob("after"))
-    wait_for(lambda: names(kube.dljobs()) == {"before", "after"})
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "dljobs", dljob("third"))
+    wait_for(lambda: names(kube.dljobs()) == {"before", "after", "third"})
     assert ("dljobs", "ADDED") in seen
-    # retired by another writer: it leaves the working set
+    # retired by another writer, by label (an operator on an apiserver without the selectable field) or
+    # by status: each leaves the working set
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, ns, "dljobs", "before", {"metadata": {"labels": {"qosmos.io/finished": "true"}}}
     )
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "dljobs", "third", {"status": {"retired": True}})
     wait_for(lambda: names(kube.dljobs()) == {"after"})
+    # what the label fallback rests on: a custom resource without the selectable field refuses the
+    # selector with 400 (as a 1.30 apiserver, or an older DLJob CRD, does)
+    with pytest.raises(client.ApiException) as refused:
+        custom.list_cluster_custom_object(GROUP, VERSION, "virtualclusters", field_selector=NOT_RETIRED)
+    assert refused.value.status == 400
 
     v1.create_namespaced_pod(ns, pod("gang-0", **{"qosmos.io/job": "after"}))
     v1.create_namespaced_pod(ns, pod("replica-0", **{"qosmos.io/inference": "svc"}))
@@ -168,7 +183,7 @@ def test_the_operators_own_writes_are_in_the_cache_before_the_watch_delivers_the
     held = {p["metadata"]["name"]: p for p in kube.gang_pods()}
     assert held["gang-2"]["metadata"].get("deletionTimestamp")
 
-    kube.label_dljob(ns, "before", {"qosmos.io/finished": "true"})  # retired by the pass: out at once
+    kube.patch_dljob_status(ns, "before", {"retired": True})  # retired by the pass: out at once
     assert "before" not in names(kube.dljobs())
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from qosmos.operator.durations import Durations
 from qosmos.operator.informers import GangPods, Informers, Reflector, Store
+from qosmos.operator.kube import Kube
 from qosmos.operator.reconcile import Reconciler
 from qosmos.testing.fakekube import DEFAULT_VCS, FakeKube, dljob_object, gpu_node
 
@@ -282,9 +283,20 @@ class CachedFake(FakeKube):
 
     def __init__(self, *a: Any, write_through: bool = True, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.inf = Informers(SimpleNamespace(custom=None, core=None, namespace=None, pod=self.pod))  # type: ignore[arg-type]
+        self.inf = Informers(self.lister())  # type: ignore[arg-type]
         self.write_through = write_through
         self.deliver()
+
+    def lister(self) -> SimpleNamespace:
+        """What Informers asks of the operator's Kube (the fake lists by ``deliver``, not by calls)."""
+        return SimpleNamespace(
+            custom=None,
+            core=None,
+            namespace=None,
+            pod=self.pod,
+            dljob_selectors=None,
+            retire_in_status=self.retire_in_status,
+        )
 
     def deliver(self) -> None:
         """Everything the stream would have delivered by now: the stores listed again."""
@@ -372,11 +384,13 @@ def test_a_pass_changes_nothing_it_reads_from_the_stores() -> None:
     assert [s.items() for s in kube.inf.stores] == before
 
 
-def test_a_gang_that_finishes_is_seen_through_the_watch_and_its_pods_leave_with_it() -> None:
+@pytest.mark.parametrize("by_status", [True, False], ids=["status.retired", "label"])
+def test_a_gang_that_finishes_is_seen_through_the_watch_and_its_pods_leave_with_it(by_status: bool) -> None:
     """Through whole passes: the pod's finish comes as the watch's DELETED (a finished pod leaves the
-    selection); the pass sees it Succeeded, retires the DLJob (one label, no pod written), and the
-    finished pod leaves the caches with it."""
-    kube = CachedFake([gpu_node("n0")], [job("a")])
+    selection); the pass sees it Succeeded and retires the DLJob, no pod written, and the finished pod
+    leaves the caches with it. With ``status.retired`` the Succeeded write's reply takes the DLJob out of
+    the store at once; with the label, the pass after it writes the label."""
+    kube = CachedFake([gpu_node("n0")], [job("a")], retire_in_status=by_status)
     rec = Reconciler(kube, durations=Durations(None), clock=lambda: 1_767_000_100.0)  # type: ignore[arg-type]
     assert rec.run_pass().admitted == ["team/a"]
     kube.bind("a-0-0", "n0")
@@ -386,14 +400,23 @@ def test_a_gang_that_finishes_is_seen_through_the_watch_and_its_pods_leave_with_
     running = copy.deepcopy(kube.pods["a-0-0"])
     kube.bind("a-0-0", "n0", "Succeeded")
     kube.leaves_watch("a-0-0", running)
+    assert kube.inf.gang_pods() != []  # the finished pod, kept while its DLJob is in the working set
     assert rec.run_pass().finished == ["team/a"]
     assert kube.jobs["a"]["status"]["phase"] == "Succeeded"
-    rec.run_pass()  # retired
-    assert kube.jobs["a"]["metadata"]["labels"] == {"qosmos.io/finished": "true"}
+    if by_status:
+        assert kube.jobs["a"]["status"]["retired"] is True and "labels" not in kube.jobs["a"]["metadata"]
+        assert kube.inf.dljobs_.items() == []  # the reply written through: out before any event
+    else:
+        rec.run_pass()  # retired
+        assert kube.jobs["a"]["metadata"]["labels"] == {"qosmos.io/finished": "true"}
+        assert kube.inf.dljobs_.items() != []  # until the label's event
+        kube.deliver()
     assert "qosmos.io/finished" not in kube.pods["a-0-0"]["metadata"]["labels"]  # the pod was not written
-    assert kube.inf.gang_pods() != []  # kept while its DLJob is in the working set
-    kube.deliver()  # the label's event: the DLJob leaves the working set, and its finished pod with it
     assert kube.inf.dljobs_.items() == [] and kube.inf.gang_pods() == []
+    writes = len(kube.status_patches)
+    rec.run_pass()  # (its VirtualCluster's status says one job fewer running)
+    kube.deliver()
+    assert rec.run_pass().writes == 0 and len(kube.status_patches) == writes  # nothing more for the DLJob
 
 
 def test_a_gang_that_finished_while_the_operator_was_down_succeeds_after_the_restart() -> None:
@@ -409,10 +432,58 @@ def test_a_gang_that_finished_while_the_operator_was_down_succeeds_after_the_res
     kube.bind("a-0-0", "n0", "Succeeded")  # finished while no operator watched
     restarted = CachedFake.__new__(CachedFake)
     restarted.__dict__.update(kube.__dict__)
-    restarted.inf = Informers(SimpleNamespace(custom=None, core=None, namespace=None, pod=restarted.pod))  # type: ignore[arg-type]
+    restarted.inf = Informers(restarted.lister())  # type: ignore[arg-type]
     restarted.deliver()  # the new caches' first lists
     assert restarted.inf.gang.items() == []
     rec = Reconciler(restarted, durations=Durations(None), clock=lambda: 1_767_000_200.0)  # type: ignore[arg-type]
     rep = rec.run_pass()
     assert rep.finished == ["team/a"] and rep.restarted == []
     assert restarted.jobs["a"]["status"]["phase"] == "Succeeded"
+
+
+class Custom:
+    """The client's CustomObjectsApi as far as a DLJob list goes: it answers ``status`` (an HTTP code)
+    to any list selecting by field, and records every call's selectors."""
+
+    def __init__(self, status: int | None) -> None:
+        self.status = status
+        self.calls: list[tuple[str | None, str | None]] = []
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, **kw: Any) -> Any:
+        from kubernetes.client.rest import ApiException
+
+        self.calls.append((kw.get("label_selector"), kw.get("field_selector")))
+        if kw.get("field_selector") and self.status is not None:
+            raise ApiException(status=self.status, reason="field label not supported: status.retired")
+        return SimpleNamespace(data=b'{"items": []}', read=lambda: b"", release_conn=lambda: None)
+
+
+@pytest.mark.parametrize(
+    ("answer", "mode", "selects"),
+    [(None, True, "status.retired!=true"), (400, False, None)],
+    ids=["selectable", "kubernetes-1.30"],
+)
+def test_the_dljob_list_selects_retired_ones_by_status_where_the_apiserver_can(
+    answer: int | None, mode: bool, selects: str | None
+) -> None:
+    """Kubernetes >= 1.31 with the CRD's selectableFields selects ``status.retired``; 1.30 (or an older
+    CRD) answers 400 and DLJobs are retired by label: asked once, every list and watch then the same."""
+    kube = Kube.__new__(Kube)
+    kube.namespace, kube.retire_in_status, kube.custom = None, None, Custom(answer)
+    assert kube.dljobs() == [] and kube.retire_in_status is mode
+    assert kube.dljob_selectors() == {
+        "label_selector": "!qosmos.io/finished",
+        **({"field_selector": selects} if selects else {}),
+    }
+    probe, *lists = kube.custom.calls
+    assert probe == (None, "status.retired!=true")
+    assert lists == [("!qosmos.io/finished", selects)]  # asked once
+
+
+def test_the_retirement_mode_is_asked_again_while_dljobs_are_not_served() -> None:
+    kube = Kube.__new__(Kube)
+    kube.namespace, kube.retire_in_status, kube.custom = None, None, Custom(404)
+    kube.dljobs()
+    assert kube.retire_in_status is None  # the CRD not installed yet: no answer
+    kube.custom.status = None  # installed
+    assert kube.dljob_selectors()["field_selector"] == "status.retired!=true" and kube.retire_in_status is True

@@ -3,6 +3,7 @@ failed attempt's pods kept for kubectl logs, cleanPodPolicy. Pure rules, then pa
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -425,29 +426,43 @@ def test_gpus_per_pod_splits_a_nodes_gpus_over_pods_of_one_gang() -> None:
     assert DLJobSpec.model_validate({"virtualCluster": "v", "gpus": 8, "gpusPerNode": 4, "gpusPerPod": 2})
 
 
-def test_a_finished_job_with_nothing_left_leaves_the_working_set() -> None:
-    """Issue 21 §1: once Succeeded with its pods done, the DLJob is labelled qosmos.io/finished (one write;
-    none to its pods) and the next pass's list (the apiserver's label selector) no longer holds it; one with a TTL to wait for, or
-    with pods still running (cleanPodPolicy None), stays."""
-    r = Run()
+@pytest.mark.parametrize("by_status", [True, False], ids=["status.retired", "label"])
+def test_a_finished_job_with_nothing_left_leaves_the_working_set(by_status: bool) -> None:
+    """Issue 21 §1: once Succeeded with its pods done, the DLJob is retired and the next pass's list no
+    longer holds it. Where the apiserver selects DLJobs by ``status.retired`` (Kubernetes >= 1.31), the
+    Succeeded write itself says so (no write more); elsewhere the label qosmos.io/finished (one write).
+    None to its pods. One with a TTL to wait for, or with pods still running (cleanPodPolicy None),
+    stays, and is retired once they are done."""
+    kube = partial(FakeKube, retire_in_status=by_status)
+
+    def retired(r: Run) -> bool:
+        if by_status:
+            return r.status.get("retired") is True and "labels" not in r.kube.jobs["j"]["metadata"]
+        return (
+            r.kube.jobs["j"]["metadata"].get("labels") == {"qosmos.io/finished": "true"} and "retired" not in r.status
+        )
+
+    r = Run(kube=kube)  # type: ignore[arg-type]
     r.run_to_exit(0)
-    assert r.status["phase"] == "Succeeded"
-    assert r.kube.jobs["j"]["metadata"]["labels"] == {"qosmos.io/finished": "true"}
+    assert r.status["phase"] == "Succeeded" and retired(r)
     assert r.kube.dljobs() == []
+    done = [st for _, st in r.kube.status_patches if st.get("phase") == "Succeeded"]
+    assert len(done) == 1 and done[0].get("retired") is (True if by_status else None)
+    assert len([st for _, st in r.kube.status_patches if "retired" in st]) == (1 if by_status else 0)
     # its pods are not written (kept for `kubectl logs`): the pod watch selects unfinished pods only, and
     # the caches drop a retired DLJob's finished pods (test_informers.py)
     assert r.kube.pods and all("qosmos.io/finished" not in p["metadata"]["labels"] for p in r.kube.pods.values())
-    ttl = Run(ttlSecondsAfterFinished=100)
+    ttl = Run(kube=kube, ttlSecondsAfterFinished=100)  # type: ignore[arg-type]
     ttl.run_to_exit(0)
-    assert "labels" not in ttl.kube.jobs["j"]["metadata"] and len(ttl.kube.dljobs()) == 1
-    kept = Run(cleanPodPolicy="None", backoffLimit=0, gpus=2, gpusPerNode=2, gpusPerPod=1)
+    assert not retired(ttl) and "retired" not in ttl.status and len(ttl.kube.dljobs()) == 1
+    kept = Run(kube=kube, cleanPodPolicy="None", backoffLimit=0, gpus=2, gpusPerNode=2, gpusPerPod=1)  # type: ignore[arg-type]
     kept.step()
     kept.run_current()
     kept.step()
     kept.kube.pods["j-0-0"]["status"] = {"phase": "Failed"}
     kept.step()
     assert kept.status["phase"] == "Failed" and kept.kube.pods["j-0-1"]["status"]["phase"] == "Running"
-    assert "labels" not in kept.kube.jobs["j"]["metadata"]  # its other pod still runs (kept: None)
+    assert "labels" not in kept.kube.jobs["j"]["metadata"] and "retired" not in kept.status  # its other pod runs
     kept.kube.pods["j-0-1"]["status"] = {"phase": "Succeeded"}
     kept.step()
-    assert kept.kube.jobs["j"]["metadata"]["labels"] == {"qosmos.io/finished": "true"}
+    assert retired(kept) and kept.kube.dljobs() == []
