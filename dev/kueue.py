@@ -692,6 +692,18 @@ def job_manifest(
 # --------------------------------------------------------------------------- live: the scenario on qosmos dev
 
 
+def scenario_dljob(j: ScenarioJob) -> dict[str, Any]:
+    """The Workload as a DLJob: its class as a label, its priority, pods KWOK runs for its runtime."""
+    from qosmos.dev.bench import NAMESPACE, dljob_manifest
+
+    body = dljob_manifest(j.name, gpus=j.gpus, run_s=j.run_s, vc=j.vc, namespace=NAMESPACE)
+    body["metadata"]["labels"] = {CLASS_LABEL: j.class_name}
+    body["spec"]["qosClass"] = j.qos_class
+    body["spec"]["priority"] = j.priority
+    body["spec"]["template"]["spec"]["restartPolicy"] = "Never"
+    return body
+
+
 def vc_manifest(q: ScenarioQueue, policy: str, placement: str, backfill: str) -> dict[str, Any]:
     """The ClusterQueue as a VirtualCluster of its cohort: its own nodes, its nominal quota and borrowing
     limit, its preemption rules."""
@@ -812,7 +824,6 @@ def bench_scenario(
         DLJobWatch,
         ProcStats,
         _wait_done,
-        dljob_manifest,
     )
     from qosmos.dev.cluster import DevOptions, _Quiet, down, up
     from qosmos.extender.core.admission import Partition
@@ -861,12 +872,7 @@ def bench_scenario(
                 lag: list[float] = []
 
                 def create(j: ScenarioJob, at: float) -> None:
-                    body = dljob_manifest(j.name, gpus=j.gpus, run_s=j.run_s, vc=j.vc, namespace=NAMESPACE)
-                    body["metadata"]["labels"] = {CLASS_LABEL: j.class_name}
-                    body["spec"]["qosClass"] = j.qos_class
-                    body["spec"]["priority"] = j.priority
-                    body["spec"]["template"]["spec"]["restartPolicy"] = "Never"
-                    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "dljobs", body)
+                    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "dljobs", scenario_dljob(j))
                     now = time.time()
                     watch.created(j.name, now)
                     lag.append(now - at)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from qosmos.extender.core import genie
@@ -384,6 +384,8 @@ class _Pass:
         self.scratch: ClusterState | None = cluster if book else None
         self.result.booked = book
         self.reclaimed: set[str] = set()  # running jobs this pass preempts to reclaim lent resources
+        # waiting messages' "what is free" per (books, request): a 500-job queue asks the same few
+        self._free: dict[tuple[Any, ...], str] = {}
 
     # -- helpers -------------------------------------------------------------------------------
     def running(self) -> Sequence[RunningJob]:
@@ -644,7 +646,13 @@ class _Pass:
             said = "its fixed shape " + (f"can never fit in {job.vc}: {never}" if never else NOT_NOW)
             why = said if why == NOT_NOW else f"{said}; {why}"
         needs = _needs(job, shape)
-        msg = f"needs {needs} in {job.vc}; {_free_text(self.state(), job, shape)}; {why}"
+        st = self.state()
+        key = (id(st), st.books, job.vc, shape, job.gpus, job.gpu_models, job.gpu_milli, job.cpu_milli,
+               job.memory_mib, job.nodes, job.pool)  # fmt: skip
+        free = self._free.get(key)
+        if free is None:
+            free = self._free[key] = _free_text(st, job, shape)
+        msg = f"needs {needs} in {job.vc}; {free}; {why}"
         if d.waiting_allowance is not None and math.isfinite(d.waiting_allowance):
             msg += f"; waiting allowance {d.waiting_allowance:+.0f} s"
         self.result.waiting.append(WaitReason(job, code, msg, pos, needs, blocking, d.waiting_allowance))

@@ -77,6 +77,7 @@ class ClusterState:
         # restarts them at 0, so a refusal remembered against another state must not carry over.
         # Copies share it: they derive from these books.
         self.lineage = next(_LINEAGES)
+        self.books = 0  # bumped by every allocate and release: what was derived from the books is stale
 
     def copy(self) -> ClusterState:
         """An independent copy of the mutable books (static arrays and caches are shared)."""
@@ -246,6 +247,7 @@ class ClusterState:
 
     # ---- mutators --------------------------------------------------------------------------
     def allocate(self, alloc: Allocation) -> None:
+        self.books += 1
         gfm, cap = self.gpu_free_milli, self._cap
         for g in alloc.grants:
             row, need, c = gfm[g.node], g.gpu_milli, cap[g.node]
@@ -277,6 +279,7 @@ class ClusterState:
                 self.free_mem[node] -= g.memory_mib
 
     def release(self, alloc: Allocation) -> None:
+        self.books += 1
         gfm = self.gpu_free_milli
         for g in alloc.grants:
             node = g.node

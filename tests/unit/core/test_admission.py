@@ -175,6 +175,22 @@ def test_without_backfilling_the_head_blocks_the_queue() -> None:
     assert res.carry.reservation is None
 
 
+def test_a_waiting_message_says_what_is_free_after_the_starts_before_it() -> None:
+    """Jobs with the same request share the pass's "what is free" line until the books move: C, like
+    X, needs 4 GPUs, but B2 was backfilled between them, so C's line counts 1 free, not X's 2."""
+    c = ClusterState([Node("n0", 4), Node("n1", 4)])
+    j0 = run(c, Job("J0", 0, 4, duration=100), 0, node=0)
+    rt = PartitionRuntime(Partition("default", placement="consolidate", backfill="easy"))
+    queue = [Job("A", 1, 8, duration=50), Job("B1", 2, 2, duration=10), Job("X", 3, 4, duration=500),
+             Job("B2", 4, 1, duration=10), Job("C", 5, 4, duration=500)]  # fmt: skip
+    res = admit(rt, queue, [j0], c, 5.0, estimate=oracle)
+    assert started(res) == ["B1", "B2"]
+    said = {w.job.id: w.message for w in res.waiting}
+    assert "; 2 GPUs free in default; 0 node(s) have 4 free;" in said["X"]
+    assert "; 1 GPUs free in default; 0 node(s) have 4 free;" in said["C"]
+    assert c.books == 1  # J0's booking: the pass books on its own copy
+
+
 def test_backfilling_needs_estimates_and_the_pass_never_mutates_the_cluster() -> None:
     c = ClusterState([Node("n0", 4)])
     rt = PartitionRuntime(Partition("default", backfill="easy"))

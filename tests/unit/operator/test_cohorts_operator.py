@@ -144,3 +144,18 @@ def test_the_crd_model_refuses_limits_without_a_cohort() -> None:
     rules = root["properties"]["spec"]["x-kubernetes-validations"]
     paths = {r["fieldPath"] for r in rules if "has(self.cohort)" in r["rule"]}
     assert {".quota.borrowingLimit", ".quota.lendingLimit", ".cohort"} <= paths
+
+
+def test_a_member_that_admitted_this_pass_lends_what_it_left_idle_to_the_next() -> None:
+    """Members' passes run in name order within one plan, and each reads the others' waiting jobs (a
+    member with demand does not lend its idle quota). vb admits b0 and has 8 GPUs left idle with no
+    demand: vc's pass, after it, borrows them for c1 in the same plan (a view of vb's queue from before
+    its admissions would still count b0 as demand, and lend nothing)."""
+    kube = FakeKube(
+        [gpu_node("n0", pool="a"), gpu_node("n1", pool="b"), gpu_node("n2", pool="b"), gpu_node("n3", pool="c")],
+        vcs=[vc("va", "a", quota={"gpus": 8}), vc("vb", "b", quota={"gpus": 16}), vc("vc", "c", quota={"gpus": 8})],
+    )
+    kube.add(dljob("a0", "va", 0), dljob("b0", "vb", 1), dljob("c0", "vc", 2), dljob("c1", "vc", 3))
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: T0 + 60)  # type: ignore[arg-type]
+    assert sorted(rec.run_pass().admitted) == ["team/a0", "team/b0", "team/c0", "team/c1"]
+    assert kube.vc_status["vc"]["gpus"]["borrowed"] == 8 and kube.vc_status["vb"]["gpus"]["lent"] == 8

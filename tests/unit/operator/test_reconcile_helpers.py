@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from qosmos.operator.reconcile import _same_carry, _words, condition
+from qosmos.extender.core.types import Job
+from qosmos.operator.reconcile import _copy_job, _same_carry, _words, condition
 
 
 def test_condition_keeps_its_transition_time_while_its_status_holds() -> None:
@@ -33,3 +35,16 @@ def test_carry_comparison_ignores_the_projected_start_only() -> None:
     assert not _same_carry(carry(100.0, 150.0), carry(100.0, 151.0))
     assert not _same_carry(None, carry(100.0, 150.0))
     assert not _same_carry("{broken", carry(100.0, 150.0))
+
+
+def test_the_plans_job_copy_has_every_field_and_is_its_own() -> None:
+    """The plan copies each DLJob's Job (compiled from the dataclass's fields): a field it missed
+    would read as unset in every decision."""
+    job = Job("ns/a", 12.5)
+    marks = {f.name: object() for f in dataclasses.fields(Job)}  # a value of its own in every field
+    for name, mark in marks.items():
+        setattr(job, name, mark)
+    copy = _copy_job(job)
+    assert copy is not job and all(getattr(copy, name) is mark for name, mark in marks.items())
+    copy.predicted_duration = 1.0
+    assert job.predicted_duration is marks["predicted_duration"]
