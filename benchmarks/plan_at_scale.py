@@ -8,7 +8,8 @@ The generator file's queues become VirtualClusters of their cohorts over nodes o
 at once (``--scale`` of them). The first pass writes every DLJob's first Queued status (and admits what
 fits); the next ``--passes`` passes, with nothing changed in between but the clock, are the steady state
 of a pass while that many DLJobs wait: one JSON line with the first pass's and the steady passes'
-plan seconds (median, max), and the writes each made. ``--profile FILE``: a cProfile of the steady
+plan seconds (median, max), and the writes each made (the status patches by kind). ``--finish``:
+between passes the admitted gangs run to completion, so each pass finishes and admits (churn). ``--profile FILE``: a cProfile of the steady
 passes' plans. The process's garbage collector is tuned as the operator's (``--default-gc``: not).
 """
 
@@ -19,6 +20,7 @@ import cProfile
 import json
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 
@@ -31,6 +33,7 @@ def main() -> None:
     ap.add_argument("--backfill", default="easy")
     ap.add_argument("--profile", type=Path, help="write a cProfile of the steady passes' plans here")
     ap.add_argument("--default-gc", action="store_true", help="Python's collector thresholds, not the operator's")
+    ap.add_argument("--finish", action="store_true", help="between passes, the admitted gangs run to completion")
     a = ap.parse_args()
     if not a.default_gc:
         from qosmos.operator.runner import tune_gc
@@ -67,8 +70,12 @@ def main() -> None:
     first_s = time.perf_counter() - t
     prof = cProfile.Profile() if a.profile else None
     steady, writes = [], []
+    status: Counter[str] = Counter()
+    patched = len(kube.status_patches)
     for _ in range(a.passes):
         now += 1.0
+        if a.finish:
+            kube.run_new_pods("Succeeded")
         if prof is not None:
             prof.enable()
         rep = rec.run_pass()
@@ -76,6 +83,7 @@ def main() -> None:
             prof.disable()
         steady.append(plan_s(rep))
         writes.append(rep.writes)
+        status.update(rep.status_writes)
     if prof is not None:
         prof.dump_stats(str(a.profile))
     queued = sum(1 for o in kube.jobs.values() if (o.get("status") or {}).get("phase") == "Queued")
@@ -83,7 +91,12 @@ def main() -> None:
         "dljobs": len(jobs), "virtual_clusters": len(vcs), "nodes": len(nodes), "queued": queued,
         "first_pass_s": round(first_s, 2), "first_plan_s": round(plan_s(first), 2), "first_writes": first.writes,
         "steady_plan_p50_s": round(statistics.median(steady), 3), "steady_plan_max_s": round(max(steady), 3),
-        "steady_writes": writes,
+        "steady_writes": writes, "steady_status_writes": dict(status),
+        # which fields the steady passes' status patches carried (phase changes apart)
+        "steady_patch_fields": dict(Counter(
+            ",".join(sorted(k for k in st if k != "observedGeneration"))
+            for _, st in kube.status_patches[patched:] if "phase" not in st
+        ).most_common(8)),
     }))  # fmt: skip
 
 

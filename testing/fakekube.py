@@ -47,6 +47,16 @@ def dljob_object(
     }  # fmt: skip
 
 
+def pinned(pod: dict[str, Any]) -> str:
+    """The node the operator pinned a gang pod to (its required node affinity on the hostname)."""
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    for term in terms["nodeSelectorTerms"]:
+        for e in term.get("matchFields") or term.get("matchExpressions") or []:
+            if e["key"] in ("metadata.name", "kubernetes.io/hostname"):
+                return str(e["values"][0])
+    raise AssertionError(f"pod {pod['metadata']['name']} is not pinned")
+
+
 class FakeKube:
     def __init__(
         self,
@@ -97,6 +107,14 @@ class FakeKube:
         p["spec"]["nodeName"] = node
         p.setdefault("status", {})["phase"] = phase
         self._touch(p)
+
+    def run_new_pods(self, phase: str = "Running") -> None:
+        """kube-scheduler binds the pods not yet run where the operator pinned them; the kubelet runs
+        them (``Pending``: cannot start them; ``Succeeded``: they ran to completion already)."""
+        for name, p in self.pods.items():
+            if (p.get("status") or {}).get("phase") is None:
+                p["spec"].pop("schedulingGates", None)
+                self.bind(name, pinned(p), phase)
 
     def terminate(self, *names: str) -> None:
         """The kubelet finished terminating these pods (all terminating ones when none named)."""
@@ -228,4 +246,4 @@ class FakeKube:
         self.events.append((obj["metadata"]["name"], reason, message))
 
 
-__all__ = ["FakeKube", "dljob_object", "gpu_node"]
+__all__ = ["FakeKube", "dljob_object", "gpu_node", "pinned"]

@@ -23,7 +23,7 @@ from qosmos.operator.lifecycle import (
 )
 from qosmos.operator.reconcile import Reconciler
 from qosmos.operator.translate import parse_time
-from qosmos.testing.fakekube import FakeKube, gpu_node
+from qosmos.testing.fakekube import FakeKube, gpu_node, pinned
 
 T0 = parse_time("2026-01-02T03:04:05Z") or 0.0
 
@@ -88,10 +88,7 @@ class Run:
     def run_current(self, phase: str = "Running") -> None:
         """kube-scheduler binds the new pods where the operator pinned them; the kubelet runs them (or,
         ``Pending``, cannot start them)."""
-        for name, p in self.kube.pods.items():
-            if (p.get("status") or {}).get("phase") is None:
-                p["spec"].pop("schedulingGates", None)
-                self.kube.bind(name, pinned(p), phase)
+        self.kube.run_new_pods(phase)
 
     def run_to_exit(self, code: int) -> None:
         """Admitted, its pods running, then their containers exit with ``code`` (a pass after each)."""
@@ -106,16 +103,6 @@ class Run:
             if p["status"].get("phase") == "Running":
                 p["status"] = {"phase": "Failed" if code else "Succeeded", "containerStatuses": [
                     {"name": container, "state": {"terminated": {"exitCode": code}}}]}  # fmt: skip
-
-
-def pinned(pod: dict[str, Any]) -> str:
-    """The node the operator pinned a gang pod to (its required node affinity on the hostname)."""
-    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    for term in terms["nodeSelectorTerms"]:
-        for e in term.get("matchFields") or term.get("matchExpressions") or []:
-            if e["key"] in ("metadata.name", "kubernetes.io/hostname"):
-                return str(e["values"][0])
-    raise AssertionError(f"pod {pod['metadata']['name']} is not pinned")
 
 
 def test_a_failed_gang_is_recreated_after_a_doubling_back_off_keeping_the_failed_pod() -> None:

@@ -279,6 +279,78 @@ def test_drift_refreshes_are_bounded_per_pass_stalest_first() -> None:
     assert rest == near | {f"q{i:03d}" for i in range(18, 150 - DRIFT_WRITES - k)}
 
 
+def test_a_prediction_appearing_drifts_it_does_not_rewrite_every_queued_job_at_once() -> None:
+    """QSSF's first observation gives every queued job a prediction in the same pass; writing each at
+    once was one status patch per queued DLJob (15,000 with Kueue's file). It drifts: written with the
+    job's next write, or once REFRESH_S has passed."""
+    from qosmos.extender.core.types import Job
+    from qosmos.operator.reconcile import REFRESH_S
+
+    queued = [dljob(f"q{i:02d}", 8, created=float(i)) for i in range(20)]
+    planner = Planner(durations=Durations(None))
+    plan, _ = planner.plan(snapshot(*queued, nodes=1), T0 + 100)
+    written = {w.name: w.status for w in plan.writes() if isinstance(w, PatchStatus)}
+    for j in queued:
+        j["status"] = {**j["status"], **written.get(j["metadata"]["name"], {})}
+    assert not any("predictedDurationSeconds" in st for st in written.values())  # no history yet
+    planner.durations.observe(Job("team/done", T0, gpus=8, user="team"), 300.0, T0 + 100)
+
+    def predicted(now: float) -> set[str]:
+        plan, _ = planner.plan(snapshot(*queued, nodes=1), now)
+        written = {w.name: w.status for w in plan.writes() if isinstance(w, PatchStatus)}
+        for j in queued:  # the state the writes made
+            j["status"] = {**j["status"], **written.get(j["metadata"]["name"], {})}
+        return {n for n, st in written.items() if "predictedDurationSeconds" in st}
+
+    # q00 runs: q01 is the new head, q10 comes below NEAR_HEAD; their writes carry their predictions
+    assert predicted(T0 + 101) == {"q01", "q10"}
+    assert predicted(T0 + 101 + REFRESH_S) == {f"q{i:02d}" for i in range(2, 20)} - {"q10"}  # the rest, drifting
+
+
+def test_first_statuses_beyond_the_head_come_from_a_bucket_the_front_of_every_queue_first() -> None:
+    """An arrival burst: 260 one-GPU jobs in each of two VirtualClusters of one 8-GPU node. The first
+    NEAR_HEAD positions of each queue get their first status at once; the rest from the FIRST_WRITES
+    bucket, position by position across both queues, refilled at FIRST_WRITES_PER_S; a job admitted before
+    its turn never gets a Queued status."""
+    from qosmos.operator.reconcile import FIRST_WRITES, FIRST_WRITES_PER_S, NEAR_HEAD
+
+    vcs = [{"metadata": {"name": v}, "spec": {"policy": "fifo", "placement": "consolidate",
+                                              "nodeSelector": {"pool": v}}} for v in ("va", "vb")]  # fmt: skip
+    nodes = [gpu_node("n0", pool="va"), gpu_node("n1", pool="vb")]
+    jobs = {v: [dljob_object(f"{v}-{i:03d}", T0 + i, vc=v, gpus=1) for i in range(260)] for v in ("va", "vb")}
+    for j in [*jobs["va"], *jobs["vb"]]:
+        j["metadata"]["resourceVersion"] = "7"
+    planner = Planner(durations=Durations(None))
+
+    def step(now: float) -> dict[str, dict[str, Any]]:
+        snap = Snapshot(vcs=copy.deepcopy(vcs), nodes=copy.deepcopy(nodes),
+                        jobs=parse_dljobs([copy.deepcopy(j) for j in [*jobs["va"], *jobs["vb"]]]), pods=[])  # fmt: skip
+        plan, _ = planner.plan(snap, now)
+        written = {w.name: dict(w.status) for w in plan.writes() if isinstance(w, PatchStatus)}
+        for j in [*jobs["va"], *jobs["vb"]]:
+            j["status"] = {**(j.get("status") or {}), **written.get(j["metadata"]["name"], {})}
+        return written
+
+    first = step(T0 + 300)
+    queued = {n: st for n, st in first.items() if st.get("phase") == "Queued"}
+    positions = sorted(st["queuePosition"] for st in queued.values())
+    # 8 admitted in each queue (positions 0-7 of this pass's order); the waiting ones before NEAR_HEAD
+    # at once, then FIRST_WRITES more, the front of both queues first
+    assert sum(st.get("phase") == "Admitted" for st in first.values()) == 16
+    assert positions == sorted([*range(8, NEAR_HEAD)] * 2 + [NEAR_HEAD + i // 2 for i in range(FIRST_WRITES)])
+    assert all({"queuePosition", "conditions"} <= set(st) for st in queued.values())  # whole statuses
+    # one second on (the 16 admitted out of the queues: every position 8 less): FIRST_WRITES_PER_S more,
+    # the next positions of both queues
+    more = {n: st for n, st in step(T0 + 301).items() if st.get("phase") == "Queued"}
+    nxt = NEAR_HEAD + FIRST_WRITES // 2 - 8
+    k = int(FIRST_WRITES_PER_S)
+    assert sorted(st["queuePosition"] for st in more.values()) == sorted(nxt + i // 2 for i in range(k))
+    assert step(T0 + 301) == {}  # a pass at the same time: the bucket is empty, nothing else changed
+    # the queues' tails: never written while waiting; admitted ones go straight to Admitted
+    tail = [j for j in jobs["va"] if not j.get("status")]
+    assert len(tail) == 260 - NEAR_HEAD - (FIRST_WRITES + k) // 2
+
+
 def test_a_refusal_of_a_job_deleted_before_the_next_pass_is_forgotten() -> None:
     kube = Refusing([gpu_node("n0")], [dljob("a")])
     rec = Reconciler(kube, durations=Durations(None), clock=lambda: T0 + 10)  # type: ignore[arg-type]
@@ -305,8 +377,10 @@ class FixedRuns(Durations):
 def test_the_eta_forecasts_of_a_pass_share_a_budget_stalest_virtual_cluster_first(monkeypatch: Any) -> None:
     """Four VirtualClusters, each a node of 8 GPUs and 16 one-GPU jobs: 8 start, 8 wait 100 s. Each
     forecast makes 8 + 8 job decisions; with a pass budget of 40 two run whole, the third is cut short
-    (its jobs keep what ETA they had) and the fourth waits for a later pass, which serves it first."""
+    (its jobs keep what ETA they had) and the fourth waits for a later pass, which serves it first. The
+    passes are REFRESH_S apart: an ETA appearing on a job with a status is a drift refresh."""
     from qosmos.operator import reconcile
+    from qosmos.operator.reconcile import REFRESH_S
 
     monkeypatch.setattr(reconcile, "FORECAST_PASS_WORK", 40)
     pools = "abcd"
@@ -334,13 +408,14 @@ def test_the_eta_forecasts_of_a_pass_share_a_budget_stalest_virtual_cluster_firs
     assert sorted(first) == waiting
     assert all(first[f"{x}{i:02d}"] == T0 + 200 for x in "ab" for i in range(8, 16))  # whole forecasts
     assert all(first[f"{x}{i:02d}"] is None for x in "cd" for i in range(8, 16))  # cut short, not reached
-    second = etas(T0 + 101)
+    second = etas(T0 + 100 + REFRESH_S)
     # vc-d (never forecast) first, then vc-a; vc-b is cut short and keeps its ETAs, vc-c gets nothing yet
     assert all(second[f"d{i:02d}"] == T0 + 200 for i in range(8, 16))
     assert all(second[f"{x}{i:02d}"] == T0 + 200 for x in "ab" for i in range(8, 16))
     assert all(second[f"c{i:02d}"] is None for i in range(8, 16))
-    assert planner.memory.forecast_at == {"vc-a": T0 + 101, "vc-b": T0 + 101, "vc-c": T0 + 100, "vc-d": T0 + 101}
-    third = etas(T0 + 102)  # vc-c's turn
+    t = T0 + 100 + REFRESH_S
+    assert planner.memory.forecast_at == {"vc-a": t, "vc-b": t, "vc-c": T0 + 100, "vc-d": t}
+    third = etas(T0 + 100 + 2 * REFRESH_S)  # vc-c's turn
     assert all(v == T0 + 200 for v in third.values())
 
 
