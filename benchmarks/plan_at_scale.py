@@ -9,8 +9,9 @@ at once (``--scale`` of them). The first pass writes every DLJob's first Queued 
 fits); the next ``--passes`` passes, with nothing changed in between but the clock, are the steady state
 of a pass while that many DLJobs wait: one JSON line with the first pass's and the steady passes'
 plan seconds (median, max), and the writes each made (the status patches by kind). ``--finish``:
-between passes the admitted gangs run to completion, so each pass finishes and admits (churn). ``--profile FILE``: a cProfile of the steady
-passes' plans. The process's garbage collector is tuned as the operator's (``--default-gc``: not).
+between passes the admitted gangs run to completion, so each pass finishes and admits (churn).
+``--profile FILE``: a cProfile of the steady passes' plans. The process's garbage collector is tuned
+as the operator's (``--default-gc``: not).
 """
 
 from __future__ import annotations

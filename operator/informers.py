@@ -19,7 +19,8 @@ stream from undoing each other:
   flight from before the write cannot undo it).
 
 What the stores hold mirrors the server-side selectors, so retired DLJobs (``status.retired``, or the
-label ``qosmos.io/finished`` where the apiserver cannot select by status) and pods of no concern never enter memory: the pass's time and memory do not grow with history.
+label ``qosmos.io/finished`` where the apiserver cannot select by status) and pods of no concern never
+enter memory: the pass's time and memory do not grow with history.
 """
 
 from __future__ import annotations

@@ -117,12 +117,13 @@ class Kube:
     def dljobs(self) -> list[dict[str, Any]]:
         """The working set: every DLJob but the retired ones (the apiserver filters them out, so a pass
         does not grow with history)."""
-        kw = {**self.dljob_selectors(), "_preload_content": False}
+        return self._items(self._list_dljobs(**self.dljob_selectors(), _preload_content=False))
+
+    def _list_dljobs(self, **kw: Any) -> Any:
+        """A DLJob list in the operator's namespace, or in all of them."""
         if self.namespace:
-            return self._items(
-                self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "dljobs", **kw)
-            )
-        return self._items(self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", **kw))
+            return self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "dljobs", **kw)
+        return self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", **kw)
 
     def dljob_selectors(self) -> dict[str, str]:
         """The selectors of the working set's list and watch: DLJobs neither labelled
@@ -142,12 +143,8 @@ class Kube:
         label not supported); None when DLJobs are not served (their CRD not installed yet)."""
         from kubernetes.client.rest import ApiException
 
-        kw: dict[str, Any] = {"field_selector": NOT_RETIRED, "limit": 1, "_preload_content": False}
         try:
-            if self.namespace:
-                resp = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "dljobs", **kw)
-            else:
-                resp = self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", **kw)
+            resp = self._list_dljobs(field_selector=NOT_RETIRED, limit=1, _preload_content=False)
         except ApiException as exc:
             if exc.status == 404:
                 return None
