@@ -17,6 +17,7 @@ Kueue's code stays in the cache (``~/.cache/qosmos/kueue/v0.17.0``); nothing of 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -796,6 +797,69 @@ def scenario_stats(sc: Scenario, seen: dict[str, Any], t0: float, t_end: float) 
     }
 
 
+# the steps of a job's hold on its GPUs after its admission, as its DLJob and its pods record them
+POD_STEPS = (
+    "admitted_to_pods_created",
+    "created_to_bound",
+    "bound_to_running",
+    "running_to_finished",
+    "finished_to_succeeded",
+)
+
+
+def pod_steps(sc: Scenario, seen: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per class, the mean seconds of each step in ``POD_STEPS`` over the jobs whose last gang recorded
+    it: admission (the DLJob watch) -> the gang's pods created -> bound (PodScheduled) -> running
+    (startTime) -> finished (containers' finishedAt) -> the DLJob Succeeded (the watch). A gang's step ends
+    with its slowest pod. The pods' times have the apiserver's one-second resolution, so each step is
+    within a second of the truth job by job, less on the mean; a Kueue workload has none of these steps
+    (its runtime starts at admission)."""
+    from qosmos.operator.crds import LABEL_JOB
+    from qosmos.operator.translate import LABEL_ATTEMPT, parse_time
+
+    gangs: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for p in pods:
+        labels = (p.get("metadata") or {}).get("labels") or {}
+        if LABEL_JOB in labels:
+            attempt = int(labels.get(LABEL_ATTEMPT) or 0)
+            gangs.setdefault(labels[LABEL_JOB], {}).setdefault(attempt, []).append(p)
+
+    def latest(times: list[float | None]) -> float | None:
+        return None if not times or any(t is None for t in times) else max(t for t in times if t is not None)
+
+    def bound(p: dict[str, Any]) -> float | None:
+        conds = (p.get("status") or {}).get("conditions") or []
+        ok = [c for c in conds if c.get("type") == "PodScheduled" and c.get("status") == "True"]
+        return parse_time(ok[0].get("lastTransitionTime")) if ok else None
+
+    def finished(p: dict[str, Any]) -> float | None:
+        states = [c.get("state") or {} for c in (p.get("status") or {}).get("containerStatuses") or []]
+        return latest([parse_time((st.get("terminated") or {}).get("finishedAt")) for st in states])
+
+    steps: dict[str, dict[str, list[float]]] = {}
+    for j in sc.jobs:
+        s, gang = seen.get(j.name), gangs.get(j.name)
+        starts = [s.phases[p] for p in ("Admitted", "Running", "Succeeded") if p in s.phases] if s else []
+        if s is None or not gang or not starts:
+            continue
+        last = gang[max(gang)]
+        created = latest([parse_time(p["metadata"].get("creationTimestamp")) for p in last])
+        running = latest([parse_time((p.get("status") or {}).get("startTime")) for p in last])
+        marks = [
+            min(starts),  # as scenario_stats counts the admission
+            created,
+            latest([bound(p) for p in last]),
+            running,
+            latest([finished(p) for p in last]),
+            s.phases.get("Succeeded"),
+        ]
+        mine = steps.setdefault(j.class_name, {k: [] for k in POD_STEPS})
+        for k, a, b in zip(POD_STEPS, marks, marks[1:], strict=False):
+            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b):
+                mine[k].append(b - a)
+    return {c: {k: round(sum(v) / len(v), 2) for k, v in by_step.items() if v} for c, by_step in sorted(steps.items())}
+
+
 def bench_scenario(
     generator: Path,
     *,
@@ -891,6 +955,8 @@ def bench_scenario(
                 ok, bad = _wait_done(watch, len(sc.jobs), timeout, tick)
                 t_end = time.time()
                 seen = watch.snapshot()
+            resp = core.list_namespaced_pod(NAMESPACE, _preload_content=False)  # once, after the run
+            pods = json.loads(resp.read()).get("items") or []
             op_cpu, op_peak = op.cpu_s() - cpu0, op.peak_rss_mb()
             control_plane = use.report(len(sc.jobs))
         finally:
@@ -903,6 +969,7 @@ def bench_scenario(
         "wall_s": round(t_end - t0, 1),
         "vcs_ready_s": round(vcs_ready, 1),
         **stats,
+        "pod_steps_s": pod_steps(sc, seen, pods),
         "workloads": len(sc.jobs),
         "succeeded": ok,
         "failed": bad,

@@ -2,8 +2,10 @@
 lifecycle from the Stages in ``kwok-stages.yaml`` (bound -> Running; ``qosmos.io/run-duration``
 -> Succeeded after that long; deleted -> gone).
 
-``hack/kind/up.sh`` gives the same file to its KWOK container. An in-cluster KWOK with its Stage
-CRD enabled (KWOK's release ``kwok.yaml``) takes the same documents through ``kubectl apply``.
+Its options (worker counts) are ``kwok-config.yaml``'s, every one set: KWOK defaults none of a
+KwokConfiguration it reads from a file. ``hack/kind/up.sh`` gives the same two files to its KWOK
+container. An in-cluster KWOK with its Stage CRD enabled (KWOK's release ``kwok.yaml``) takes the same
+Stages through ``kubectl apply``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from qosmos.dev.fakenodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 from qosmos.dev.process import LOOPBACK, Component, free_port
 
 STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
+CONFIG_FILE = Path(__file__).with_name("kwok-config.yaml")  # KWOK's options, every one set
 RUN_DURATION_ANNOTATION = "qosmos.io/run-duration"
 POD_CIDR = "10.244.0.0/16"  # pod IPs KWOK hands out; apart from the service range
 # kwokctl uses 40 s (a renewal every 10 s). The dev cluster runs no node-lifecycle controller, so a
@@ -45,9 +48,9 @@ def start_kwok(cp: ControlPlane, timeout: float | None = None, name: str = "kwok
         [
             cp.bin("kwok"),
             f"--kubeconfig={cp.kubeconfig_path}",
-            # The Stages file itself (as hack/kind mounts it): KWOK runs no Stage it is not given. Options
-            # stay on the command line: a KwokConfiguration in the file would replace KWOK's defaults
-            # wholesale (its worker counts would be 0).
+            # KWOK's options, then the Stages (as hack/kind mounts them): KWOK runs no Stage it is not
+            # given; the flags below override the file's options.
+            f"--config={CONFIG_FILE}",
             f"--config={STAGES_FILE}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from collections.abc import Sequence as Sequence_
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -158,27 +159,52 @@ class Plan:
         return [w for stage in self.stages for s in stage for w in s.writes]
 
 
+def records_only(writes: Sequence_[Write]) -> bool:
+    """Writes that only record what happened (a status without a precondition, an Event, an optional
+    label): nothing later in the plan waits for them, as a new gang waits for the pods a requeue
+    deletes."""
+    return all(
+        (isinstance(w, PatchStatus) and not w.precondition)
+        or isinstance(w, Event)
+        or (isinstance(w, LabelDLJob) and w.optional)
+        for w in writes
+    )
+
+
 class Recorder:
     """How the planner states writes: into the current stage, each under its sequence's key (writes of
-    one key keep their order; keys of one stage run side by side). ``stage()`` starts the next stage."""
+    one key keep their order; keys of one stage run side by side). ``stage()`` starts the next stage;
+    ``stage(defer=...)`` holds the sequences it picks back until the plan's last stage, so that the
+    stages between them (the admissions) start sooner. A held key that gets writes in a later stage
+    goes there, its held writes first: its order is kept."""
 
     def __init__(self) -> None:
         self.plan = Plan()
         self._cur: dict[str, list[Write]] = {}
         self._admits: dict[str, str] = {}
+        self._held: dict[str, list[Write]] = {}
 
     def add(self, key: str, *writes: Write, admits: str | None = None) -> None:
-        self._cur.setdefault(key, []).extend(writes)
+        cur = self._cur.get(key)
+        if cur is None:
+            cur = self._cur[key] = self._held.pop(key, [])
+        cur.extend(writes)
         if admits is not None:
             self._admits[key] = admits
 
-    def stage(self) -> None:
+    def stage(self, defer: Callable[[list[Write]], bool] | None = None) -> None:
+        if defer is not None:
+            for k in [k for k, ws in self._cur.items() if ws and k not in self._admits and defer(ws)]:
+                self._held[k] = self._cur.pop(k)
         if self._cur:
             self.plan.stages.append([Sequence(tuple(ws), self._admits.get(k)) for k, ws in self._cur.items() if ws])
         self._cur, self._admits = {}, {}
 
     def done(self) -> Plan:
         self.stage()
+        if self._held:  # after every other stage: nothing waits for them
+            self.plan.stages.append([Sequence(tuple(ws)) for ws in self._held.values()])
+            self._held = {}
         return self.plan
 
 

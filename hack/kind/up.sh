@@ -4,7 +4,7 @@
 #
 #   kind cluster (kind-config.yaml)        the API server, the default scheduler, controllers
 #   container <name>-qosmos-scheduler      kube-scheduler with the qosmos-scheduler profile
-#   container <name>-kwok                  KWOK with dev/kwok-stages.yaml (run-duration, leases)
+#   container <name>-kwok                  KWOK with dev/kwok-config.yaml, dev/kwok-stages.yaml
 #   host: qosmos extender serve            plaintext on 127.0.0.1 (loopback only)
 #   host: qosmos operator run              when this version of qosmos has it
 #   fake GPU nodes                         `qosmos dev nodes` (4 x 8 V100M32, pools a and b)
@@ -105,11 +105,11 @@ docker run -d --name "$NAME-qosmos-scheduler" --network host --user "$(id -u):$(
   --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --cert-dir=/tmp/qosmos-scheduler-certs >/dev/null
 wait_http "https://127.0.0.1:$SCHEDULER_PORT/readyz" "the qosmos-scheduler (docker logs $NAME-qosmos-scheduler)"
 
-log "KWOK $KWOK_VERSION with dev/kwok-stages.yaml"
+log "KWOK $KWOK_VERSION with dev/kwok-config.yaml and dev/kwok-stages.yaml"
 docker run -d --name "$NAME-kwok" --network host --user "$(id -u):$(id -g)" \
   -v "$DIR/kubeconfig:/qosmos/kubeconfig:ro" -v "$ROOT/dev/kwok-stages.yaml:/qosmos/kwok-stages.yaml:ro" \
-  "$KWOK_IMAGE" \
-  --kubeconfig=/qosmos/kubeconfig --config=/qosmos/kwok-stages.yaml \
+  -v "$ROOT/dev/kwok-config.yaml:/qosmos/kwok-config.yaml:ro" "$KWOK_IMAGE" \
+  --kubeconfig=/qosmos/kubeconfig --config=/qosmos/kwok-config.yaml --config=/qosmos/kwok-stages.yaml \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
   --node-lease-duration-seconds=40 --cidr="$KWOK_POD_CIDR" \
   --server-address="127.0.0.1:$KWOK_PORT" >/dev/null

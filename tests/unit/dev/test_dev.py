@@ -13,14 +13,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
+import yaml
 from qosmos.dev import cluster
 from qosmos.dev.cli import register
 from qosmos.dev.cluster import DevError, DevOptions, DevState
 from qosmos.dev.fakenodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
-from qosmos.dev.kwok import RUN_DURATION_ANNOTATION, stages
+from qosmos.dev.kwok import CONFIG_FILE, RUN_DURATION_ANNOTATION, STAGES_FILE, stages, start_kwok
 from qosmos.dev.process import Component, ProcessRef, start_ticks, stop_all
 from qosmos.extender.core.errors import InvalidInput
 from typer.testing import CliRunner
@@ -113,8 +115,53 @@ def test_stages_play_run_duration_from_start_time() -> None:
     assert "phase: Succeeded" in complete["next"]["statusTemplate"]
     # No KWOK stage completes pods by owner (Jobs): without the annotation a pod runs until deleted.
     assert all("ownerReferences" not in json.dumps(s) for s in stages())
-    # kwok reads this file as its --config: Stages only (a KwokConfiguration there would zero its workers).
+    # kwok reads this file as its --config: Stages only (its options are kwok-config.yaml's).
     assert {s["kind"] for s in stages()} == {"Stage"}
+
+
+def test_kwok_options_are_all_set_with_pod_stages_played_side_by_side() -> None:
+    (conf,) = [d for d in yaml.safe_load_all(CONFIG_FILE.read_text()) if d]
+    assert (conf["apiVersion"], conf["kind"]) == ("config.kwok.x-k8s.io/v1alpha1", "KwokConfiguration")
+    opts = conf["options"]
+    # KWOK v0.8.0 defaults nothing in a KwokConfiguration it loads from a file: every option its
+    # SetObjectDefaults_KwokConfiguration sets is set here, each worker count at least 1
+    workers = [
+        "podPlayStageParallelism",
+        "nodePlayStageParallelism",
+        "nodeLeaseParallelism",
+        "podsOnNodeSyncParallelism",
+    ]
+    flags = ["manageAllNodes", "enableDebuggingHandlers", "enableContentionProfiling", "enableProfilingHandler",
+             "enablePodsOnNodeSyncListPager", "enablePodsOnNodeSyncStreamWatch"]  # fmt: skip
+    assert all(isinstance(opts[k], int) and opts[k] >= 1 for k in workers)
+    assert all(isinstance(opts[k], bool) for k in flags) and opts["manageAllNodes"] is False
+    assert opts["podPlayStageParallelism"] > 4  # KWOK's default of 4 held pods of 0.2 s jobs ~24 s
+    # both files go to kwok, the options first; hack/kind/up.sh mounts the same two
+    up = (Path(__file__).parents[3] / "hack" / "kind" / "up.sh").read_text()
+    assert up.index("--config=/qosmos/kwok-config.yaml") < up.index("--config=/qosmos/kwok-stages.yaml")
+    assert CONFIG_FILE.parent == STAGES_FILE.parent
+
+
+def test_kwok_is_started_with_its_options_then_its_stages(tmp_path: Path) -> None:
+    started: list[list[str]] = []
+
+    class Plane:  # what start_kwok asks of the ControlPlane
+        workdir = tmp_path
+        kubeconfig_path = tmp_path / "admin.kubeconfig"
+
+        def bin(self, name: str) -> str:
+            return name
+
+        def spawn(self, name: str, args: list[str], *_: Any, **__: Any) -> None:
+            started.append(args)
+
+        def wait_ready(self, *_: Any) -> None:
+            pass
+
+    start_kwok(Plane(), timeout=1)  # type: ignore[arg-type]
+    (args,) = started
+    configs = [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+    assert configs == [str(CONFIG_FILE), str(STAGES_FILE)]
 
 
 # --------------------------------------------------------------------------- processes and state

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from qosmos.dev.bench import Seen
 from qosmos.dev.kueue import (
+    POD_STEPS,
     KueueMissing,
     _summary_stats,
     job_manifest,
     job_phases,
     kueue_configuration,
     load_generator,
+    pod_steps,
     require_kueue,
     scaled,
     scenario_stats,
@@ -24,6 +27,7 @@ from qosmos.dev.kueue import (
 )
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.operator.crds import VirtualClusterSpec
+from qosmos.operator.translate import rfc3339
 from typer.testing import CliRunner
 
 from qosmos.cli import app
@@ -234,6 +238,50 @@ def test_scenario_stats_per_class_and_usage(tmp_path: Path) -> None:
     lil_used = 2 * 2 * (4 * 1 + 2 * 1)  # 2 queues x 2 rounds x (medium 4 GPUs + small 2 GPUs) x 1 s
     assert r["cohort_usage_pct"]["lil"] == pytest.approx(lil_used * 100 / (8 * 10), abs=0.01)
     assert not math.isnan(r["cohort_usage_pct"]["lil"])
+
+
+def _pod(
+    job: str, attempt: int, created: float, bound: float | None, running: float | None, done: float | None
+) -> dict[str, Any]:
+    st: dict[str, Any] = {}
+    if bound is not None:
+        st["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(bound)}]
+    if running is not None:
+        st["startTime"] = rfc3339(running)
+    if done is not None:
+        st["containerStatuses"] = [{"name": "main", "state": {"terminated": {"finishedAt": rfc3339(done)}}}]
+    labels = {"qosmos.io/job": job, "qosmos.io/attempt": str(attempt)}
+    return {
+        "metadata": {"name": f"{job}-{attempt}", "labels": labels, "creationTimestamp": rfc3339(created)},
+        "status": st,
+    }
+
+
+def test_pod_steps_say_where_a_gangs_hold_went_step_by_step(tmp_path: Path) -> None:
+    sc = translate(load_generator(_gen(tmp_path)))
+    large, small = (
+        next(j for j in sc.jobs if j.class_name == "large"),
+        next(j for j in sc.jobs if j.class_name == "small"),
+    )
+    seen = {large.name: Seen(0.0, {"Admitted": 10.0, "Succeeded": 30.0}), small.name: Seen(0.0, {"Running": 5.0})}
+    pods = [
+        _pod(large.name, 0, 11, 12, 13, None),  # the first gang, requeued: not counted
+        _pod(large.name, 1, 14, 15, 18, 26),  # the last gang: its slowest pod ends each step
+        _pod(large.name, 1, 16, 17, 19, 27),
+        _pod(small.name, 0, 7, 8, None, None),  # still pending: the steps it has not reached are left out
+        {"metadata": {"name": "other", "creationTimestamp": rfc3339(1)}, "status": {}},  # no DLJob's
+    ]
+    r = pod_steps(sc, seen, pods)
+    assert r["large"] == {
+        "admitted_to_pods_created": 6.0,
+        "created_to_bound": 1.0,
+        "bound_to_running": 2.0,
+        "running_to_finished": 8.0,
+        "finished_to_succeeded": 3.0,
+    }
+    # the small job's admission is its first phase seen (Running), as in scenario_stats
+    assert r["small"] == {"admitted_to_pods_created": 2.0, "created_to_bound": 1.0}
+    assert list(r["large"]) == list(POD_STEPS)
 
 
 def test_job_phases_from_kueue_and_the_job_controller() -> None:

@@ -23,8 +23,10 @@ from qosmos.operator.writes import (
     PatchStatus,
     PatchVCStatus,
     Plan,
+    Recorder,
     Sequence,
     Ungate,
+    records_only,
 )
 from qosmos.testing.fakekube import DEFAULT_VCS, FakeKube, dljob_object, gpu_node
 
@@ -111,6 +113,49 @@ def test_a_requeue_stops_the_pods_of_the_placement_in_the_same_sequence_as_its_s
     assert kinds(seq)[:3] == ["PatchStatus", "DeletePod", "Event"]
     assert seq.writes[0].status["conditions"][0]["reason"] == "NodeLost"  # type: ignore[union-attr]
     assert seq.writes[1] == DeletePod("team", "a-0-0")
+
+
+def test_records_wait_for_the_admissions_but_a_requeue_does_not() -> None:
+    w = Recorder()
+    done = PatchStatus("team", "a", {"phase": "Succeeded"})
+    w.add("team/a", done, Event({}, "Succeeded", ""))
+    w.add("team/r", PatchStatus("team", "r", {"phase": "Queued"}), DeletePod("team", "r-0-0"))
+    w.add("team/x", PatchStatus("team", "x", {"phase": "Running"}))
+    w.stage(defer=records_only)
+    w.add("team/b", PatchStatus("team", "b", {"phase": "Admitted"}, "7", True), admits="team/b")
+    w.add("team/x", PatchStatus("team", "x", {"phase": "Queued"}))  # x is reclaimed later in the pass
+    w.stage()
+    w.add("vc", PatchVCStatus("vc", {}))
+    requeue, admissions, vc, records = w.done().stages
+    assert [s.writes[0].name for s in requeue] == ["r"]  # type: ignore[union-attr]
+    # x's record goes with its later write, before it: a Running patch after the Queued one would undo it
+    assert [[w.status["phase"] for w in s.writes] for s in admissions] == [["Admitted"], ["Running", "Queued"]]  # type: ignore[union-attr]
+    assert vc == [Sequence((PatchVCStatus("vc", {}),))]
+    assert records == [Sequence((done, Event({}, "Succeeded", "")))]
+    # an admission is never held back, even one made only of status writes
+    w = Recorder()
+    w.add("team/b", PatchStatus("team", "b", {"phase": "Admitted"}, "7", True), admits="team/b")
+    w.stage(defer=lambda _: True)
+    assert w.done().stages == [[Sequence((PatchStatus("team", "b", {"phase": "Admitted"}, "7", True),), "team/b")]]
+
+
+def test_a_finished_gangs_record_is_written_after_the_admission_its_gpus_allow() -> None:
+    kube = FakeKube([gpu_node("n0"), gpu_node("n1")], [dljob("a", 16)])
+    now = T0 + 10
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: now)  # type: ignore[arg-type]
+    rec.run_pass()
+    kube.run_new_pods("Succeeded")  # a's gang ran and finished before the next pass
+    kube.add(dljob("b", 16, created=5))
+    plan, rep = rec.planner.plan(rec.read(), now)
+    assert rep.admitted == ["team/b"] and rep.finished == ["team/a"]
+    stage_of = {
+        (w.name, w.status.get("phase")): i
+        for i, stage in enumerate(plan.stages)
+        for s in stage
+        for w in s.writes
+        if isinstance(w, PatchStatus)
+    }
+    assert stage_of[("b", "Admitted")] < stage_of[("a", "Succeeded")] == len(plan.stages) - 1
 
 
 # ---- the applier --------------------------------------------------------------------------------
