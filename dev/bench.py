@@ -401,28 +401,34 @@ def _quantiles(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def gang_starts(api_client: Any, namespace: str, label: str) -> dict[str, float]:
-    """When each job's whole gang was running: the latest ``status.startTime`` of its pods (KWOK writes
-    it when it starts a pod: a server-side time, whatever a watch saw late or missed), by the job name
-    the pods carry in ``label``. Whole seconds (metav1.Time). Read once the jobs are done: finished pods
-    stay (cleanPodPolicy Running keeps them; a Job keeps its pods)."""
+def labelled_pods(api_client: Any, namespace: str, label: str) -> Iterator[dict[str, Any]]:
+    """Every pod of ``namespace`` carrying ``label``, listed in pages of 1,000."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
-    out: dict[str, float] = {}
     cont: str | None = None
     while True:
         resp = core.list_namespaced_pod(namespace, label_selector=label, limit=1000, _continue=cont,
                                         _preload_content=False)  # fmt: skip
         data = json.loads(resp.data)
-        for p in data.get("items") or []:
-            job = ((p.get("metadata") or {}).get("labels") or {}).get(label)
-            t = parse_time((p.get("status") or {}).get("startTime"))
-            if job and t is not None:
-                out[job] = max(out.get(job, t), t)
+        yield from data.get("items") or []
         cont = (data.get("metadata") or {}).get("continue")
         if not cont:
-            return out
+            return
+
+
+def gang_starts(api_client: Any, namespace: str, label: str) -> dict[str, float]:
+    """When each job's whole gang was running: the latest ``status.startTime`` of its pods (KWOK writes
+    it when it starts a pod: a server-side time, whatever a watch saw late or missed), by the job name
+    the pods carry in ``label``. Whole seconds (metav1.Time). Read once the jobs are done: finished pods
+    stay (cleanPodPolicy Running keeps them; a Job keeps its pods)."""
+    out: dict[str, float] = {}
+    for p in labelled_pods(api_client, namespace, label):
+        job = ((p.get("metadata") or {}).get("labels") or {}).get(label)
+        t = parse_time((p.get("status") or {}).get("startTime"))
+        if job and t is not None:
+            out[job] = max(out.get(job, t), t)
+    return out
 
 
 def start_latency(seen: Mapping[str, Seen], starts: Mapping[str, float]) -> dict[str, float | None]:

@@ -17,7 +17,6 @@ Kueue's code stays in the cache (``~/.cache/qosmos/kueue/v0.17.0``); nothing of 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -888,9 +887,11 @@ def bench_scenario(
         DLJobWatch,
         ProcStats,
         _wait_done,
+        labelled_pods,
     )
     from qosmos.dev.cluster import DevOptions, _Quiet, down, up
     from qosmos.extender.core.admission import Partition
+    from qosmos.operator.crds import LABEL_JOB
 
     # the core's own check of a VirtualCluster's settings: a bad name fails before anything starts
     Partition("scenario", policy=policy, placement=placement, backfill=backfill)
@@ -955,8 +956,7 @@ def bench_scenario(
                 ok, bad = _wait_done(watch, len(sc.jobs), timeout, tick)
                 t_end = time.time()
                 seen = watch.snapshot()
-            resp = core.list_namespaced_pod(NAMESPACE, _preload_content=False)  # once, after the run
-            pods = json.loads(resp.read()).get("items") or []
+            pods = list(labelled_pods(api_client, NAMESPACE, LABEL_JOB))  # once, after the run
             op_cpu, op_peak = op.cpu_s() - cpu0, op.peak_rss_mb()
             control_plane = use.report(len(sc.jobs))
         finally:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from qosmos.dev.kueue import COMMON_KEYS, METRICS_CERT_DIR, kueue_build
+from qosmos.dev.kueue import COMMON_KEYS, METRICS_CERT_DIR, POD_STEPS, kueue_build
 from qosmos.testing.skips import skip_or_fail
 
 from .conftest import need_dev_binaries
@@ -103,3 +103,6 @@ def test_bench_scenario_runs_a_generator_whose_large_workloads_only_fit_by_borro
     assert (r["queues"], r["cohorts"], r["gpus"], r["policy"], r["backfill"]) == (2, 1, 8, "priority", "easy")
     assert q["workloads"] == q["succeeded"] == 2 * (2 + 1) and q["failed"] == 0
     assert q["classes"]["large"]["count"] == 2 and q["classes"]["small"]["count"] == 4
+    # every job ran and succeeded: its pods recorded each step of its hold (one-second timestamps)
+    assert {c: list(v) for c, v in q["pod_steps_s"].items()} == {"large": list(POD_STEPS), "small": list(POD_STEPS)}
+    assert all(t > -1.0 for v in q["pod_steps_s"].values() for t in v.values())
