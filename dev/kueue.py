@@ -922,8 +922,8 @@ def bench_scenario(
             api_client = config.new_client_from_config(config_file=state.kubeconfig)
             core = client.CoreV1Api(api_client)
             custom = client.CustomObjectsApi(api_client)
-            op = ProcStats(int(state.operator["pid"]))
-            cpu0 = op.cpu_s()
+            op, me = ProcStats(int(state.operator["pid"])), ProcStats(os.getpid())
+            cpu0, me0 = op.cpu_s(), me.cpu_s()
             use = ControlPlaneUse(api_client, state.pids())
             core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
             with DLJobWatch(api_client, NAMESPACE) as watch:
@@ -957,7 +957,7 @@ def bench_scenario(
                 t_end = time.time()
                 seen = watch.snapshot()
             pods = list(labelled_pods(api_client, NAMESPACE, LABEL_JOB))  # once, after the run
-            op_cpu, op_peak = op.cpu_s() - cpu0, op.peak_rss_mb()
+            op_cpu, op_peak, bench_cpu = op.cpu_s() - cpu0, op.peak_rss_mb(), me.cpu_s() - me0
             control_plane = use.report(len(sc.jobs))
         finally:
             down(opts.dir, grace=5)
@@ -975,6 +975,8 @@ def bench_scenario(
         "failed": bad,
         "submit_lag_s": {"p50": round(sorted(lag)[len(lag) // 2], 3), "max": round(max(lag), 3)} if lag else None,
         "operator": {"cpu_s": round(op_cpu, 1), "peak_rss_mb": round(op_peak, 1)},
+        # this process (16 clients creating the DLJobs, the watch): on the same 2 cores as the cluster
+        "bench_client_cpu_s": round(bench_cpu, 1),
         "control_plane": control_plane,
     }
     res: dict[str, Any] = {

@@ -930,9 +930,12 @@ def _immutable_after_admission(fields: list[str]) -> list[dict[str, str]]:
     ``oldSelf.status.phase`` is the phase the change is judged against. One rule, not one per field:
     root rules run on every write, the operator's status patches included, and fourteen of them were
     a twelfth of the apiserver's CPU under a burst of admissions (pprof, ``qosmos bench operator``).
-    ``self.spec == oldSelf.spec`` comes first, so a status patch costs one comparison; the per-field
-    terms run only when the spec changed. The message names the field that changed; it is evaluated
-    only when the rule fails.
+    The phase comes first: a DLJob not yet admitted (most of the operator's status patches: a waiting
+    reason, an ETA, the admission itself) is judged on it alone, without comparing two specs, template
+    included (1.6 ms of apiserver CPU less per such patch, 7.8 -> 6.2 ms, four alternating rounds of
+    1,500 patches on this machine); then ``self.spec == oldSelf.spec``, so an admitted DLJob's status
+    patch costs one comparison; the per-field terms run only when the spec changed. The message names
+    the field that changed; it is evaluated only when the rule fails.
     """
     frozen = [f for f in fields if f not in MUTABLE_AFTER_ADMISSION]
     queued = f"!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == '{DLJobPhase.QUEUED}'"
@@ -945,7 +948,7 @@ def _immutable_after_admission(fields: list[str]) -> list[dict[str, str]]:
         message = f"({changed}) ? 'spec.{f} cannot change once the DLJob is admitted' : {message}"
         same.append(f"!({changed})")
     rule = cel(
-        f"self.spec == oldSelf.spec || {queued} || ({' && '.join(reversed(same))})",
+        f"{queued} || self.spec == oldSelf.spec || ({' && '.join(reversed(same))})",
         "spec cannot change once the DLJob is admitted",
         ".spec",
         "FieldValueForbidden",

@@ -19,6 +19,7 @@ from qosmos.predictors.profiler import (
     upsert_profiles,
     write_samples,
 )
+from qosmos.testing.scripts import BENCHMARKS, benchmark
 
 BATCHES = (8, 16, 32, 64, 128, 256)
 ENV = (("device", "NVIDIA H200"), ("driver", "570.1"), ("cuda", "12.8"), ("torch", "2.11.0"), ("precision", "bf16"))
@@ -99,19 +100,12 @@ def test_mixed_precisions_are_refused(tmp_path: Path) -> None:
     }
 
 
-BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 GENIE_FORMS = BENCHMARKS / "genie_forms.py"
 
 
 def genie_forms(name: str = "genie_forms") -> Any:
     """benchmarks/<name>.py as a module (a script, not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return benchmark(name)
 
 
 def test_genie_forms_benchmark_on_samples(tmp_path: Path) -> None:
