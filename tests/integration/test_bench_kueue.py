@@ -106,3 +106,5 @@ def test_bench_scenario_runs_a_generator_whose_large_workloads_only_fit_by_borro
     # every job ran and succeeded: its pods recorded each step of its hold (one-second timestamps)
     assert {c: list(v) for c, v in q["pod_steps_s"].items()} == {"large": list(POD_STEPS), "small": list(POD_STEPS)}
     assert all(t > -1.0 for v in q["pod_steps_s"].values() for t in v.values())
+    # the bench's own client (it created the VirtualClusters and DLJobs and watched them), apart from the cluster
+    assert q["bench_client_cpu_s"] > 0 and "bench" not in q["control_plane"]["cpu_s"]
