@@ -3,18 +3,15 @@ sources (issue 22 §3), read here from apt directories the tests build."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from qosmos.testing.scripts import ROOT, load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "debian_mirror.py"
-_spec = importlib.util.spec_from_file_location("debian_mirror", SCRIPT)
-assert _spec and _spec.loader
-dm = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(dm)
+SCRIPT = ROOT / "hack" / "debian_mirror.py"
+dm = load_script(SCRIPT)
 
 DEB822 = """Types: deb
 # a comment between fields

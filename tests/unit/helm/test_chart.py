@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import base64
 import importlib
-import importlib.util
 import inspect
 import json
 import os
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from qosmos.testing.scripts import load_script
 from qosmos.testing.skips import helm_binary
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,15 +33,7 @@ RELEASE, NAMESPACE = "qs", "qosmos-system"
 Perm = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 
 
-def _load_sync() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("helm_sync", ROOT / "hack" / "helm" / "sync.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-sync = _load_sync()
+sync = load_script(ROOT / "hack" / "helm" / "sync.py", "helm_sync")
 
 
 # --------------------------------------------------------------------------- helm
