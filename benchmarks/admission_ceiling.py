@@ -35,6 +35,7 @@ from qosmos.dev.bench import (
     ProcStats,
     dljob_manifest,
     openb_jobs,
+    wait_service_account,
 )
 from qosmos.dev.cluster import DevOptions, _Quiet, down, up
 from qosmos.dev.fakenodes import ALL_NODE_CSV, OPENB_DIR, shared_dir
@@ -94,12 +95,7 @@ def main() -> None:
         api = config.new_client_from_config(config_file=state.kubeconfig)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        while True:
-            try:
-                core.read_namespaced_service_account("default", NAMESPACE)
-                break
-            except Exception:
-                time.sleep(0.3)
+        wait_service_account(core)
         comps = {c["name"]: ProcStats(int(c["pid"])) for c in state.to_json()["components"]}
         cpu0 = {k: p.cpu_s() for k, p in comps.items()}
         bodies = [

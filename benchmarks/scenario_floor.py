@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, ControlPlaneUse, DLJobWatch, ProcStats
+from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, ControlPlaneUse, DLJobWatch, ProcStats, wait_service_account
 from qosmos.dev.cluster import POOL_LABEL, DevOptions, _Quiet, down, up
 from qosmos.dev.kueue import (
     Scenario,
     ScenarioJob,
+    create_on_clock,
     kueue_baseline,
     load_generator,
     scaled,
@@ -177,33 +178,27 @@ class NullAdmitter:
         return out
 
     def _write_start(self, j: ScenarioJob, node: str, now: float) -> None:
-        try:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                NAMESPACE,
-                "dljobs",
-                j.name,
-                {"status": {"phase": "Admitted", "admittedAt": rfc3339(now)}},
-            )
-            # read to its end, then released, as the operator's writes (a connection back in the pool with
-            # a body unread hands that body to the next request as its status line)
-            _done(self.core.create_namespaced_pod(NAMESPACE, pod_of(j, node), _preload_content=False))
-        except Exception as exc:  # the run then does not finish: said in the output
-            self.errors.append(f"{j.name}: {exc}")
+        if self._status(j.name, {"phase": "Admitted", "admittedAt": rfc3339(now)}):
+            try:
+                # read to its end, then released, as the operator's writes (a connection back in the pool
+                # with a body unread hands that body to the next request as its status line)
+                _done(self.core.create_namespaced_pod(NAMESPACE, pod_of(j, node), _preload_content=False))
+            except Exception as exc:  # the run then does not finish: said in the output
+                self.errors.append(f"{j.name}: {exc}")
 
     def _write_done(self, name: str, at: float) -> None:
+        self._status(name, {"phase": "Succeeded", "completionTime": rfc3339(at)})
+
+    def _status(self, name: str, status: dict[str, Any]) -> bool:
+        """The DLJob's status merge patch; False (and the error kept) when refused."""
         try:
             self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                NAMESPACE,
-                "dljobs",
-                name,
-                {"status": {"phase": "Succeeded", "completionTime": rfc3339(at)}},
+                GROUP, VERSION, NAMESPACE, "dljobs", name, {"status": status}
             )
         except Exception as exc:
             self.errors.append(f"{name}: {exc}")
+            return False
+        return True
 
 
 def watch_pods(core: Any, on_finished: Any, stop: threading.Event) -> None:
@@ -278,12 +273,7 @@ def main() -> None:
         api.configuration.connection_pool_maxsize = 2 * CLIENTS
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        while True:
-            try:
-                core.read_namespaced_service_account("default", NAMESPACE)
-                break
-            except Exception:
-                time.sleep(0.3)
+        wait_service_account(core)
         nodes_of_queue: dict[str, list[str]] = defaultdict(list)
         for n in core.list_node().items:
             nodes_of_queue[(n.metadata.labels or {}).get(POOL_LABEL, "")].append(n.metadata.name)
@@ -295,22 +285,8 @@ def main() -> None:
         admitter = threading.Thread(target=adm.run, daemon=True)
         admitter.start()
         with DLJobWatch(api, NAMESPACE) as watch:
-            lag: list[float] = []
-
-            def create(j: ScenarioJob, due: float) -> None:
-                custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "dljobs", scenario_dljob(j))
-                now = time.time()
-                watch.created(j.name, now)
-                lag.append(now - due)
-                adm.submitted(j, now)
-
-            t0 = g0 = time.time()
-            with ThreadPoolExecutor(CLIENTS) as pool:
-                for j in sc.jobs:
-                    due = g0 + j.submit_s
-                    if (delay := due - time.time()) > 0:
-                        time.sleep(delay)
-                    pool.submit(create, j, due)
+            t0 = time.time()
+            submit_lag = create_on_clock(custom, watch, sc.jobs, adm.submitted, CLIENTS)
             while watch.count("Succeeded") < len(sc.jobs) and time.time() - t0 < a.timeout and not adm.errors:
                 time.sleep(0.2)
             t_end = time.time()
@@ -324,7 +300,7 @@ def main() -> None:
             "workloads": len(sc.jobs),
             "succeeded": ok,
             "errors": adm.errors[:5],
-            "submit_lag_s": {"p50": round(sorted(lag)[len(lag) // 2], 3), "max": round(max(lag), 3)} if lag else None,
+            "submit_lag_s": submit_lag,
             "control_plane": use.report(len(sc.jobs)),
             # this process: the 16 creating clients, the watches and the null admitter, on the same cores
             "bench_client_cpu_s": round(me.cpu_s() - me0, 1),

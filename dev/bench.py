@@ -305,6 +305,22 @@ def dev_cluster(opts: DevOptions, progress: Progress) -> Iterator[tuple[Any, dic
         down(opts.dir, grace=5)
 
 
+def wait_service_account(core: Any, namespace: str = NAMESPACE, timeout: float = 60.0) -> None:
+    """Until the namespace's "default" ServiceAccount exists (kube-controller-manager makes it): the
+    ServiceAccount admission plugin refuses pods before it."""
+    from kubernetes.client.rest import ApiException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            return
+        except ApiException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
 @contextlib.contextmanager
 def bare_cluster(prefix: str, nodes: int = 4, pool: int = 64) -> Iterator[tuple[Any, Any, Any]]:
     """A ``qosmos dev`` cluster of ``nodes`` fake nodes without an operator, with the bench namespace
@@ -323,7 +339,7 @@ def bare_cluster(prefix: str, nodes: int = 4, pool: int = 64) -> Iterator[tuple[
         api = client.ApiClient(cfg)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})
-        time.sleep(2)  # the namespace's default ServiceAccount
+        wait_service_account(core)
         yield api, core, custom
     finally:
         down(opts.dir, grace=5)

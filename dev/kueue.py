@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from qosmos.dev.bench import DLJobWatch
+from qosmos.dev.bench import GROUP, NAMESPACE, VERSION, DLJobWatch, wait_service_account
 from qosmos.dev.binaries import BinariesMissing, ControlPlaneError, repo_root
 from qosmos.extender.core.cohorts import RECLAIM_WITHIN_COHORT, WITHIN_PARTITION
 from qosmos.extender.core.errors import InvalidInput
@@ -694,7 +694,7 @@ def job_manifest(
 
 def scenario_dljob(j: ScenarioJob) -> dict[str, Any]:
     """The Workload as a DLJob: its class as a label, its priority, pods KWOK runs for its runtime."""
-    from qosmos.dev.bench import NAMESPACE, dljob_manifest
+    from qosmos.dev.bench import dljob_manifest
 
     body = dljob_manifest(j.name, gpus=j.gpus, run_s=j.run_s, vc=j.vc, namespace=NAMESPACE)
     body["metadata"]["labels"] = {CLASS_LABEL: j.class_name}
@@ -707,7 +707,6 @@ def scenario_dljob(j: ScenarioJob) -> dict[str, Any]:
 def vc_manifest(q: ScenarioQueue, policy: str, placement: str, backfill: str) -> dict[str, Any]:
     """The ClusterQueue as a VirtualCluster of its cohort: its own nodes, its nominal quota and borrowing
     limit, its preemption rules."""
-    from qosmos.dev.bench import GROUP, VERSION
     from qosmos.dev.cluster import POOL_LABEL
 
     quota: dict[str, int] = {"gpus": q.nominal_gpus}
@@ -735,7 +734,6 @@ def vc_manifest(q: ScenarioQueue, policy: str, placement: str, backfill: str) ->
 def _wait_vcs_ready(api_client: Any, queues: list[ScenarioQueue], timeout: float) -> None:
     """Every VirtualCluster Ready with its nominal GPUs (the operator labelled its nodes)."""
     from kubernetes import client
-    from qosmos.dev.bench import GROUP, VERSION
 
     custom = client.CustomObjectsApi(api_client)
     want = {q.name: q.nominal_gpus for q in queues}
@@ -859,6 +857,42 @@ def pod_steps(sc: Scenario, seen: dict[str, Any], pods: list[dict[str, Any]]) ->
     return {c: {k: round(sum(v) / len(v), 2) for k, v in by_step.items() if v} for c, by_step in sorted(steps.items())}
 
 
+def create_on_clock(
+    custom: Any,
+    watch: DLJobWatch,
+    jobs: list[ScenarioJob],
+    created: Callable[[ScenarioJob, float], None] | None = None,
+    clients: int = 16,
+) -> dict[str, float] | None:
+    """Each job's DLJob created ``submit_s`` after now, by ``clients`` side by side, told to ``watch`` (and
+    to ``created``, with the time its create returned); returns how late the creates were (p50, max).
+    A create the API refused raises: the run would never finish."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lag: list[float] = []
+
+    def create(j: ScenarioJob, due: float) -> None:
+        custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "dljobs", scenario_dljob(j))
+        now = time.time()
+        watch.created(j.name, now)
+        lag.append(now - due)
+        if created is not None:
+            created(j, now)
+
+    g0 = time.time()
+    with ThreadPoolExecutor(clients) as pool:
+        futures = []
+        for j in jobs:
+            due = g0 + j.submit_s
+            delay = due - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(pool.submit(create, j, due))
+    for f in futures:
+        f.result()
+    return {"p50": round(sorted(lag)[len(lag) // 2], 3), "max": round(max(lag), 3)} if lag else None
+
+
 def bench_scenario(
     generator: Path,
     *,
@@ -876,13 +910,9 @@ def bench_scenario(
     over its own KWOK nodes, every Workload a DLJob created at its time; ``with_kueue``: Kueue's runner
     with minimalkueue on the same scaled file first, on the same machine, reported beside it."""
     import tempfile
-    from concurrent.futures import ThreadPoolExecutor
 
     from kubernetes import client
     from qosmos.dev.bench import (
-        GROUP,
-        NAMESPACE,
-        VERSION,
         ControlPlaneUse,
         DLJobWatch,
         ProcStats,
@@ -934,25 +964,8 @@ def bench_scenario(
                     )
                 _wait_vcs_ready(api_client, sc.queues, 300.0)
                 vcs_ready = time.time() - t0
-                lag: list[float] = []
-
-                def create(j: ScenarioJob, at: float) -> None:
-                    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "dljobs", scenario_dljob(j))
-                    now = time.time()
-                    watch.created(j.name, now)
-                    lag.append(now - at)
-
-                g0 = time.time()  # the generator's clock starts once the queues exist
-                with ThreadPoolExecutor(16) as pool:
-                    futures = []
-                    for j in sc.jobs:
-                        due = g0 + j.submit_s
-                        delay = due - time.time()
-                        if delay > 0:
-                            time.sleep(delay)
-                        futures.append(pool.submit(create, j, due))
-                for f in futures:  # a create the API refused ends the run (it would never finish)
-                    f.result()
+                # the generator's clock starts once the queues exist
+                submit_lag = create_on_clock(custom, watch, sc.jobs)
                 ok, bad = _wait_done(watch, len(sc.jobs), timeout, tick)
                 t_end = time.time()
                 seen = watch.snapshot()
@@ -973,7 +986,7 @@ def bench_scenario(
         "workloads": len(sc.jobs),
         "succeeded": ok,
         "failed": bad,
-        "submit_lag_s": {"p50": round(sorted(lag)[len(lag) // 2], 3), "max": round(max(lag), 3)} if lag else None,
+        "submit_lag_s": submit_lag,
         "operator": {"cpu_s": round(op_cpu, 1), "peak_rss_mb": round(op_peak, 1)},
         # this process (16 clients creating the DLJobs, the watch): on the same 2 cores as the cluster
         "bench_client_cpu_s": round(bench_cpu, 1),
@@ -1048,7 +1061,6 @@ def bench_kueue_jobs(
 
     from kubernetes import client, config
     from qosmos.dev.bench import (
-        NAMESPACE,
         PAUSE_IMAGE,
         ProcStats,
         _wait_done,
@@ -1114,12 +1126,7 @@ def bench_kueue_jobs(
             if r.returncode != 0:
                 raise ControlPlaneError(f"creating Kueue's queues failed: {r.stderr.strip()[-500:]}")
             _wait_cq_active(api_client, 120.0)
-            while True:  # the ServiceAccount admission plugin needs "default" for the pods
-                try:
-                    core.read_namespaced_service_account("default", NAMESPACE)
-                    break
-                except client.ApiException:
-                    time.sleep(0.5)
+            wait_service_account(core, NAMESPACE, timeout=300.0)
             proc = ProcStats(mgr.pid)
             comps = {c.name: ProcStats(c.pid) for c in state.components} | {"kueue": proc}
             cpu0 = proc.cpu_s()
