@@ -501,8 +501,9 @@ def profile_run(
         int,
         typer.Option(
             min=1,
-            help="data-parallel processes on this node, one per GPU (DistributedDataParallel; gloo processes "
-            "on a machine without CUDA): multi-GPU samples, d_gpn = gpus, for GENIE Eq. 8; --batches are global",
+            help="data-parallel processes on this node, one per GPU, started by torchrun (DistributedDataParallel; "
+            "gloo processes on a machine without CUDA): multi-GPU samples, d_gpn = gpus, for GENIE Eq. 8; --batches "
+            "are global. Under your own torchrun (several nodes too) leave it out: the world is torchrun's",
         ),
     ] = 1,
     interleave: Annotated[
@@ -524,26 +525,29 @@ def profile_run(
     """Time real PyTorch training steps on this machine's GPU (or CPU); writes single-GPU samples
     (the batch over the lower quartile of the step times, the windows' spread, the GPU, driver,
     CUDA, torch, precision and host CPUs) for `qosmos profile fit`. With --inference: forward
-    passes, for `qosmos profile inference`."""
-    from qosmos.predictors.timing import cpu_list, parse_cpu_list
+    passes, for `qosmos profile inference`. Started by torchrun (`torchrun --nnodes N
+    --nproc-per-node G -m qosmos profile run ...`), each process is one rank and rank 0 writes
+    d_node = N, d_gpn = G samples."""
+    from qosmos.predictors.timing import cpu_list, cpu_share, parse_cpu_list
 
     chosen = None if cpus is None else parse_cpu_list(cpus)
     if chosen is not None:
         allowed = os.sched_getaffinity(0)
         if not chosen <= allowed:
             raise InvalidInput("cpus", cpus, f"not CPUs this process may use (it may use {cpu_list(allowed)})")
-        if inference or len(chosen) < gpus:
-            why = "pins training steps only" if inference else f"need one CPU per process, {gpus} with --gpus {gpus}"
-            raise InvalidInput("cpus", cpus, why)
+        if inference:
+            raise InvalidInput("cpus", cpus, "pins training steps only")
+        cpu_share(chosen, 0, gpus)  # one CPU per process at least
     if inference:
         from qosmos.predictors.inference_profiles import run_inference_profile
 
         run_inference_profile(out, model, batches, cores, cpu_batches, gpu_model, precision, steps, windows, warmup)
         return
     from qosmos.predictors.profiler import measure_torch, write_samples
-    from qosmos.predictors.timing import parse_precision
+    from qosmos.predictors.timing import parse_precision, process_world
 
     precision = parse_precision(precision)
+    world = process_world(os.environ)  # started by torchrun: one rank of its world
     try:
         sizes = [int(b) for b in batches.split(",") if b.strip()]
     except ValueError:
@@ -553,11 +557,19 @@ def profile_run(
     if importlib.util.find_spec("torch") is None:
         typer.echo("error: PyTorch is not installed; `pip install torch` to profile on this machine", err=True)
         raise typer.Exit(2) from None
-    if chosen is not None:
-        os.sched_setaffinity(0, chosen)  # before torch starts its threads: they inherit it
     samples = measure_torch(
-        model, sizes, steps=steps, warmup=warmup, windows=windows, precision=precision, gpus=gpus, interleave=interleave
+        model,
+        sizes,
+        steps=steps,
+        warmup=warmup,
+        windows=windows,
+        precision=precision,
+        gpus=gpus,
+        interleave=interleave,
+        cpus=chosen,
     )
+    if world is not None and world.rank != 0:
+        return  # one of torchrun's workers: rank 0 writes the samples
     write_samples(out, samples)
     for s in samples:
         console.print(

@@ -51,10 +51,13 @@ from qosmos.predictors.timing import (
     MAX_WARMUP,
     MIN_WINDOW_S,
     STAT_COLUMNS,
+    World,
     common_environment,
     cpu_list,
+    cpu_share,
     parse_nvidia_smi,
     parse_precision,
+    process_world,
     warm_up,
     window_rounds,
     window_stats,
@@ -327,7 +330,7 @@ def torch_environment(torch: Any, device: str, precision: str) -> dict[str, str]
     if device != "cuda":
         env["device"] = f"cpu {platform.processor() or platform.machine()}".strip()
         return env
-    props = torch.cuda.get_device_properties(0)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())  # a rank's own GPU
     env |= {"device": str(props.name), "device_memory_mib": str(props.total_memory // 2**20)}
     env["cuda"] = str(torch.version.cuda)
     smi = shutil.which("nvidia-smi")
@@ -339,6 +342,10 @@ def torch_environment(torch: Any, device: str, precision: str) -> dict[str, str]
         except (OSError, subprocess.SubprocessError, InvalidInput):
             pass  # the driver version is informative only
     return env
+
+
+class MeasureFailed(ChildProcessError):  # an OSError: the CLIs report it in one line
+    """The data-parallel processes did not finish: torchrun's exit status and the end of its output."""
 
 
 def measure_torch(
@@ -353,6 +360,8 @@ def measure_torch(
     min_window_s: float = MIN_WINDOW_S,
     gpus: int = 1,
     interleave: bool = True,
+    cpus: set[int] | None = None,
+    timeout_s: float | None = None,
 ) -> list[Sample]:
     """Training-step rate of a model per batch size on the local device (CUDA if present, else CPU).
 
@@ -363,7 +372,8 @@ def measure_torch(
     window's synchronised wall time); the sample's rate is the batch over the lower quartile of the
     step times (:func:`timing.window_stats`: the launch-bound step undisturbed by the host), with
     the window rates' spread and the environment (:func:`torch_environment`, the CPUs the process
-    may run on included: ``qosmos profile run --cpus`` pins it).
+    may run on included). ``cpus``: the process pins itself to them before torch starts its threads
+    (and stays pinned); a data-parallel process to its own share of them (:func:`timing.cpu_share`).
     ``torch.backends.cudnn.benchmark`` is on, so the warm-up includes cuDNN's kernel choice.
     ``interleave`` (default): every batch size's workload is built and warmed up first, then the
     windows are taken in rounds, one window of each batch size per round, so a slow drift of the
@@ -374,48 +384,85 @@ def measure_torch(
     Precision: fp32 (TF32 off), tf32 (TF32 matmul and convolutions), bf16/fp16 (autocast; fp16
     with a gradient scaler, as AMP training runs).
 
-    ``gpus`` > 1: data-parallel on this node (DistributedDataParallel, one process per GPU, NCCL; on
-    a machine without CUDA, gloo processes on the CPU), each batch size the global batch split
-    evenly; the samples are d_gpn = ``gpus`` runs for Eq. 8's γ, λ (:func:`fit_profile`).
+    Data-parallel samples (DistributedDataParallel, one process per GPU, NCCL; gloo processes on a
+    machine without CUDA), each batch size the global batch split evenly over the processes, are
+    d_node x d_gpn runs for Eq. 8's γ, λ (:func:`fit_profile`):
 
-    ``model`` names a model of the built-in list (:mod:`qosmos.predictors.torch_models`: the
-    database's name, built at its dataset's input size; ``mlp`` for a small smoke-test network).
+    - ``gpus`` > 1: this call runs ``gpus`` processes on this node under torchrun (``--standalone``:
+      its rendezvous on a free loopback port) and returns rank 0's samples, d_gpn = ``gpus``;
+      ``timeout_s`` bounds it (the processes are killed, :class:`MeasureFailed`).
+    - called in a process that torchrun started (or one of a DLJob's pods, told RANK and
+      WORLD_SIZE: :func:`timing.process_world`): this process is one rank of that world, which may
+      span nodes (d_node = WORLD_SIZE / LOCAL_WORLD_SIZE); rank 0 returns the samples, the others
+      an empty list. ``gpus`` must then be 1 or LOCAL_WORLD_SIZE.
     """
-    from qosmos.predictors.torch_models import canonical_name
-
     precision = parse_precision(precision)
-    model = canonical_name(model)
     if gpus < 1:
         raise InvalidInput("gpus", gpus, "must be >= 1")
-    bad = [b for b in batches if b % gpus]
+    world = process_world(os.environ)
+    if world is not None and gpus not in (1, world.local_size):
+        raise InvalidInput("gpus", gpus, f"started by torchrun: {world.local_size} processes on this node already")
+    size = world.size if world is not None else gpus
+    bad = [b for b in batches if b % size]
     if bad:
-        raise InvalidInput("batches", bad, f"a global batch must split evenly over {gpus} GPUs")
+        raise InvalidInput("batches", bad, f"a global batch must split evenly over {size} GPUs")
+    # a data-parallel process pins itself to its share of ``cpus``: one CPU each at least
+    share = cpu_share(cpus, *((world.local_rank, world.local_size) if world else (0, gpus))) if cpus else None
+    from qosmos.predictors.torch_models import canonical_name  # imports torch
+
+    model = canonical_name(model)
     args = (model, list(batches), steps, warmup, windows, precision, max_warmup, min_window_s, interleave)
-    if gpus == 1:
-        return _measure(0, 1, 0, *args)
-    import multiprocessing
-    import socket
+    if world is None and gpus > 1:
+        spec = dict(zip(_SPEC_KEYS, args, strict=True)) | {"cpus": sorted(cpus) if cpus else None}
+        return _torchrun(gpus, spec, timeout_s)
+    threads = None
+    if world is not None:
+        if share:
+            os.sched_setaffinity(0, share)
+        # gloo processes on the CPU: each its own share of the CPUs, not every CPU each
+        threads = max(1, len(os.sched_getaffinity(0)) // (1 if share else world.local_size))
+    elif cpus:
+        os.sched_setaffinity(0, cpus)  # before torch starts its threads: they inherit it
+    samples = _measure(world, threads, *args)
+    return samples if world is None or world.rank == 0 else []
 
-    import torch.multiprocessing as mp
 
-    with socket.socket() as sock:  # a free loopback port for the process group's rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    results = multiprocessing.get_context("spawn").SimpleQueue()
-    mp.spawn(_ddp_worker, args=(gpus, port, results, args), nprocs=gpus, join=True)
-    return results.get()
+_SPEC_KEYS = ("model", "batches", "steps", "warmup", "windows", "precision", "max_warmup", "min_window_s", "interleave")
 
 
-def _ddp_worker(rank: int, world: int, port: int, results: Any, args: tuple[Any, ...]) -> None:
-    samples = _measure(rank, world, port, *args)
-    if rank == 0:
-        results.put(samples)
+def _torchrun(gpus: int, spec: dict[str, Any], timeout_s: float | None) -> list[Sample]:
+    """``gpus`` processes of :func:`measure_torch` under torchrun on this node; rank 0's samples."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="qosmos-torchrun-") as tmp:
+        out = Path(tmp) / "samples.csv"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}"]
+        cmd += ["--max-restarts=0", "-m", "qosmos.predictors.profiler", json.dumps(spec), str(out)]
+        # -m puts the working directory first on sys.path: a folder there named like a stdlib module
+        # (this repository's operator/) would shadow it in every worker
+        env = os.environ | {"PYTHONSAFEPATH": "1"}
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers: one session
+            proc.communicate()
+            raise MeasureFailed(f"torchrun with {gpus} processes did not finish within {timeout_s:g} s") from None
+        if proc.returncode != 0 or not out.is_file():
+            errors = sorted(Path(tmp).glob("rank*.error"))  # the workers' own messages (see _worker)
+            why = [f"{e.stem}: {e.read_text().strip()}" for e in errors] or output.strip().splitlines()[-20:]
+            raise MeasureFailed(f"torchrun with {gpus} processes exited with status {proc.returncode}: " + "\n".join(why))
+        return read_samples(out)
 
 
 def _measure(
-    rank: int,
-    world: int,
-    port: int,
+    world: World | None,
+    threads: int | None,
     model: str,
     batches: list[int],
     steps: int,
@@ -426,7 +473,8 @@ def _measure(
     min_window_s: float,
     interleave: bool,
 ) -> list[Sample]:
-    """measure_torch's loop in one process: rank ``rank`` of ``world`` (1: no process group)."""
+    """measure_torch's loop in one process: a rank of ``world`` (None: no process group); ``threads``
+    torch threads on a CPU (None: torch's default)."""
     import contextlib
     import functools
 
@@ -434,18 +482,16 @@ def _measure(
     from qosmos.predictors.torch_models import workload
 
     cuda = torch.cuda.is_available()
-    device = f"cuda:{rank}" if cuda and world > 1 else ("cuda" if cuda else "cpu")
+    device = f"cuda:{world.local_rank}" if cuda and world is not None else ("cuda" if cuda else "cpu")
     dist = None
-    if world > 1:
+    if not cuda and threads is not None:
+        torch.set_num_threads(threads)
+    if world is not None:
         import torch.distributed as dist
 
         if cuda:
-            torch.cuda.set_device(rank)
-        else:
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-        dist.init_process_group(
-            "nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-        )
+            torch.cuda.set_device(world.local_rank)
+        dist.init_process_group("nccl" if cuda else "gloo")  # env://: MASTER_ADDR/PORT, RANK, WORLD_SIZE
     flags = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -468,7 +514,7 @@ def _measure(
             return net
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(net, device_ids=[rank] if cuda else None)
+        return DistributedDataParallel(net, device_ids=[world.local_rank] if cuda and world else None)
 
     def timed_step(train_step: Any) -> float:
         sync()
@@ -496,7 +542,7 @@ def _measure(
 
     def prepare(b: int) -> tuple[int, Any, int]:
         """(batch, its warmed-up step, steps per window)."""
-        train_step = workload(model, b // world, device, wrap=wrap).step
+        train_step = workload(model, b // (world.size if world else 1), device, wrap=wrap).step
         warm_up(functools.partial(timed_step, train_step), min_steps=warmup, max_steps=max(warmup, max_warmup))
         n = window_steps(steps, math.fsum(window(steps, train_step)), min_window_s)
         if dist is not None:  # every process runs the same number of steps
@@ -505,6 +551,7 @@ def _measure(
             n = int(n_t.item())
         return b, train_step, n
 
+    shape = Shape(world.nodes, world.local_size) if world is not None else Shape(1, 1)
     out = []
     try:
         for group in [list(batches)] if interleave else [[b] for b in batches]:
@@ -512,7 +559,7 @@ def _measure(
             measured = window_rounds([functools.partial(window, n, train_step) for _, train_step, n in runs], windows)
             for (b, _, _), steps_of in zip(runs, measured, strict=True):
                 st = window_stats(b, steps_of)
-                out.append(Sample(model, b, Shape(1, world), st.rate, st.spread_pct, st.windows, env))
+                out.append(Sample(model, b, shape, st.rate, st.spread_pct, st.windows, env))
             del runs
             if cuda:
                 torch.cuda.empty_cache()
@@ -521,3 +568,24 @@ def _measure(
         if dist is not None:
             dist.destroy_process_group()
     return out
+
+
+def _worker(argv: Sequence[str]) -> None:
+    """One torchrun worker of :func:`_torchrun`: ``SPEC_JSON OUT``; rank 0 writes the samples to OUT."""
+    spec = json.loads(argv[0])
+    cpus = spec.pop("cpus")
+    out = Path(argv[1])
+    try:
+        samples = measure_torch(**spec, cpus=set(cpus) if cpus else None)
+    except Exception as exc:  # torchrun's summary names the worker, not the error: leave it beside OUT
+        rank = os.environ.get("RANK", "0")
+        out.with_name(f"rank{rank}.error").write_text(f"{type(exc).__name__}: {exc}\n")
+        raise
+    if samples:
+        write_samples(out, samples)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _worker(sys.argv[1:])

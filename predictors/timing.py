@@ -166,6 +166,68 @@ def parse_cpu_list(text: str) -> set[int]:
     return cpus
 
 
+def cpu_share(cpus: set[int], index: int, parts: int) -> set[int]:
+    """The ``index``-th of ``parts`` contiguous shares of ``cpus`` (in CPU order), as even as they go:
+    the CPUs a data-parallel process on this node pins itself to (``--cpus`` with several processes)."""
+    if not 0 <= index < parts:
+        raise InvalidInput("index", index, f"must be 0 <= index < {parts}")
+    ordered = sorted(cpus)
+    if len(ordered) < parts:
+        raise InvalidInput("cpus", cpu_list(ordered) if ordered else "", f"need one CPU per process, {parts} here")
+    base, extra = divmod(len(ordered), parts)
+    start = index * base + min(index, extra)
+    return set(ordered[start : start + base + (1 if index < extra else 0)])
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """Where a data-parallel process stands: its global and node-local rank and the sizes."""
+
+    rank: int
+    size: int
+    local_rank: int = 0
+    local_size: int = 1
+
+    @property
+    def nodes(self) -> int:
+        return self.size // self.local_size
+
+
+WORLD_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def process_world(environ: Mapping[str, str]) -> World | None:
+    """The data-parallel world this process was started in, read from the variables PyTorch's
+    ``env://`` reads (RANK, WORLD_SIZE) and torchrun adds (LOCAL_RANK, LOCAL_WORLD_SIZE; without
+    them one process per node, as a DLJob's pods are told). None without RANK and WORLD_SIZE or
+    with a world of one: a single process. A partial or inconsistent set names the variable."""
+    present = {k: environ[k] for k in WORLD_VARS if environ.get(k, "").strip()}
+    if "RANK" not in present and "WORLD_SIZE" not in present:
+        if present:
+            raise InvalidInput(next(iter(present)), present[next(iter(present))], "set without RANK and WORLD_SIZE")
+        return None
+    values: dict[str, int] = {}
+    for key in WORLD_VARS:
+        if key not in present:
+            if key in ("RANK", "WORLD_SIZE"):
+                raise InvalidInput(key, "", "unset, but the other of RANK and WORLD_SIZE is set")
+            continue
+        try:
+            values[key] = int(present[key])
+        except ValueError:
+            raise InvalidInput(key, present[key], "not an integer") from None
+    size, local_size = values["WORLD_SIZE"], values.get("LOCAL_WORLD_SIZE", 1)
+    world = World(values["RANK"], size, values.get("LOCAL_RANK", 0), local_size)
+    if size < 1 or not 0 <= world.rank < size:
+        raise InvalidInput("RANK", world.rank, f"must be 0 <= RANK < WORLD_SIZE ({size})")
+    if local_size < 1 or size % local_size or not 0 <= world.local_rank < local_size:
+        raise InvalidInput(
+            "LOCAL_RANK", f"{world.local_rank} of {local_size}", f"needs 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE, "
+            f"which divides WORLD_SIZE ({size})"
+        )  # fmt: skip
+    return None if size == 1 else world
+
+
 def parse_nvidia_smi(text: str) -> dict[str, str]:
     """The first GPU of ``nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits``."""
     for line in text.splitlines():

@@ -85,7 +85,7 @@ def import_qosmos() -> None:
     view = Path(tempfile.mkdtemp(prefix="qosmos-view-"))
     layers.build_view(view, layers.components())
     sys.path.insert(0, str(view))
-    # multi-GPU runs spawn one process per GPU: they import qosmos through the same view
+    # multi-GPU runs start one process per GPU under torchrun: they import qosmos through the same view
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(view), os.environ.get("PYTHONPATH", "")]))
 
 
@@ -236,7 +236,7 @@ def main(argv: list[str]) -> int:
                         continue
                     got = attempt(
                         f"{what} on {g} GPUs", measure_torch, model, [b], steps=steps, warmup=3, windows=windows,
-                        max_warmup=20, min_window_s=0.01 if args.smoke else args.min_window, gpus=g,
+                        max_warmup=20, min_window_s=0.01 if args.smoke else args.min_window, gpus=g, timeout_s=left(),
                     )  # fmt: skip
                     training += got
                     if got:

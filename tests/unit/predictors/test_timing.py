@@ -71,6 +71,48 @@ def test_cpu_lists_both_ways() -> None:
         timing.cpu_list([])
 
 
+def test_cpu_share_splits_in_cpu_order_as_evenly_as_it_goes() -> None:
+    cpus = {8, 0, 1, 2, 3, 9, 10}  # 0-3,8-10
+    shares = [timing.cpu_share(cpus, i, 3) for i in range(3)]
+    assert shares == [{0, 1, 2}, {3, 8}, {9, 10}]  # the first takes the remainder
+    assert set().union(*shares) == cpus
+    assert [timing.cpu_share({4, 5}, i, 2) for i in range(2)] == [{4}, {5}]
+    with pytest.raises(InvalidInput, match="one CPU per process, 3"):
+        timing.cpu_share({0, 1}, 0, 3)
+    with pytest.raises(InvalidInput, match="index"):
+        timing.cpu_share({0, 1}, 2, 2)
+
+
+def test_process_world_reads_torchrun_and_env_init_variables() -> None:
+    assert timing.process_world({}) is None
+    assert timing.process_world({"PATH": "/bin", "RANK": " "}) is None  # blank counts as unset
+    torchrun = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+    world = timing.process_world(torchrun)
+    assert world == timing.World(rank=5, size=8, local_rank=1, local_size=4) and world.nodes == 2
+    # a DLJob's pods are told RANK and WORLD_SIZE only: one process per node
+    pods = timing.process_world({"RANK": "2", "WORLD_SIZE": "3"})
+    assert pods == timing.World(rank=2, size=3) and pods.nodes == 3
+    assert timing.process_world({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}) is None
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"RANK": "0"}, "WORLD_SIZE"),
+        ({"WORLD_SIZE": "2"}, "RANK"),
+        ({"LOCAL_RANK": "0"}, "LOCAL_RANK"),
+        ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, "RANK"),
+        ({"RANK": "0", "WORLD_SIZE": "6", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4"}, "LOCAL_RANK"),
+        ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK"),
+    ],
+)
+def test_process_world_names_what_is_inconsistent(env: dict[str, str], named: str) -> None:
+    with pytest.raises(InvalidInput, match=named):
+        timing.process_world(env)
+
+
 def test_parse_nvidia_smi() -> None:
     out = "NVIDIA H200, 143771, 570.124.06\nNVIDIA H200, 143771, 570.124.06\n"
     assert timing.parse_nvidia_smi(out) == {

@@ -1,0 +1,129 @@
+"""Data-parallel samples through torchrun (issue 23 §1): `measure_torch(gpus=N)` starts N processes
+under torchrun; `qosmos profile run` started by torchrun (several nodes too) is one rank of its world.
+The checks before torch is imported run everywhere; the runs need torch (gloo on the CPU)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import typer
+from qosmos.extender.core.errors import InvalidInput
+from qosmos.predictors.profiler import MeasureFailed, measure_torch
+from typer.testing import CliRunner
+
+runner = CliRunner()
+TORCHRUN_ENV = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+
+
+@pytest.fixture
+def in_torchrun_world(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.mark.usefixtures("in_torchrun_world")
+def test_a_torchrun_worker_checks_its_world_before_torch() -> None:
+    # the world is torchrun's (2 processes per node, 4 in all): --gpus may only repeat it
+    with pytest.raises(InvalidInput, match="2 processes on this node already"):
+        measure_torch("mlp", [8], gpus=4)
+    with pytest.raises(InvalidInput, match="split evenly over 4"):
+        measure_torch("mlp", [6], gpus=2)  # global batches split over the whole world, not the node
+    with pytest.raises(InvalidInput, match="one CPU per process, 2"):
+        measure_torch("mlp", [8], cpus={0})
+
+
+def test_profile_run_names_a_broken_world(app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "0")  # WORLD_SIZE missing: a half-set env:// world
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    res = runner.invoke(app, ["profile", "run", "--out", str(tmp_path / "s.csv"), "--model", "mlp"])
+    assert res.exit_code == 2 and "WORLD_SIZE" in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "s.csv").exists()
+
+
+def _profiler_processes() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"torch.distributed.run" in cmdline or b"-m qosmos.predictors.profiler" in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_two_processes_under_torchrun_each_pinned_to_its_share() -> None:
+    pytest.importorskip("torch")
+    mine = os.sched_getaffinity(0)
+    if len(mine) < 2:
+        pytest.skip("needs two CPUs")
+    first, second = sorted(mine)[:2]
+    (sample,) = measure_torch(
+        "mlp", [8], steps=2, warmup=1, windows=2, max_warmup=3, min_window_s=0.01, gpus=2, cpus={first, second}
+    )
+    assert (sample.shape.d_node, sample.shape.d_gpn) == (1, 2) and sample.rate > 0
+    assert dict(sample.env)["host_cpus"] == str(first)  # rank 0 ran on its own share, not on both
+    assert os.sched_getaffinity(0) == mine  # the caller is not pinned: its workers are
+
+
+def test_a_failing_worker_is_reported_with_its_error() -> None:
+    pytest.importorskip("torch")
+    from qosmos.predictors.profiler import _torchrun
+
+    spec = {"model": "resnet151", "batches": [8], "steps": 1, "warmup": 1, "windows": 1, "precision": "fp32"}
+    spec |= {"max_warmup": 2, "min_window_s": 0.01, "interleave": True, "cpus": None}
+    with pytest.raises(MeasureFailed, match="exited with status 1") as failed:
+        _torchrun(2, spec, timeout_s=120)
+    assert "resnet151" in str(failed.value)  # the worker's own message, not only torchrun's summary
+
+
+def test_a_timeout_stops_torchrun_and_its_workers() -> None:
+    pytest.importorskip("torch")
+    before = set(_profiler_processes())
+    with pytest.raises(MeasureFailed, match="did not finish within 2 s"):
+        measure_torch("mlp", [8], steps=50, warmup=1, windows=50, max_warmup=3, min_window_s=1.0, gpus=2, timeout_s=2)
+    deadline = time.monotonic() + 10
+    while set(_profiler_processes()) - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not set(_profiler_processes()) - before
+
+
+def test_profile_run_as_two_nodes_of_a_torchrun_world(tmp_path: Path) -> None:
+    """Two torchrun agents (two "nodes" of one process each) rendezvous on loopback and run `qosmos
+    profile run`; rank 0 writes d_node = 2 samples, rank 1 writes nothing."""
+    pytest.importorskip("torch")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = os.environ | {"PYTHONSAFEPATH": "1"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(key, None)
+    outs = [tmp_path / f"node{i}.csv" for i in range(2)]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--max-restarts=0"]
+    torchrun += ["--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}"]
+    profile = ["-m", "qosmos", "profile", "run", "--model", "mlp", "--batches", "8,16", "--steps", "2"]
+    profile += ["--windows", "2"]
+    agents = [
+        subprocess.Popen(
+            [*torchrun, f"--node-rank={i}", *profile, "--out", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        for i, out in enumerate(outs)
+    ]
+    logs = [agent.communicate(timeout=300)[0] for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], logs
+    rows = list(csv.DictReader(outs[0].open()))
+    assert [(r["batch"], r["d_node"], r["d_gpn"]) for r in rows] == [("8", "2", "1"), ("16", "2", "1")]
+    assert not outs[1].exists() and "wrote" in logs[0] and "wrote" not in logs[1]
