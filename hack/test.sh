@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 # here) it would shadow the standard library's operator module. -P for every Python started below.
 export PYTHONSAFEPATH=1
 
-python3 -m pip install -q --disable-pip-version-check -e ".[test,ray]"  # ray: the sweep's Ray test
+# ray: the sweep's Ray test; profile: PyTorch for `qosmos profile run`'s tests (real steps on the CPU, torchrun's
+# gloo ranks), about 5 GB with the CUDA libraries PyPI's default wheel brings
+python3 -m pip install -q --disable-pip-version-check -e ".[test,ray,profile]"
 
 if command -v go >/dev/null 2>&1; then
   bash hack/k8s/build.sh

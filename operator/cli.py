@@ -69,6 +69,14 @@ def run(
     history_namespace: Annotated[
         str, typer.Option(help="namespace of the ConfigMap holding the QSSF duration history")
     ] = "default",
+    history_save_interval: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="write the QSSF duration history (up to 1 MB, one ConfigMap) at most every this many seconds; "
+            "a graceful stop writes what is held back",
+        ),
+    ] = 30.0,
     db: Annotated[
         Path | None,
         typer.Option(
@@ -144,6 +152,7 @@ def run(
             metrics_port=metrics_port,
             interval_s=interval,
             history_namespace=history_namespace,
+            history_save_interval_s=history_save_interval,
             ces=energy,
             modeldb=profiles.db,
             metrics_host=metrics_host,

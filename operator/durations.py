@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from qosmos.extender.core.types import DurationPredictor, Job
+from qosmos.operator import metrics
 from qosmos.operator.kube import Kube
 
 log = logging.getLogger("qosmos.operator")
@@ -23,6 +24,11 @@ CONFIG_MAP = "qosmos-operator-durations"
 KEY = "observations.json"
 MAX_OBSERVATIONS = 5000  # the newest observations kept ...
 MAX_BYTES = 960_000  # ... as far as they fit a ConfigMap (1 MiB of data at most; rows are 250-400 bytes)
+# One write of the history (up to MAX_BYTES, the whole ConfigMap) at most this often: while jobs finish,
+# every pass would rewrite it, and etcd keeps each revision until compaction (5 min) while the apiserver's
+# watch cache and every ConfigMap watcher get it whole. A crash loses the observations of this window at
+# most; a graceful stop saves them (``save(force=True)``).
+SAVE_INTERVAL_S = 30.0
 _FIELDS = ("id", "submit_time", "gpus", "kind", "user", "vc", "model", "batch", "iters", "cpu_milli", "memory_mib")
 
 
@@ -40,7 +46,13 @@ def _job(row: dict[str, Any]) -> tuple[Job, float, float]:
 
 
 class Durations:
-    def __init__(self, kube: Kube | None, namespace: str = "default", predictor: str = "qssf") -> None:
+    def __init__(
+        self,
+        kube: Kube | None,
+        namespace: str = "default",
+        predictor: str = "qssf",
+        save_interval_s: float = SAVE_INTERVAL_S,
+    ) -> None:
         from qosmos.predictors import make_duration_predictor
         from qosmos.predictors.runtime import SimilarElapsed
 
@@ -51,6 +63,8 @@ class Durations:
         self.rows: list[dict[str, Any]] = []
         self.loaded = False
         self.dirty = False
+        self.save_interval_s = save_interval_s
+        self._saved_at: float | None = None  # when the last write was tried (the pass's clock)
         self._now = float("-inf")
 
     def load(self) -> None:
@@ -91,19 +105,26 @@ class Durations:
         self._now = max(self._now, now)
         return self.elapsed.predict(job, self._now, elapsed)
 
-    def save(self) -> None:
-        """Persist the newest observations that fit a ConfigMap. Best effort: a failed write is logged
-        and retried at the next pass; the pass's decisions, made and written, stand."""
+    def save(self, now: float, *, force: bool = False) -> bool:
+        """Persist the newest observations that fit a ConfigMap, at most once per ``save_interval_s``
+        (``now``: the pass's clock; ``force``: at a stop). Best effort: a failed write is logged and
+        tried again after the interval; the pass's decisions, made and written, stand. True when written."""
         if not self.dirty or self.kube is None:
-            return
+            return False
+        if not force and self._saved_at is not None and now - self._saved_at < self.save_interval_s:
+            return False  # stays dirty: a later pass writes these observations with the next ones
+        self._saved_at = now
         text, kept = newest_that_fit(self.rows, MAX_BYTES)
         self.rows = self.rows[len(self.rows) - kept :]  # a restart replays exactly these
         try:
             self.kube.write_config_map(self.namespace, CONFIG_MAP, {KEY: text})
         except Exception as exc:  # the apiserver refused or is away: the pass stands
             log.warning("duration history not saved to ConfigMap %s/%s: %s", self.namespace, CONFIG_MAP, exc)
-            return
+            return False
         self.dirty = False
+        metrics.HISTORY_WRITES.inc()
+        metrics.HISTORY_BYTES.set(len(text))
+        return True
 
 
 def newest_that_fit(rows: list[dict[str, Any]], max_bytes: int) -> tuple[str, int]:

@@ -21,6 +21,10 @@ PASS_SECONDS = Histogram(
 )
 ACTIVE = Gauge("qosmos_operator_active", "1 while this replica runs the passes; 0 while it stands by (kopf peering)")
 ERRORS = Counter("qosmos_operator_errors_total", "operator errors", ["where"])
+HISTORY_WRITES = Counter(
+    "qosmos_operator_history_writes_total", "writes of the QSSF duration history ConfigMap (one per interval at most)"
+)
+HISTORY_BYTES = Gauge("qosmos_operator_history_bytes", "size of the QSSF duration history as last written")
 ETA_ERROR = Histogram(
     "qosmos_operator_eta_error_seconds",
     "real start minus the last predicted start (ETA) of an admitted DLJob; negative: earlier than predicted",

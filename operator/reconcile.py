@@ -1588,7 +1588,7 @@ class Reconciler:
         mem.refused.update(done.refused)
         if done.stale or done.refused:  # decided again at once, on what the apiserver has now
             rep.wake(now)
-        self.durations.save()
+        self.durations.save(now)
         rep.seconds = time.perf_counter() - t0
         rep.phases = {
             "read": t1 - t0,

@@ -36,6 +36,7 @@ class RunOptions:
     interval_s: float = 10.0  # the timer: waiting allowances and oldest waits move with time
     debounce_s: float = 0.2  # events within this window share one pass
     history_namespace: str = "default"  # where the QSSF duration history ConfigMap lives
+    history_save_interval_s: float = 30.0  # the history is written at most this often (durations.SAVE_INTERVAL_S)
     modeldb: ModelDB | None = None  # GENIE profiles (qosmos.extender.explain.load_profiles); None: built-ins
     ces: CESOptions | None = None  # Cluster Energy Saving (qosmos.operator.ces); None: off
     metrics_host: str = "127.0.0.1"
@@ -190,7 +191,8 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
         if stop.is_set():
             return
         log.info("waiting for the first list of %s", [s.name for s in kube.informers.stores if not s.synced.is_set()])
-    rec = Reconciler(kube, modeldb=opts.modeldb, durations=Durations(kube, opts.history_namespace))
+    durations = Durations(kube, opts.history_namespace, save_interval_s=opts.history_save_interval_s)
+    rec = Reconciler(kube, modeldb=opts.modeldb, durations=durations)
     power = None
     if opts.ces is not None:  # a CES step after each pass, in this worker: no pass admits onto a node going to sleep
         from qosmos.operator.ces import EnergySaver
@@ -215,7 +217,8 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
             t0 = time.perf_counter()
             try:
                 if peer is not None and not await asyncio.to_thread(peer.active):
-                    metrics.ACTIVE.set(0)  # standing by
+                    metrics.ACTIVE.set(0)  # standing by: the replica taking over reads what this one held back
+                    await asyncio.to_thread(durations.save, time.time(), force=True)
                     wake = None
                     continue
                 metrics.ACTIVE.set(1)
@@ -242,6 +245,7 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
                 await asyncio.sleep(1.0)
                 trigger.poke()
     finally:
+        durations.save(time.time(), force=True)  # what the interval held back: a graceful stop loses none
         kube.informers.stop()
 
 

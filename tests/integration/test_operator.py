@@ -628,18 +628,28 @@ def test_qssf_orders_by_durations_learnt_from_finished_dljobs(api: Api, operator
     ns = api.namespace()
     api.label_pools({"node-0": "q"})
     api.vc("qs", "q", policy="qssf", placement="consolidate")
+    writes = operator.metric("qosmos_operator_history_writes_total")
+    start = time.monotonic()
     for name, run in (("short-a", "1s"), ("long-a", "8s"), ("short-b", "1s")):  # the history, one at a time
         api.dljob(ns, name, "qs", 8, run=run)
         wait_for(lambda name=name: api.phase(ns, name) == "Succeeded", 60, f"{name} Succeeded")
+    time.sleep(1)  # the pass that wrote the last Succeeded has observed it
+    writes = operator.metric("qosmos_operator_history_writes_total") - writes
+    span = time.monotonic() - start
+    # three finishes, one history write per --history-save-interval (30 s) at most
+    assert writes <= span // 30 + 1, (writes, span)
 
     def learnt() -> dict[str, float] | None:
-        """The history as stored: written at the end of the pass that wrote the last Succeeded."""
+        """The history as stored (the first observation at once, later ones at most every 30 s, and what
+        is held back at a graceful stop)."""
         history = json.loads(
             api.core.read_namespaced_config_map("qosmos-operator-durations", "default").data["observations.json"]
         )
         mine = {row["name"]: row["duration"] for row in history if row["user"] == ns}
         return mine if set(mine) == {"short-a", "long-a", "short-b"} else None
 
+    operator.stop()  # SIGTERM: the operator writes what it held back
+    operator.start()
     mine = wait_for(learnt, 10, "the three durations in the history")
     assert mine["long-a"] > mine["short-a"]
     api.dljob(ns, "blocker", "qs", 8, run=None)
