@@ -456,7 +456,9 @@ def _torchrun(gpus: int, spec: dict[str, Any], timeout_s: float | None) -> list[
         if proc.returncode != 0 or not out.is_file():
             errors = sorted(Path(tmp).glob("rank*.error"))  # the workers' own messages (see _worker)
             why = [f"{e.stem}: {e.read_text().strip()}" for e in errors] or output.strip().splitlines()[-20:]
-            raise MeasureFailed(f"torchrun with {gpus} processes exited with status {proc.returncode}: " + "\n".join(why))
+            raise MeasureFailed(
+                f"torchrun with {gpus} processes exited with status {proc.returncode}: " + "\n".join(why)
+            )
         return read_samples(out)
 
 
