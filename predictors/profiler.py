@@ -389,12 +389,16 @@ def measure_torch(
     d_node x d_gpn runs for Eq. 8's γ, λ (:func:`fit_profile`):
 
     - ``gpus`` > 1: this call runs ``gpus`` processes on this node under torchrun (``--standalone``:
-      its rendezvous on a free loopback port) and returns rank 0's samples, d_gpn = ``gpus``;
+      its rendezvous store on a free port, reached through localhost; like every torch.distributed
+      store it listens on all addresses) and returns rank 0's samples, d_gpn = ``gpus``;
       ``timeout_s`` bounds it (the processes are killed, :class:`MeasureFailed`).
     - called in a process that torchrun started (or one of a DLJob's pods, told RANK and
       WORLD_SIZE: :func:`timing.process_world`): this process is one rank of that world, which may
       span nodes (d_node = WORLD_SIZE / LOCAL_WORLD_SIZE); rank 0 returns the samples, the others
       an empty list. ``gpus`` must then be 1 or LOCAL_WORLD_SIZE.
+
+    ``model`` names a model of the built-in list (:mod:`qosmos.predictors.torch_models`: the
+    database's name, built at its dataset's input size; ``mlp`` for a small smoke-test network).
     """
     precision = parse_precision(precision)
     if gpus < 1:
