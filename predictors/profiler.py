@@ -405,7 +405,12 @@ def measure_torch(
         raise InvalidInput("gpus", gpus, "must be >= 1")
     world = process_world(os.environ)
     if world is not None and gpus not in (1, world.local_size):
-        raise InvalidInput("gpus", gpus, f"started by torchrun: {world.local_size} processes on this node already")
+        raise InvalidInput(
+            "gpus",
+            gpus,
+            f"this is rank {world.rank} of {world.size} (RANK and WORLD_SIZE set, by torchrun or a DLJob): "
+            f"{world.local_size} processes on this node already",
+        )
     size = world.size if world is not None else gpus
     bad = [b for b in batches if b % size]
     if bad:

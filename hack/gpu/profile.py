@@ -237,6 +237,7 @@ def main(argv: list[str]) -> int:
                     got = attempt(
                         f"{what} on {g} GPUs", measure_torch, model, [b], steps=steps, warmup=3, windows=windows,
                         max_warmup=20, min_window_s=0.01 if args.smoke else args.min_window, gpus=g, timeout_s=left(),
+                        cpus=os.sched_getaffinity(0),  # each rank pinned to its own share of the cores
                     )  # fmt: skip
                     training += got
                     if got:
