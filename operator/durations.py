@@ -111,7 +111,8 @@ class Durations:
         tried again after the interval; the pass's decisions, made and written, stand. True when written."""
         if not self.dirty or self.kube is None:
             return False
-        if not force and self._saved_at is not None and now - self._saved_at < self.save_interval_s:
+        # (a wall clock stepped back does not hold the history back until it catches up)
+        if not force and self._saved_at is not None and 0.0 <= now - self._saved_at < self.save_interval_s:
             return False  # stays dirty: a later pass writes these observations with the next ones
         self._saved_at = now
         text, kept = newest_that_fit(self.rows, MAX_BYTES)

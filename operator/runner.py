@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.operator import inference, metrics
+from qosmos.operator.durations import SAVE_INTERVAL_S
 from qosmos.operator.kube import OwnWrites
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class RunOptions:
     interval_s: float = 10.0  # the timer: waiting allowances and oldest waits move with time
     debounce_s: float = 0.2  # events within this window share one pass
     history_namespace: str = "default"  # where the QSSF duration history ConfigMap lives
-    history_save_interval_s: float = 30.0  # the history is written at most this often (durations.SAVE_INTERVAL_S)
+    history_save_interval_s: float = SAVE_INTERVAL_S  # the QSSF history is written at most this often
     modeldb: ModelDB | None = None  # GENIE profiles (qosmos.extender.explain.load_profiles); None: built-ins
     ces: CESOptions | None = None  # Cluster Energy Saving (qosmos.operator.ces); None: off
     metrics_host: str = "127.0.0.1"

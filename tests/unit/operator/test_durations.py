@@ -133,6 +133,8 @@ def test_the_history_is_written_once_per_interval_and_whole_at_a_stop() -> None:
     d.observe(job("d", 0.0), 45.0, 45.0)
     assert not d.save(45.0) and d.save(45.0, force=True) and stored() == ["a", "b", "c", "d"]  # a stop
     assert not d.save(100.0, force=True)  # nothing new: no write, forced or not
+    d.observe(job("e", 0.0), 50.0, 50.0)
+    assert d.save(20.0) and stored()[-1] == "e"  # the clock stepped back (NTP): not held until it catches up
 
     class Refusing(ConfigMaps):
         calls = 0
