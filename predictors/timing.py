@@ -202,29 +202,27 @@ def process_world(environ: Mapping[str, str]) -> World | None:
     them one process per node, as a DLJob's pods are told). None without RANK and WORLD_SIZE or
     with a world of one: a single process. A partial or inconsistent set names the variable."""
     present = {k: environ[k] for k in WORLD_VARS if environ.get(k, "").strip()}
-    if "RANK" not in present and "WORLD_SIZE" not in present:
-        if present:
-            raise InvalidInput(next(iter(present)), present[next(iter(present))], "set without RANK and WORLD_SIZE")
+    if not present:
         return None
-    values: dict[str, int] = {}
-    for key in WORLD_VARS:
+    if "RANK" not in present and "WORLD_SIZE" not in present:
+        key = next(iter(present))
+        raise InvalidInput(key, present[key], "set without RANK and WORLD_SIZE")
+    for key in ("RANK", "WORLD_SIZE"):
         if key not in present:
-            if key in ("RANK", "WORLD_SIZE"):
-                raise InvalidInput(key, "", "unset, but the other of RANK and WORLD_SIZE is set")
-            continue
+            raise InvalidInput(key, "", "unset, but the other of RANK and WORLD_SIZE is set")
+    values: dict[str, int] = {}
+    for key, text in present.items():
         try:
-            values[key] = int(present[key])
+            values[key] = int(text)
         except ValueError:
-            raise InvalidInput(key, present[key], "not an integer") from None
+            raise InvalidInput(key, text, "not an integer") from None
     size, local_size = values["WORLD_SIZE"], values.get("LOCAL_WORLD_SIZE", 1)
     world = World(values["RANK"], size, values.get("LOCAL_RANK", 0), local_size)
     if size < 1 or not 0 <= world.rank < size:
         raise InvalidInput("RANK", world.rank, f"must be 0 <= RANK < WORLD_SIZE ({size})")
     if local_size < 1 or size % local_size or not 0 <= world.local_rank < local_size:
-        raise InvalidInput(
-            "LOCAL_RANK", f"{world.local_rank} of {local_size}", f"needs 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE, "
-            f"which divides WORLD_SIZE ({size})"
-        )  # fmt: skip
+        why = f"needs 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE, which divides WORLD_SIZE ({size})"
+        raise InvalidInput("LOCAL_RANK", f"{world.local_rank} of {local_size}", why)
     return None if size == 1 else world
 
 
