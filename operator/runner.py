@@ -219,7 +219,7 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
             try:
                 if peer is not None and not await asyncio.to_thread(peer.active):
                     metrics.ACTIVE.set(0)  # standing by: the replica taking over reads what this one held back
-                    await asyncio.to_thread(durations.save, time.time(), force=True)
+                    await asyncio.to_thread(durations.stand_by, time.time())
                     wake = None
                     continue
                 metrics.ACTIVE.set(1)
@@ -246,7 +246,7 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
                 await asyncio.sleep(1.0)
                 trigger.poke()
     finally:
-        durations.save(time.time(), force=True)  # what the interval held back: a graceful stop loses none
+        durations.stand_by(time.time(), force=True)  # what the interval held back: a graceful stop loses none
         kube.informers.stop()
 
 

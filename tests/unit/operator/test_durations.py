@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from qosmos.extender.core.types import Job
 from qosmos.operator.durations import KEY, Durations
 
@@ -148,3 +149,147 @@ def test_the_history_is_written_once_per_interval_and_whole_at_a_stop() -> None:
     away.observe(job("a", 0.0), 10.0, 10.0)
     assert not away.save(10.0) and not away.save(12.0) and Refusing.calls == 1  # an apiserver away: not every pass
     assert not away.save(40.0) and Refusing.calls == 2 and away.dirty
+
+
+def names(store: Any) -> list[str]:
+    return [r["name"] for r in json.loads(store.data[("ns", "qosmos-operator-durations")][KEY])]
+
+
+def test_a_replica_back_from_standby_replays_what_the_other_wrote() -> None:
+    """Two peering replicas share the ConfigMap: the one that stood by and is active again reads the
+    rows the other added meanwhile, instead of writing its own older copy over them."""
+    store: Any = ConfigMaps()
+    a, b = Durations(store, "ns"), Durations(store, "ns")
+    a.load()
+    a.observe(job("train-a", 0.0), 100.0, 100.0)
+    a.stand_by(110.0)  # held back by nothing: written at the stand-by
+    assert names(store) == ["train-a"] and not a.loaded and a.rows == []
+    a.stand_by(111.0)  # each pass standing by: no read, no write
+    assert not a.loaded
+    b.load()
+    b.observe(job("train-b", 0.0), 900.0, 1000.0)
+    assert b.save(1000.0) and names(store) == ["train-a", "train-b"]
+    b.stand_by(1001.0)
+    a.load()  # active again (the pass loads first)
+    assert [r["name"] for r in a.rows] == ["train-a", "train-b"]
+    assert b.predict(job("train-c", 2000.0), 2000.0) is None  # standing by, b holds no history
+    fresh = Durations(store, "ns")
+    fresh.load()
+    assert a.predict(job("train-c", 2000.0), 2000.0) == fresh.predict(job("train-c", 2000.0), 2000.0) > 100.0
+    a.observe(job("train-d", 0.0), 50.0, 2000.0)
+    assert a.save(2000.0) and names(store) == ["train-a", "train-b", "train-d"]
+
+
+def test_rows_a_refused_write_held_are_merged_not_lost_nor_written_over() -> None:
+    store: Any = ConfigMaps()
+
+    class Flaky(ConfigMaps):
+        refuse = True
+
+        def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+            if self.refuse:
+                raise RuntimeError("503 Service Unavailable")
+            return store.read_config_map(namespace, name)
+
+        def write_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
+            if self.refuse:
+                raise RuntimeError("503 Service Unavailable")
+            store.write_config_map(namespace, name, data)
+
+    flaky: Any = Flaky()
+    flaky.refuse = False
+    a, b = Durations(flaky, "ns", save_interval_s=30.0), Durations(store, "ns")
+    a.load()
+    a.observe(job("train-a", 0.0), 100.0, 100.0)
+    assert a.save(100.0)
+    a.observe(job("train-x", 0.0), 40.0, 150.0)
+    flaky.refuse = True
+    a.stand_by(150.0)  # the write is refused: train-x stays with this replica only
+    assert not a.loaded and [r["name"] for r in a.unsaved] == ["train-x"]
+    a.stand_by(170.0, force=False)  # standing by: tried again after the interval, not every pass
+    b.load()
+    b.observe(job("train-b", 0.0), 80.0, 160.0)
+    assert b.save(160.0) and names(store) == ["train-a", "train-b"]
+    flaky.refuse = False
+    a.stand_by(175.0)  # still inside the interval of the refused write
+    assert names(store) == ["train-a", "train-b"] and not a.save(175.0, force=True)  # never its forgotten copy
+    a.stand_by(181.0)  # merged into what the ConfigMap holds now, in the order they ended
+    assert names(store) == ["train-a", "train-x", "train-b"] and a.unsaved == [] and not a.loaded
+    store.data.clear()  # nothing is held now: a stop writes nothing
+    a.stand_by(200.0, force=True)
+    assert store.data == {}
+
+
+def test_a_half_readable_history_is_not_half_replayed() -> None:
+    store: Any = ConfigMaps()
+    from qosmos.operator.durations import _row
+
+    good = _row(job("a", 0.0), 100.0, 100.0)
+    store.data[("ns", "qosmos-operator-durations")] = {KEY: json.dumps([good, {"id": "team/b", "end": 150.0}])}
+    d = Durations(store, "ns")
+    d.load()
+    assert d.rows == [] and d.predict(job("x", 200.0), 200.0) is None
+    store.data[("ns", "qosmos-operator-durations")] = {KEY: json.dumps([good])}
+    again = Durations(store, "ns")
+    again.load()
+    assert again.predict(job("x", 200.0), 200.0) == 100.0  # the good row alone is readable
+
+
+def test_two_replicas_active_at_once_write_each_others_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's peering is not leader election: a replica paused past its keep-alive runs passes again
+    beside the one that took over. Each write takes in the rows the other wrote, each row once."""
+    from qosmos.operator import durations as mod
+
+    store: Any = ConfigMaps()
+    a, b = Durations(store, "ns"), Durations(store, "ns")
+    a.load()
+    b.load()
+    a.observe(job("train-a", 0.0), 100.0, 100.0)
+    b.observe(job("train-b", 0.0), 200.0, 200.0)
+    assert a.save(200.0) and b.save(200.0) and names(store) == ["train-a", "train-b"]
+    assert [r["name"] for r in b.rows] == ["train-a", "train-b"]
+    a.observe(job("train-c", 0.0), 300.0, 300.0)
+    assert a.save(300.0) and names(store) == ["train-a", "train-b", "train-c"]
+    assert not b.save(301.0, force=True)  # nothing new here: no read, no write
+    b.observe(job("train-d", 0.0), 400.0, 400.0)
+    assert b.save(400.0) and names(store) == ["train-a", "train-b", "train-c", "train-d"]
+    a.observe(job("train-e", 0.0), 500.0, 500.0)
+    assert a.save(500.0) and names(store) == ["train-a", "train-b", "train-c", "train-d", "train-e"]
+    for d in (a, b):
+        d.predict(job("x", 1000.0), 1000.0)
+    assert a.predictor.observed == 5 and b.predictor.observed == 4  # type: ignore[attr-defined]
+
+    # the oldest rows, dropped as the history outgrows its limit, are not taken in again from a
+    # ConfigMap a peer wrote before it dropped them
+    monkeypatch.setattr(mod, "MAX_OBSERVATIONS", 3)
+    stale = dict(store.data[("ns", "qosmos-operator-durations")])
+    a.observe(job("train-f", 0.0), 600.0, 600.0)
+    assert [r["name"] for r in a.rows] == ["train-d", "train-e", "train-f"]
+    store.data[("ns", "qosmos-operator-durations")] = stale
+    assert a.save(600.0) and names(store) == ["train-d", "train-e", "train-f"]
+    a.predict(job("x", 1000.0), 1000.0)
+    assert a.predictor.observed == 6  # type: ignore[attr-defined]
+
+
+def test_a_write_whose_answer_was_lost_is_not_written_twice() -> None:
+    """The apiserver stored the history but the answer never came: at the replay the rows are found in
+    the ConfigMap, so they are neither observed twice nor held as still to write."""
+    store: Any = ConfigMaps()
+
+    class Lost(ConfigMaps):
+        def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+            return store.read_config_map(namespace, name)
+
+        def write_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
+            store.write_config_map(namespace, name, data)
+            raise TimeoutError("read timed out")
+
+    d = Durations(Lost(), "ns")
+    d.load()
+    d.observe(job("train-a", 0.0), 100.0, 100.0)
+    d.stand_by(100.0)
+    assert names(store) == ["train-a"] and len(d.unsaved) == 1  # not known to be written
+    d.load()  # active again
+    assert [r["name"] for r in d.rows] == ["train-a"] and d.unsaved == [] and not d.dirty
+    d.predict(job("x", 1000.0), 1000.0)
+    assert d.predictor.observed == 1  # type: ignore[attr-defined]
