@@ -74,6 +74,8 @@ def agent_values(env: E2E) -> dict[str, Any]:
         "kubeletRootDir": str(kubelet),
         "podResources": {"socketDir": str(kubelet / "pod-resources")},
         "stateDir": str(env.workdir / "node-agent-state"),
+        # with hostNetwork (tc) the node's address on lo, not every interface of this machine
+        "metrics": {"port": 9102, "address": "$(POD_IP)"},
     }
 
 

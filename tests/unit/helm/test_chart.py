@@ -934,3 +934,14 @@ def test_node_agent_health_metrics_priority_and_shutdown(
     svc = named(docs, "Service", "-node-agent-metrics")
     assert all(svc["metadata"]["labels"][k] == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
     assert kinds(docs, "DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] == 9200
+
+
+def test_node_agent_metrics_can_bind_the_pods_address_only(helm: str, tmp: Path) -> None:
+    """``metrics.address: $(POD_IP)``: the kubelet expands it from the container's POD_IP (the pod's
+    status.podIP; with hostNetwork the node's InternalIP), so the agent does not listen on every
+    interface of the node."""
+    agent = {"metrics": {"port": 9102, "address": "$(POD_IP)"}, "tc": {"device": "eth0", "linkMbit": 100}}
+    spec, args, _, _ = _agent_host_access(render(helm, tmp, {"nodeAgent": agent}))
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert args[args.index("--metrics-address") + 1] == "$(POD_IP)" and spec["hostNetwork"] is True

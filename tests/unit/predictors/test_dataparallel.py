@@ -60,6 +60,7 @@ def _profiler_processes() -> list[int]:
     return pids
 
 
+@pytest.mark.usefixtures("private_network")  # torchrun's stores listen on every address
 def test_two_processes_under_torchrun_each_pinned_to_its_share() -> None:
     pytest.importorskip("torch")
     mine = os.sched_getaffinity(0)
@@ -74,6 +75,7 @@ def test_two_processes_under_torchrun_each_pinned_to_its_share() -> None:
     assert os.sched_getaffinity(0) == mine  # the caller is not pinned: its workers are
 
 
+@pytest.mark.usefixtures("private_network")  # torchrun's stores listen on every address
 def test_a_failing_worker_is_reported_with_its_error() -> None:
     pytest.importorskip("torch")
     from qosmos.predictors.profiler import _torchrun
@@ -85,6 +87,7 @@ def test_a_failing_worker_is_reported_with_its_error() -> None:
     assert "resnet151" in str(failed.value)  # the worker's own message, not only torchrun's summary
 
 
+@pytest.mark.usefixtures("private_network")  # torchrun's stores listen on every address
 def test_a_timeout_stops_torchrun_and_its_workers() -> None:
     pytest.importorskip("torch")
     before = set(_profiler_processes())
@@ -96,6 +99,7 @@ def test_a_timeout_stops_torchrun_and_its_workers() -> None:
     assert not set(_profiler_processes()) - before
 
 
+@pytest.mark.usefixtures("private_network")  # torchrun's stores listen on every address
 def test_profile_run_as_two_nodes_of_a_torchrun_world(tmp_path: Path) -> None:
     """Two torchrun agents (two "nodes" of one process each) rendezvous on loopback and run `qosmos
     profile run`; rank 0 writes d_node = 2 samples, rank 1 writes nothing."""

@@ -139,8 +139,10 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A Ray head on 127.0.0.1 owned by this test (own process group, stopped on teardown)."""
+def ray_head(monkeypatch: pytest.MonkeyPatch, private_network: None) -> Iterator[str]:
+    """A Ray head owned by this test (own process group, stopped on teardown), with the test's driver
+    in a network namespace of their own: Ray binds its servers to every address or to the address it
+    detects (probing a public resolver), whatever ``--node-ip-address`` says."""
     try:  # hack/test.sh installs the ray extra: under CI a missing Ray fails the run
         import ray  # noqa: F401
     except ImportError:
