@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 
 from qosmos.extender.core.types import DurationPredictor, Job
@@ -42,7 +43,10 @@ def _row(job: Job, duration: float, end: float) -> dict[str, Any]:
 def _job(row: dict[str, Any]) -> tuple[Job, float, float]:
     kw = {f: row[f] for f in _FIELDS}
     job = Job(**kw, qos=row["qos"], name=row["name"], category=row["category"], gpu_models=tuple(row["gpu_models"]))
-    return job, float(row["duration"]), float(row["end"])
+    duration, end = float(row["duration"]), float(row["end"])
+    if not (math.isfinite(duration) and duration >= 0 and math.isfinite(end)):
+        raise ValueError(f"row of {job.id}: duration {duration} and end {end} must be finite, the duration >= 0")
+    return job, duration, end
 
 
 class Durations:

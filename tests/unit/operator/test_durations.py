@@ -225,10 +225,12 @@ def test_a_half_readable_history_is_not_half_replayed() -> None:
     from qosmos.operator.durations import _row
 
     good = _row(job("a", 0.0), 100.0, 100.0)
-    store.data[("ns", "qosmos-operator-durations")] = {KEY: json.dumps([good, {"id": "team/b", "end": 150.0}])}
-    d = Durations(store, "ns")
-    d.load()
-    assert d.rows == [] and d.predict(job("x", 200.0), 200.0) is None
+    negative = _row(job("b", 0.0), -5.0, 150.0)  # readable, but no predictor takes it
+    for bad in ({"id": "team/b", "end": 150.0}, negative):
+        store.data[("ns", "qosmos-operator-durations")] = {KEY: json.dumps([good, bad])}
+        d = Durations(store, "ns")
+        d.load()
+        assert d.rows == [] and d.predict(job("x", 200.0), 200.0) is None
     store.data[("ns", "qosmos-operator-durations")] = {KEY: json.dumps([good])}
     again = Durations(store, "ns")
     again.load()
