@@ -448,8 +448,15 @@ def gang_starts(api_client: Any, namespace: str, label: str) -> dict[str, float]
 
 
 def start_latency(seen: Mapping[str, Seen], starts: Mapping[str, float]) -> dict[str, float | None]:
-    """Quantiles of (gang start - creation) over the jobs whose gang started, with their count."""
-    lat = [starts[n] - s.created for n, s in seen.items() if n in starts and math.isfinite(s.created)]
+    """Quantiles of (gang start - creation) over the jobs whose gang started, with their count.
+    ``startTime`` is whole seconds (the start lies in [start, start + 1)) while the creation time is
+    this process's clock: a gang started within its creation's second would come out negative. Each
+    latency is the middle of the interval the two allow, which is never below 0."""
+    lat = []
+    for name, s in seen.items():
+        if name in starts and math.isfinite(s.created):
+            low, high = max(starts[name] - s.created, 0.0), max(starts[name] + 1.0 - s.created, 0.0)
+            lat.append((low + high) / 2)
     return {**_quantiles(lat), "jobs": len(lat)}
 
 

@@ -168,3 +168,16 @@ apiserver_request_duration_seconds_count{{resource="pods",verb="POST"}} 999
     assert writes == {"PATCH dljobs/status": 30, "POST pods": 1}
     assert list(writes) == ["PATCH dljobs/status", "POST pods"]  # most first
     assert reads == {"WATCH pods": 2}  # the LIST did not change
+
+
+def test_a_gang_start_in_whole_seconds_never_makes_a_negative_latency() -> None:
+    """A pod's startTime is whole seconds, the creation this process's clock: a gang started in its
+    creation's second (start 100 for a creation at 100.4) is 0.3 s (the middle of [0, 0.6)), not -0.4 s."""
+    from qosmos.dev.bench import Seen, start_latency
+
+    seen = {"a": Seen(created=100.4), "b": Seen(created=100.4), "c": Seen(created=100.0), "d": Seen()}
+    got = start_latency(seen, {"a": 100.0, "b": 103.0, "c": 101.0, "d": 105.0, "gone": 1.0})
+    assert got["jobs"] == 3  # d has no creation seen; "gone" was never seen
+    assert got["max"] == pytest.approx(3.1) and got["p50"] == pytest.approx(1.5)  # b: [2.6, 3.6); c: [1, 2)
+    alone = start_latency({"a": Seen(created=100.4)}, {"a": 100.0})
+    assert alone["p50"] == alone["max"] == pytest.approx(0.3)
