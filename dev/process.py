@@ -64,15 +64,20 @@ def tail(path: Path, n: int = 40) -> str:
 # --------------------------------------------------------------------------- identity by pid
 
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22); None when gone."""
+def stat_fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` from field 3 (state) on, so ``[0]`` is field 3; None when the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):  # a zombie has exited, only its parent has not reaped it
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22); None when gone."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):  # a zombie has exited, only its parent has not reaped it
         return None
     return int(fields[19])
 

@@ -24,6 +24,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from qosmos.dev.process import stat_fields
+
 LISTEN = "0A"
 LOOPBACK_IFACE = "lo"
 
@@ -69,18 +71,20 @@ def parse_proc_net_tcp(text: str, v6: bool) -> list[Listener]:
     return out
 
 
-def is_loopback(address: str) -> bool:
+def _unmapped(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address, an IPv4-mapped IPv6 one (``::ffff:a.b.c.d``, a v6 socket's v4 side) as IPv4."""
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
+        return ip.ipv4_mapped
+    return ip
+
+
+def is_loopback(address: str) -> bool:
+    return _unmapped(address).is_loopback
 
 
 def is_wildcard(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_unspecified
+    return _unmapped(address).is_unspecified
 
 
 def interface_addresses() -> dict[str, set[str]]:
@@ -108,11 +112,8 @@ def socket_owner(inode: int, proc: Path = Path("/proc")) -> int | None:
 
 
 def _ppid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the command may hold spaces and parentheses
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[1])  # field 4
 
 
 def is_ours(pid: int, root: int) -> bool:
