@@ -437,12 +437,14 @@ def plan_sleep(
 @dataclass
 class History:
     """Running and managed GPU nodes per minute (the minute index is ``time // minute_s``); a minute
-    stepped over is filled with the last count, as ``predictors.ces.per_minute`` fills the traces."""
+    stepped over is filled with the last count, as ``predictors.ces.per_minute`` fills the traces, and
+    remembered as ``filled`` (not seen: a peer's count for it wins at a :meth:`merge`)."""
 
     minute_s: float
     first: int = -1
     running: list[int] = field(default_factory=list)
     total: list[int] = field(default_factory=list)
+    filled: set[int] = field(default_factory=set)
 
     @property
     def last(self) -> int:
@@ -452,27 +454,78 @@ class History:
         """The counts seen at ``minute`` (the most in a minute counts: busy at any time of it). True
         when a new minute began."""
         if not self.running or minute > self.last + MAX_MINUTES:
-            self.first, self.running, self.total = minute, [running], [total]
+            self.first, self.running, self.total, self.filled = minute, [running], [total], set()
             return True
         if minute < self.first:
             return False  # a clock stepped back before the history: ignore
         if minute <= self.last:
             i = minute - self.first
+            if minute in self.filled:  # seen after all: the carried count was a stand-in
+                self.filled.discard(minute)
+                self.running[i], self.total[i] = running, total
             self.running[i] = max(self.running[i], running)
             self.total[i] = max(self.total[i], total)
             return False
         gap = minute - self.last - 1
+        self.filled.update(range(self.last + 1, minute))
         self.running += [self.running[-1]] * gap + [running]
         self.total += [self.total[-1]] * gap + [total]
+        self._cut()
+        return True
+
+    def _cut(self) -> None:
+        """Keep the newest MAX_MINUTES."""
         cut = max(0, len(self.running) - MAX_MINUTES)
         if cut:
             self.first += cut
             del self.running[:cut], self.total[:cut]
-        return True
+            self.filled = {m for m in self.filled if m >= self.first}
+
+    def merge(self, stored: History) -> History:
+        """This replica's history with a peer's (what the ConfigMap holds): peering replicas may both
+        record for a while (one paused past its keep-alive), and one that stood by lacks the minutes
+        the other recorded. Per minute the most either saw; a count only carried forward gives way to
+        a seen one; minutes neither has (between the two) are carried forward."""
+        if not stored.running or stored.minute_s != self.minute_s:
+            return self
+        if not self.running or self.last + MAX_MINUTES < stored.first:
+            return History(self.minute_s, stored.first, list(stored.running), list(stored.total), set(stored.filled))
+        if stored.last + MAX_MINUTES < self.first:
+            return self  # (a peer's history from before a reset of this one)
+        out = History(self.minute_s, min(self.first, stored.first))
+        for m in range(out.first, max(self.last, stored.last) + 1):
+            a, b = self._at(m), stored._at(m)
+            if a is None or b is None:
+                r, t, carried = a or b or (out.running[-1], out.total[-1], True)
+            elif a[2] != b[2]:  # one saw it, the other carried a count forward
+                r, t, carried = b if a[2] else a
+            else:
+                r, t, carried = max(a[0], b[0]), max(a[1], b[1]), a[2]
+            out.running.append(r)
+            out.total.append(t)
+            if carried:
+                out.filled.add(m)
+        out._cut()
+        return out
+
+    def _at(self, minute: int) -> tuple[int, int, bool] | None:
+        """(running, total, carried forward) at ``minute``; None outside the history."""
+        if not self.running or not self.first <= minute <= self.last:
+            return None
+        i = minute - self.first
+        return self.running[i], self.total[i], minute in self.filled
 
     def to_json(self) -> str:
-        doc = {"version": 1, "minuteSeconds": self.minute_s, "first": self.first}
+        doc: dict[str, Any] = {"version": 1, "minuteSeconds": self.minute_s, "first": self.first}
         doc |= {"running": self.running, "total": self.total}
+        if self.filled:  # as [first, last] runs: a pause of hours is one pair
+            runs: list[list[int]] = []
+            for m in sorted(self.filled):
+                if runs and runs[-1][1] == m - 1:
+                    runs[-1][1] = m
+                else:
+                    runs.append([m, m])
+            doc["filled"] = runs
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -488,7 +541,16 @@ class History:
             running, total = [int(x) for x in doc["running"]], [int(x) for x in doc["total"]]
             if len(running) != len(total):
                 raise ValueError("running and total differ in length")
-            return cls(minute_s, int(doc["first"]) if running else -1, running, total)
+            if not running:
+                return cls(minute_s)
+            first = int(doc["first"])
+            last = first + len(running) - 1
+            filled: set[int] = set()
+            for a, b in doc.get("filled") or []:
+                if not first <= int(a) <= int(b) <= last:
+                    raise ValueError(f"filled minutes {a}-{b} outside the history's {first}-{last}")
+                filled.update(range(int(a), int(b) + 1))
+            return cls(minute_s, first, running, total, filled)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("CES history in ConfigMap %s unreadable, starting afresh: %s", CONFIG_MAP, exc)
             return cls(minute_s)
@@ -605,18 +667,49 @@ class EnergySaver:
         resp = self.kube.core.list_pod_for_all_namespaces(field_selector=sel, _preload_content=False)
         return [p for p in json.loads(resp.data).get("items") or [] if holds_node(p)]
 
+    def _stored(self, data: dict[str, str] | None) -> History:
+        return (
+            History.from_json(data[KEY], self.opts.minute_s) if data and data.get(KEY) else History(self.opts.minute_s)
+        )
+
     def _load(self) -> None:
+        """The recorded history (the first step after a start, or after standing by: with the minutes
+        a peer recorded meanwhile)."""
         if self.loaded:
             return
-        data = self.kube.read_config_map(self.opts.namespace, CONFIG_MAP) or {}
-        if data.get(KEY):
-            self.history = History.from_json(data[KEY], self.opts.minute_s)
+        self.history = self.history.merge(self._stored(self.kube.read_config_map(self.opts.namespace, CONFIG_MAP)))
         self.loaded = True
 
     def _save(self) -> None:
-        if self.dirty:
-            self.kube.write_config_map(self.opts.namespace, CONFIG_MAP, {KEY: self.history.to_json()})
-            self.dirty = False
+        """Write the history merged with what a peer wrote (compare-and-swap: never over its minutes)."""
+        if not self.dirty:
+            return
+
+        def merged(data: dict[str, str] | None) -> dict[str, str]:
+            self.history = self.history.merge(self._stored(data))
+            return {KEY: self.history.to_json()}
+
+        self.kube.update_config_map(self.opts.namespace, CONFIG_MAP, merged)
+        self.dirty = False
+
+    def record(self, minute: int, running: int, total: int) -> None:
+        """C_R and the managed nodes at ``minute``, written when a new minute begins."""
+        self._load()
+        self.dirty |= self.history.record(minute, running, total)
+        self._save()
+
+    def stand_by(self) -> None:
+        """This replica stops running steps (each pass it stands by; at a stop): write the history,
+        the current minute's counts included, and read it again when active (a peer records meanwhile).
+        Best effort: what a failed write held is merged at the next load and written then."""
+        if not self.loaded:
+            return
+        self.dirty = True
+        try:
+            self._save()
+        except Exception as exc:
+            log.warning("CES history not saved to ConfigMap %s/%s: %s", self.opts.namespace, CONFIG_MAP, exc)
+        self.loaded = False
 
     # ---- the knobs -------------------------------------------------------------------------------
     def config(self, total: int) -> CESConfig:
@@ -761,8 +854,7 @@ class EnergySaver:
 
         # the per-minute record: C_R counts busy nodes that are powered on
         running = sum(n.busy and n.active for n in view)
-        self.dirty |= self.history.record(minute, running, total)
-        self._save()
+        self.record(minute, running, total)
         self._train(total)
 
         # JobArrivalCheck

@@ -53,9 +53,10 @@ class Durations:
     """The history this replica holds (``rows``, every one observed by its predictors) and the
     ConfigMap it shares with its peers. kopf's peering is not leader election: two replicas may both
     run passes for a while (one paused past its keep-alive), and a replica may stand by and be active
-    again. So a write first takes in the rows a peer wrote that this replica lacks, and a replica that
-    stands by forgets its copy and replays the ConfigMap when it is active again: no replica writes
-    its older copy over a peer's observations."""
+    again. So a write first takes in the rows a peer wrote that this replica lacks, as a compare-and-swap
+    (``Kube.update_config_map``: a peer's write between the read and the write makes it read again),
+    and a replica that stands by forgets its copy and replays the ConfigMap when it is active again:
+    no replica writes its older copy over a peer's observations."""
 
     def __init__(
         self,
@@ -185,11 +186,15 @@ class Durations:
         if not force and not self._due(now):
             return False  # stays dirty: a later pass writes these observations with the next ones
         self._saved_at = now
-        try:
-            self._take_in(self.kube.read_config_map(self.namespace, CONFIG_MAP))
+
+        def merged(stored: dict[str, str] | None) -> dict[str, str]:
+            self._take_in(stored)  # (called again after a peer's write in between: its rows too)
             text, kept = newest_that_fit(self.rows, MAX_BYTES)
             self._trim(kept)  # a restart replays exactly these
-            self.kube.write_config_map(self.namespace, CONFIG_MAP, {KEY: text})
+            return {KEY: text}
+
+        try:
+            text = self.kube.update_config_map(self.namespace, CONFIG_MAP, merged)[KEY]
         except Exception as exc:  # the apiserver refused or is away: the pass stands
             log.warning("duration history not saved to ConfigMap %s/%s: %s", self.namespace, CONFIG_MAP, exc)
             return False

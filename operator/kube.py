@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -474,16 +475,50 @@ class Kube:
                 return None
             raise
 
-    def write_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
+    def update_config_map(
+        self,
+        namespace: str,
+        name: str,
+        update: Callable[[dict[str, str] | None], dict[str, str]],
+        attempts: int = 5,
+    ) -> dict[str, str]:
+        """Read, change and write a ConfigMap's data that peering replicas share, as a compare-and-swap:
+        ``update`` gets what the ConfigMap holds (None: there is none) and returns the data to write;
+        the write names the resourceVersion read, so a peer's write in between fails it (409) and
+        ``update`` is called again on the newer data (a peer's create or delete alike). The data
+        written; :class:`Conflict` after ``attempts`` lost races."""
         from kubernetes.client.rest import ApiException
 
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}}
-        try:
-            self.core.patch_namespaced_config_map(name, namespace, {"data": data})
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            self.core.create_namespaced_config_map(namespace, {**body, "data": data})
+        for _ in range(attempts):
+            try:
+                cm = self.core.read_namespaced_config_map(name, namespace)
+                current: dict[str, str] | None = dict(cm.data or {})
+                version = cm.metadata.resource_version
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                current = version = None
+            data = update(current)
+            try:
+                if version is None:  # 409 AlreadyExists when a peer created it meanwhile
+                    meta = {"name": name, "namespace": namespace}
+                    self.core.create_namespaced_config_map(
+                        namespace, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+                    )
+                else:  # 409 Conflict when a peer wrote it meanwhile, 404 when it was deleted
+                    self.core.patch_namespaced_config_map(
+                        name, namespace, {"metadata": {"resourceVersion": version}, "data": data}
+                    )
+                return data
+            except ApiException as exc:
+                if exc.status not in (404, 409):
+                    raise
+                log.debug("ConfigMap %s/%s changed under this write, read again: %s", namespace, name, exc.reason)
+        raise Conflict(f"ConfigMap {namespace}/{name} changed under each of {attempts} writes")
+
+
+class Conflict(RuntimeError):
+    """A compare-and-swap write that lost every race it ran."""
 
 
 def api_message(exc: Any) -> str:

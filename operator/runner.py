@@ -220,6 +220,8 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
                 if peer is not None and not await asyncio.to_thread(peer.active):
                     metrics.ACTIVE.set(0)  # standing by: the replica taking over reads what this one held back
                     await asyncio.to_thread(durations.stand_by, time.time())
+                    if power is not None:
+                        await asyncio.to_thread(power.stand_by)
                     wake = None
                     continue
                 metrics.ACTIVE.set(1)
@@ -247,6 +249,8 @@ async def worker(trigger: Trigger, opts: RunOptions, stop: asyncio.Event) -> Non
                 trigger.poke()
     finally:
         durations.stand_by(time.time(), force=True)  # what the interval held back: a graceful stop loses none
+        if power is not None:
+            power.stand_by()
         kube.informers.stop()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.operator import ces as ces_mod
 from qosmos.operator.ces import (
     ASLEEP,
     AWAKE,
@@ -186,6 +187,52 @@ def test_history_records_minutes_fills_gaps_and_round_trips() -> None:
     assert (back.first, back.running, back.total) == (100, [3, 3, 3, 1], [4, 4, 4, 4])
     assert History.from_json(h.to_json(), 1.0).running == []  # other minutes: not mixed in
     assert History.from_json("{not json", 60.0).running == []
+
+
+def test_history_merge_keeps_a_peers_minutes_and_prefers_a_seen_count_to_a_carried_one() -> None:
+    """Peering replicas share the history: one that stood by lacks the minutes the other recorded; one
+    paused past its keep-alive carried its last count over minutes the other saw."""
+    a = History(60.0)
+    for m, r in ((100, 5), (101, 5), (102, 5)):
+        a.record(m, r, 8)
+    b = History.from_json(a.to_json(), 60.0)  # the peer took over at 102 and saw the load fall
+    for m, r in ((103, 2), (104, 2), (105, 3), (106, 1)):
+        b.record(m, r, 8)
+    assert a.record(106, 1, 8) and a.filled == {103, 104, 105}  # a, paused, carried 5 over 103-105
+    assert a.running == [5, 5, 5, 5, 5, 5, 1]
+    for merged in (a.merge(b), b.merge(a), b.merge(History.from_json(a.to_json(), 60.0))):
+        assert (merged.first, merged.running, merged.filled) == (100, [5, 5, 5, 2, 2, 3, 1], set())
+    stored = History.from_json(a.merge(History(60.0)).to_json(), 60.0)
+    assert stored.filled == {103, 104, 105} and '"filled":[[103,105]]' in a.to_json()  # runs, not minutes
+
+    # both saw a minute: the most counts (busy at any time of it); only one has it: its count
+    c = History(60.0, 104, [4, 0, 0, 0], [9, 8, 8, 8])
+    assert b.merge(c).running == [5, 5, 5, 2, 4, 3, 1, 0] and b.merge(c).total[4] == 9
+    # minutes neither has are carried forward from the earlier, as record() fills them
+    late = History(60.0, 110, [7], [8])
+    gap = b.merge(late)
+    assert gap.running[-5:] == [1, 1, 1, 1, 7] and gap.filled == {107, 108, 109}
+    assert late.merge(b) == gap
+    # a history older than MAX_MINUTES before this one is not mixed in; an empty or other-minute one neither
+    ancient = History(60.0, 100 - ces_mod.MAX_MINUTES - 10, [9], [9])
+    assert late.merge(ancient) is late and ancient.merge(late) == late
+    assert b.merge(History(60.0)) is b and b.merge(History(1.0, 0, [9], [9])) is b
+    assert History(60.0).merge(b) == b
+
+
+def test_history_merge_keeps_the_newest_four_weeks_and_a_seen_minute_replaces_a_carried_one() -> None:
+    a = History(60.0, 0, [1] * ces_mod.MAX_MINUTES, [2] * ces_mod.MAX_MINUTES)
+    b = History(60.0, 10, [3] * ces_mod.MAX_MINUTES, [2] * ces_mod.MAX_MINUTES, {10, 20})
+    m = a.merge(b)
+    assert (m.first, len(m.running), m.filled) == (10, ces_mod.MAX_MINUTES, set())  # the newest four weeks
+    assert m.running[:12] == [1] + [3] * 9 + [1, 3]  # 10 and 20: b carried them, a saw them
+    h = History(60.0)
+    h.record(0, 5, 8)
+    h.record(3, 1, 8)
+    assert not h.record(1, 0, 8) and h.running == [5, 0, 5, 1] and h.filled == {2}  # seen at last: not max(5, 0)
+    for bad in ('"filled":[[2,9]]', '"filled":[[-1,1]]', '"filled":[[2,1]]', '"filled":[["x",2]]'):
+        text = h.to_json().replace('"filled":[[2,2]]', bad)
+        assert bad in text and History.from_json(text, 60.0).running == []  # unreadable: starting afresh
 
 
 def test_trend_inputs_wait_for_an_hour_and_hold_the_last_slot_without_a_forecaster() -> None:

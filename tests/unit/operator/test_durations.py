@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,16 +12,31 @@ from qosmos.operator.durations import KEY, Durations
 
 
 class ConfigMaps:
-    """The two ConfigMap calls Durations makes, held in a dict (the real API is the integration tier's)."""
+    """The ConfigMap calls Durations makes, held in a dict (the real API is the integration tier's:
+    ``tests/integration/test_crds.py`` runs ``Kube.update_config_map`` against the apiserver)."""
 
     def __init__(self) -> None:
         self.data: dict[tuple[str, str], dict[str, str]] = {}
+        self.versions: dict[tuple[str, str], int] = {}
 
     def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         return self.data.get((namespace, name))
 
     def write_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self.data[(namespace, name)] = dict(data)
+        self.versions[(namespace, name)] = self.versions.get((namespace, name), 0) + 1
+
+    def update_config_map(
+        self, namespace: str, name: str, update: Callable[[dict[str, str] | None], dict[str, str]]
+    ) -> dict[str, str]:
+        """As ``Kube.update_config_map``: a write between the read and the write makes it read again."""
+        for _ in range(5):
+            version = self.versions.get((namespace, name))
+            data = update(self.read_config_map(namespace, name))
+            if self.versions.get((namespace, name)) == version:
+                self.write_config_map(namespace, name, data)
+                return data
+        raise RuntimeError("409 Conflict")
 
 
 def job(name: str, submit: float, gpus: int = 1) -> Job:
@@ -151,6 +167,14 @@ def test_the_history_is_written_once_per_interval_and_whole_at_a_stop() -> None:
     assert not away.save(40.0) and Refusing.calls == 2 and away.dirty
 
 
+def replicas(store: Any) -> tuple[Durations, Durations]:
+    """Two peering replicas, both active (each has loaded the history)."""
+    a, b = Durations(store, "ns"), Durations(store, "ns")
+    a.load()
+    b.load()
+    return a, b
+
+
 def names(store: Any) -> list[str]:
     return [r["name"] for r in json.loads(store.data[("ns", "qosmos-operator-durations")][KEY])]
 
@@ -243,9 +267,7 @@ def test_two_replicas_active_at_once_write_each_others_rows(monkeypatch: pytest.
     from qosmos.operator import durations as mod
 
     store: Any = ConfigMaps()
-    a, b = Durations(store, "ns"), Durations(store, "ns")
-    a.load()
-    b.load()
+    a, b = replicas(store)
     a.observe(job("train-a", 0.0), 100.0, 100.0)
     b.observe(job("train-b", 0.0), 200.0, 200.0)
     assert a.save(200.0) and b.save(200.0) and names(store) == ["train-a", "train-b"]
@@ -295,3 +317,30 @@ def test_a_write_whose_answer_was_lost_is_not_written_twice() -> None:
     assert [r["name"] for r in d.rows] == ["train-a"] and d.unsaved == [] and not d.dirty
     d.predict(job("x", 1000.0), 1000.0)
     assert d.predictor.observed == 1  # type: ignore[attr-defined]
+
+
+def test_a_peer_write_between_the_read_and_the_write_is_taken_in_not_written_over() -> None:
+    """The write is a compare-and-swap: a peer that writes after this replica read the ConfigMap
+    makes it read again, so the peer's newest rows stay (each observed here once)."""
+    store: Any = ConfigMaps()
+    a, b = replicas(store)
+    b.observe(job("train-b", 0.0), 200.0, 200.0)
+    a.observe(job("train-a", 0.0), 100.0, 100.0)
+
+    class Racing(ConfigMaps):
+        def __init__(self) -> None:
+            self.data, self.versions = store.data, store.versions  # the same ConfigMap
+            self.reads = 0
+
+        def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+            self.reads += 1
+            data = store.read_config_map(namespace, name)
+            if self.reads == 1:
+                assert b.save(200.0)  # the peer writes after this replica's read
+            return data
+
+    a.kube = racing = Racing()
+    assert a.save(200.0) and racing.reads == 2
+    assert names(store) == ["train-a", "train-b"] and a.unsaved == [] and not a.dirty
+    a.predict(job("x", 1000.0), 1000.0)
+    assert a.predictor.observed == 2  # type: ignore[attr-defined]
