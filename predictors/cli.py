@@ -501,9 +501,10 @@ def profile_run(
         int,
         typer.Option(
             min=1,
-            help="data-parallel processes on this node, one per GPU, started by torchrun (DistributedDataParallel; "
-            "gloo processes on a machine without CUDA): multi-GPU samples, d_gpn = gpus, for GENIE Eq. 8; --batches "
-            "are global. Under your own torchrun (several nodes too) leave it out: the world is torchrun's",
+            help="data-parallel processes on this node, one per GPU (DistributedDataParallel; gloo processes on a "
+            "machine without CUDA), meeting through a file and talking over loopback: multi-GPU samples, d_gpn = gpus, "
+            "for GENIE Eq. 8; --batches are global. Under your own torchrun (several nodes too) leave it out: the "
+            "world is torchrun's",
         ),
     ] = 1,
     interleave: Annotated[

@@ -67,6 +67,7 @@ from qosmos.predictors.timing import (
 SAMPLE_COLUMNS = ("model", "batch", "d_node", "d_gpn", "rate")
 DEFAULT_DB = Path("~/.config/qosmos/models.json")
 MODELDB_ENV = "QOSMOS_MODELDB"  # overrides DEFAULT_DB; ``--db`` overrides both
+INIT_METHOD_ENV = "QOSMOS_INIT_METHOD"  # the ranks' torch.distributed init_method (_local_world's file://)
 
 
 def modeldb_path(explicit: Path | None = None) -> Path:
@@ -345,7 +346,7 @@ def torch_environment(torch: Any, device: str, precision: str) -> dict[str, str]
 
 
 class MeasureFailed(ChildProcessError):  # an OSError: the CLIs report it in one line
-    """The data-parallel processes did not finish: torchrun's exit status and the end of its output."""
+    """The data-parallel processes did not finish: the failed rank's exit status and its error."""
 
 
 def measure_torch(
@@ -388,10 +389,10 @@ def measure_torch(
     machine without CUDA), each batch size the global batch split evenly over the processes, are
     d_node x d_gpn runs for Eq. 8's γ, λ (:func:`fit_profile`):
 
-    - ``gpus`` > 1: this call runs ``gpus`` processes on this node under torchrun (``--standalone``:
-      its rendezvous store on a free port, reached through localhost; like every torch.distributed
-      store it listens on all addresses) and returns rank 0's samples, d_gpn = ``gpus``;
-      ``timeout_s`` bounds it (the processes are killed, :class:`MeasureFailed`).
+    - ``gpus`` > 1: this call runs ``gpus`` processes on this node (:func:`_local_world`: they meet
+      through a file and talk over loopback, nothing listens on the node's network) and returns
+      rank 0's samples, d_gpn = ``gpus``; ``timeout_s`` bounds it (the processes are killed,
+      :class:`MeasureFailed`), and the first rank to fail stops the others.
     - called in a process that torchrun started (or one of a DLJob's pods, told RANK and
       WORLD_SIZE: :func:`timing.process_world`): this process is one rank of that world, which may
       span nodes (d_node = WORLD_SIZE / LOCAL_WORLD_SIZE); rank 0 returns the samples, the others
@@ -423,7 +424,7 @@ def measure_torch(
     args = (model, list(batches), steps, warmup, windows, precision, max_warmup, min_window_s, interleave)
     if world is None and gpus > 1:
         spec = dict(zip(_SPEC_KEYS, args, strict=True)) | {"cpus": sorted(cpus) if cpus else None}
-        return _torchrun(gpus, spec, timeout_s)
+        return _local_world(gpus, spec, timeout_s)
     threads = None
     if world is not None:
         if share:
@@ -439,36 +440,71 @@ def measure_torch(
 _SPEC_KEYS = ("model", "batches", "steps", "warmup", "windows", "precision", "max_warmup", "min_window_s", "interleave")
 
 
-def _torchrun(gpus: int, spec: dict[str, Any], timeout_s: float | None) -> list[Sample]:
-    """``gpus`` processes of :func:`measure_torch` under torchrun on this node; rank 0's samples."""
+def _local_world(gpus: int, spec: dict[str, Any], timeout_s: float | None) -> list[Sample]:
+    """``gpus`` processes of :func:`measure_torch` on this node, started here; rank 0's samples.
+
+    Not torchrun: its rendezvous store (a TCPStore, which takes anyone's connection) listens on every
+    address of the node, torch offers no way to bind it, and a profile of one node needs no network.
+    The ranks meet through a file (torch's FileStore, ``INIT_METHOD_ENV``) and their collectives'
+    sockets (gloo's, NCCL's bootstrap) are on ``lo``: nothing listens beyond the node. The first rank
+    to fail stops the others (a rank waiting in a collective for a dead peer would wait out gloo's
+    30-minute timeout)."""
     import signal
     import subprocess
     import sys
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="qosmos-torchrun-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="qosmos-ranks-") as tmp:
         out = Path(tmp) / "samples.csv"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}"]
-        cmd += ["--max-restarts=0", "-m", "qosmos.predictors.profiler", json.dumps(spec), str(out)]
         # -m puts the working directory first on sys.path: a folder there named like a stdlib module
         # (this repository's operator/) would shadow it in every worker
-        env = os.environ | {"PYTHONSAFEPATH": "1"}
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-        )
+        env = os.environ | {"PYTHONSAFEPATH": "1", INIT_METHOD_ENV: f"file://{tmp}/store"}
+        env |= {"WORLD_SIZE": str(gpus), "LOCAL_WORLD_SIZE": str(gpus), "GLOO_SOCKET_IFNAME": "lo"}
+        env |= {"NCCL_SOCKET_IFNAME": "lo"}  # (NCCL's bootstrap; the data goes GPU to GPU on one node)
+        cmd = [sys.executable, "-m", "qosmos.predictors.profiler", json.dumps(spec), str(out)]
+        procs: list[subprocess.Popen[bytes]] = []
         try:
-            output, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers: one session
-            proc.communicate()
-            raise MeasureFailed(f"torchrun with {gpus} processes did not finish within {timeout_s:g} s") from None
-        if proc.returncode != 0 or not out.is_file():
+            for rank in range(gpus):
+                with open(Path(tmp) / f"rank{rank}.log", "wb") as log:
+                    procs.append(
+                        subprocess.Popen(
+                            cmd,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=env | {"RANK": str(rank), "LOCAL_RANK": str(rank)},
+                            start_new_session=True,  # its own group: killed with what it started
+                        )
+                    )
+            failed = _wait_ranks(procs, None if timeout_s is None else time.monotonic() + timeout_s)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        if failed is None:
+            raise MeasureFailed(f"{gpus} data-parallel processes did not finish within {timeout_s:g} s")
+        if failed or not out.is_file():
+            rank, code = failed[0] if failed else (0, 0)
             errors = sorted(Path(tmp).glob("rank*.error"))  # the workers' own messages (see _worker)
-            why = [f"{e.stem}: {e.read_text().strip()}" for e in errors] or output.strip().splitlines()[-20:]
+            log_tail = (Path(tmp) / f"rank{rank}.log").read_text(errors="replace").strip().splitlines()[-20:]
+            why = [f"{e.stem}: {e.read_text().strip()}" for e in errors] or log_tail
             raise MeasureFailed(
-                f"torchrun with {gpus} processes exited with status {proc.returncode}: " + "\n".join(why)
+                f"rank {rank} of {gpus} data-parallel processes exited with status {code}: " + "\n".join(why)
             )
         return read_samples(out)
+
+
+def _wait_ranks(procs: Sequence[Any], deadline: float | None) -> list[tuple[int, int]] | None:
+    """Until every rank exits 0 (``[]``) or one fails (``[(rank, status)]``, the first seen); None
+    past ``deadline`` (monotonic)."""
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        if failed or all(code == 0 for code in codes):
+            return failed[:1]
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
 
 
 def _measure(
@@ -502,7 +538,9 @@ def _measure(
 
         if cuda:
             torch.cuda.set_device(world.local_rank)
-        dist.init_process_group("nccl" if cuda else "gloo")  # env://: MASTER_ADDR/PORT, RANK, WORLD_SIZE
+        # env:// (MASTER_ADDR/PORT) under torchrun or in a DLJob's pods; a file of _local_world's
+        init = os.environ.get(INIT_METHOD_ENV) or "env://"
+        dist.init_process_group("nccl" if cuda else "gloo", init_method=init, rank=world.rank, world_size=world.size)
     flags = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -582,13 +620,13 @@ def _measure(
 
 
 def _worker(argv: Sequence[str]) -> None:
-    """One torchrun worker of :func:`_torchrun`: ``SPEC_JSON OUT``; rank 0 writes the samples to OUT."""
+    """One rank of :func:`_local_world`: ``SPEC_JSON OUT``; rank 0 writes the samples to OUT."""
     spec = json.loads(argv[0])
     cpus = spec.pop("cpus")
     out = Path(argv[1])
     try:
         samples = measure_torch(**spec, cpus=set(cpus) if cpus else None)
-    except Exception as exc:  # torchrun's summary names the worker, not the error: leave it beside OUT
+    except Exception as exc:  # the exit status says nothing: leave the error beside OUT
         rank = os.environ.get("RANK", "0")
         out.with_name(f"rank{rank}.error").write_text(f"{type(exc).__name__}: {exc}\n")
         raise

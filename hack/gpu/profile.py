@@ -85,7 +85,7 @@ def import_qosmos() -> None:
     view = Path(tempfile.mkdtemp(prefix="qosmos-view-"))
     layers.build_view(view, layers.components())
     sys.path.insert(0, str(view))
-    # multi-GPU runs start one process per GPU under torchrun: they import qosmos through the same view
+    # multi-GPU runs start one process per GPU: they import qosmos through the same view
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(view), os.environ.get("PYTHONPATH", "")]))
 
 

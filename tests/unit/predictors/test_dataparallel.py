@@ -1,10 +1,12 @@
-"""Data-parallel samples through torchrun (issue 23 §1): `measure_torch(gpus=N)` starts N processes
-under torchrun; `qosmos profile run` started by torchrun (several nodes too) is one rank of its world.
-The checks before torch is imported run everywhere; the runs need torch (gloo on the CPU)."""
+"""Data-parallel samples (issue 23 §1): `measure_torch(gpus=N)` starts N processes on this node that
+meet through a file and listen on loopback only; `qosmos profile run` started by torchrun (several
+nodes too) is one rank of its world. The checks before torch is imported run everywhere; the runs
+need torch (gloo on the CPU)."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import socket
 import subprocess
@@ -55,13 +57,12 @@ def _profiler_processes() -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:
                 continue
-            if b"torch.distributed.run" in cmdline or b"-m qosmos.predictors.profiler" in cmdline:
+            if b"-m qosmos.predictors.profiler" in cmdline:
                 pids.append(int(entry.name))
     return pids
 
 
-@pytest.mark.usefixtures("private_network")  # torchrun's stores listen on every address
-def test_two_processes_under_torchrun_each_pinned_to_its_share() -> None:
+def test_two_processes_each_pinned_to_its_share() -> None:
     pytest.importorskip("torch")
     mine = os.sched_getaffinity(0)
     if len(mine) < 2:
@@ -75,20 +76,18 @@ def test_two_processes_under_torchrun_each_pinned_to_its_share() -> None:
     assert os.sched_getaffinity(0) == mine  # the caller is not pinned: its workers are
 
 
-@pytest.mark.usefixtures("private_network")  # torchrun's stores listen on every address
 def test_a_failing_worker_is_reported_with_its_error() -> None:
     pytest.importorskip("torch")
-    from qosmos.predictors.profiler import _torchrun
+    from qosmos.predictors.profiler import _local_world
 
     spec = {"model": "resnet151", "batches": [8], "steps": 1, "warmup": 1, "windows": 1, "precision": "fp32"}
     spec |= {"max_warmup": 2, "min_window_s": 0.01, "interleave": True, "cpus": None}
     with pytest.raises(MeasureFailed, match="exited with status 1") as failed:
-        _torchrun(2, spec, timeout_s=120)
-    assert "resnet151" in str(failed.value)  # the worker's own message, not only torchrun's summary
+        _local_world(2, spec, timeout_s=120)
+    assert "resnet151" in str(failed.value)  # the worker's own message, not only its exit status
 
 
-@pytest.mark.usefixtures("private_network")  # torchrun's stores listen on every address
-def test_a_timeout_stops_torchrun_and_its_workers() -> None:
+def test_a_timeout_stops_every_rank() -> None:
     pytest.importorskip("torch")
     before = set(_profiler_processes())
     with pytest.raises(MeasureFailed, match="did not finish within 2 s"):
@@ -97,6 +96,55 @@ def test_a_timeout_stops_torchrun_and_its_workers() -> None:
     while set(_profiler_processes()) - before and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not set(_profiler_processes()) - before
+
+
+# Run in namespaces of its own (network, hostname, mounts): a "node" whose hostname resolves to the
+# address of its uplink (up0), as on most cloud VMs and Kubernetes nodes, where gloo binds by default.
+_NODE = """
+set -e
+ip link set lo up
+ip link add up0 type bridge
+ip addr add 192.0.2.77/24 dev up0
+ip link set up0 up
+hostname rank-node
+echo "192.0.2.77 rank-node" > "$HOSTS"
+mount --bind "$HOSTS" /etc/hosts
+exec "$PYTHON" -P -c "$CODE"
+"""
+_RANKS = """
+import json
+from qosmos.predictors.profiler import measure_torch
+from qosmos.testing.listeners import ListenerAudit
+
+class EveryListener(ListenerAudit):
+    def _why(self, address):
+        return address  # each of this run's listeners a finding, loopback ones too
+
+audit = EveryListener(interval_s=0.02)  # up0, there before: the uplink
+audit.start()
+measure_torch("mlp", [8], steps=2, warmup=1, windows=3, max_warmup=3, min_window_s=0.5, gpus=2)
+print(json.dumps([[f.listener.address, f.command] for f in audit.take()]))
+"""
+
+
+def test_the_ranks_listen_on_loopback_only_where_the_hostname_names_the_uplink(tmp_path: Path) -> None:
+    """The ranks meet through a file (no TCP store: torchrun's listened on ``::``) and gloo's sockets
+    are on ``lo`` (by default gloo binds the address the hostname resolves to: here the uplink's).
+    Every listener they open, sampled while they run, is a loopback one."""
+    pytest.importorskip("torch")
+    from qosmos.testing.listeners import is_loopback
+    from qosmos.testing.skips import skip_or_fail
+
+    env = os.environ | {"HOSTS": str(tmp_path / "hosts"), "PYTHON": sys.executable, "CODE": _RANKS}
+    cmd = ["unshare", "--net", "--uts", "--mount", "--propagation", "private", "sh", "-c", _NODE]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    if run.returncode != 0 and "Operation not permitted" in run.stderr:
+        skip_or_fail(f"no namespaces of its own for this test ({run.stderr.strip()}): run as root")
+    assert run.returncode == 0, run.stderr[-3000:]
+    opened = json.loads(run.stdout.strip().splitlines()[-1])
+    ranks = [address for address, command in opened if "qosmos.predictors.profiler" in command]
+    assert len(ranks) >= 2, opened  # gloo's listeners, one per rank at least, were seen
+    assert all(is_loopback(address) for address in ranks), opened
 
 
 @pytest.mark.usefixtures("private_network")  # torchrun's stores listen on every address

@@ -34,7 +34,6 @@ def test_names_and_errors() -> None:
         workload("mlp", 0, "cpu")
 
 
-@pytest.mark.usefixtures("private_network")  # torchrun's stores listen on every address
 def test_data_parallel_samples_on_two_gloo_processes() -> None:
     from qosmos.predictors.profiler import measure_torch
 
