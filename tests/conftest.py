@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from qosmos.testing.egress import EgressCounter, uplinks
 from qosmos.testing.listeners import ListenerAudit
 
 
@@ -16,10 +17,14 @@ def _no_user_modeldb(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     monkeypatch.setenv("QOSMOS_MODELDB", str(tmp_path_factory.mktemp("db") / "absent.json"))
 
 
+def _audits_off() -> bool:
+    return os.environ.get("QOSMOS_NETWORK_AUDIT") == "0"
+
+
 @pytest.fixture(scope="session")
 def listener_audit() -> Iterator[ListenerAudit | None]:
-    """The run's listening sockets, sampled (``testing/listeners.py``); QOSMOS_LISTENER_AUDIT=0: off."""
-    if os.environ.get("QOSMOS_LISTENER_AUDIT") == "0":
+    """The run's listening sockets, sampled (``testing/listeners.py``); QOSMOS_NETWORK_AUDIT=0: off."""
+    if _audits_off():
         yield None
         return
     audit = ListenerAudit()
@@ -44,6 +49,37 @@ def _servers_bind_loopback(listener_audit: ListenerAudit | None) -> Iterator[Non
             "servers reachable from outside this machine (bind them to loopback, or start them under the "
             f"private_network fixture):\n{lines}",
             pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def egress_counter() -> Iterator[EgressCounter | None]:
+    """Packets leaving through the uplink, counted by iptables (``testing/egress.py``; root). Off with
+    QOSMOS_NETWORK_AUDIT=0, for other users, without iptables or without a default route."""
+    interfaces = uplinks() if EgressCounter.available() and os.geteuid() == 0 and not _audits_off() else set()
+    if not interfaces:
+        yield None
+        return
+    counter = EgressCounter(interfaces)
+    counter.install()
+    try:
+        yield counter
+    finally:
+        counter.remove()
+
+
+@pytest.fixture(autouse=True)
+def _nothing_leaves(egress_counter: EgressCounter | None) -> Iterator[None]:
+    """Nothing may leave this machine: a test during which TCP or UDP packets went out of the uplink
+    (a connection, a DNS query, a pod's packet the host forwards) fails at its teardown."""
+    yield
+    if egress_counter is None:
+        return
+    sent = egress_counter.take()
+    if sent:
+        lines = "\n".join(f"  {e}" for e in sent)
+        pytest.fail(
+            f"packets left this machine during this test (keep its traffic on loopback):\n{lines}", pytrace=False
         )
 
 

@@ -1,0 +1,112 @@
+"""The suite's check that nothing leaves this machine (``qosmos.testing.egress``). The counters here
+count in a private network namespace whose default route leaves by a bridge standing for the uplink
+(``up0``): the packets they must catch go nowhere, and the host's rules are not touched."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from qosmos.testing.egress import CHAIN, Egress, EgressCounter, counted, uplinks
+
+RULES = f"""-N {CHAIN}
+Zeroing chain `{CHAIN}'
+-A {CHAIN} -o eth0 -p tcp -c 3 180
+-A {CHAIN} -o eth0 -p udp -c 0 0
+-A {CHAIN} -o eth0 -p tcp -c 1 60
+-A POSTROUTING -o eth0 -p tcp -c 9 900
+-A {CHAIN} -o cni0 -j MARK --set-xmark 0x1/0xffffffff -c 5 500
+"""
+
+
+def test_the_rules_counters_are_read_per_interface_and_protocol() -> None:
+    # a rule there twice (the test node's teardown restored a snapshot that held it) is summed
+    assert counted(RULES) == {("eth0", "tcp"): (4, 240), ("eth0", "udp"): (0, 0)}
+    assert str(Egress("eth0", "IPv6", "udp", 2, 140)) == "2 UDP/IPv6 packets (140 bytes) out of eth0"
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def routed_uplink(private_network: None) -> Iterator[str]:
+    """In the test's private namespace, an uplink the default route leaves by."""
+    if not EgressCounter.available():
+        from qosmos.testing.skips import skip_or_fail
+
+        skip_or_fail("iptables is not installed")
+    _ip("link", "add", "up0", "type", "bridge")
+    _ip("addr", "add", "192.0.2.77/24", "dev", "up0")
+    _ip("link", "set", "up0", "up")
+    _ip("route", "add", "default", "via", "192.0.2.1", "dev", "up0")
+    yield "up0"
+
+
+def _ours() -> list[str]:
+    rules = subprocess.run(["iptables", "-w", "-t", "mangle", "-S"], capture_output=True, text=True)
+    return [line for line in rules.stdout.splitlines() if CHAIN in line]
+
+
+def _udp(address: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"?", (address, 53))
+
+
+def test_packets_out_of_the_uplink_are_counted_and_nothing_else(routed_uplink: str) -> None:
+    assert uplinks() == {routed_uplink}
+    EgressCounter({routed_uplink}).install()  # a crashed run's, left behind
+    counter = EgressCounter({routed_uplink})
+    counter.install()
+    try:
+        assert len(_ours()) == 4 and counter.take() == []  # chain, jump, tcp and udp: the leftover replaced
+        _udp("198.51.100.7")  # a DNS query to a resolver outside
+        (sent,) = counter.take()
+        assert (sent.interface, sent.family, sent.protocol, sent.packets) == ("up0", "IPv4", "udp", 1)
+        assert counter.take() == []  # counted once
+        _udp("127.0.0.1")  # loopback, and the bridge's own address: local
+        _udp("192.0.2.77")
+        assert counter.take() == []
+        with socket.socket() as s, pytest.raises(OSError):
+            s.settimeout(0.3)
+            s.connect(("198.51.100.8", 443))  # a connection attempt nobody answers
+        assert {(e.protocol, e.packets >= 1) for e in counter.take()} == {("tcp", True)}
+        _udp("198.51.100.7")  # as many packets as the last time: found again
+        assert [(e.protocol, e.packets) for e in counter.take()] == [("udp", 1)]
+        counter.remove()  # a snapshot from before the run restored over the rules: they come back
+        assert counter.take() == [] and len(_ours()) == 4
+        _udp("198.51.100.7")
+        assert [(e.protocol, e.packets) for e in counter.take()] == [("udp", 1)]
+    finally:
+        counter.remove()
+    assert _ours() == []
+
+
+def test_the_suite_fails_a_test_whose_packets_leave(routed_uplink: str, tmp_path: Path) -> None:
+    """tests/conftest.py's check, run on a test that sends a datagram out of the (private) uplink."""
+    (tmp_path / "conftest.py").write_text((Path(__file__).parents[2] / "conftest.py").read_text())
+    (tmp_path / "test_inner.py").write_text(
+        "import socket\n"
+        "def test_out():\n"
+        "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('198.51.100.7', 53))\n"
+        "def test_loopback():\n"
+        "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('127.0.0.1', 53))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert "2 passed, 1 error" in out and "ERROR at teardown of test_out" in out, out
+    assert "1 UDP/IPv4 packets (29 bytes) out of up0" in out, out
+    assert _ours() == []  # the inner run removed its rules
