@@ -35,23 +35,6 @@ def listener_audit() -> Iterator[ListenerAudit | None]:
         audit.stop()
 
 
-@pytest.fixture(autouse=True)
-def _servers_bind_loopback(listener_audit: ListenerAudit | None) -> Iterator[None]:
-    """Nothing may leave this machine: a test whose processes listen on an address reachable from
-    outside (a wildcard, the uplink's address) fails at its teardown, naming the process."""
-    yield
-    if listener_audit is None:
-        return
-    found = listener_audit.take()
-    if found:
-        lines = "\n".join(f"  {f}" for f in found)
-        pytest.fail(
-            "servers reachable from outside this machine (bind them to loopback, or start them under the "
-            f"private_network fixture):\n{lines}",
-            pytrace=False,
-        )
-
-
 @pytest.fixture(scope="session")
 def egress_counter() -> Iterator[EgressCounter | None]:
     """Packets leaving through the uplink, counted by iptables (``testing/egress.py``; root). Off with
@@ -69,18 +52,22 @@ def egress_counter() -> Iterator[EgressCounter | None]:
 
 
 @pytest.fixture(autouse=True)
-def _nothing_leaves(egress_counter: EgressCounter | None) -> Iterator[None]:
-    """Nothing may leave this machine: a test during which TCP or UDP packets went out of the uplink
-    (a connection, a DNS query, a pod's packet the host forwards) fails at its teardown."""
+def _nothing_leaves_this_machine(
+    listener_audit: ListenerAudit | None, egress_counter: EgressCounter | None
+) -> Iterator[None]:
+    """Nothing may leave this machine: a test fails at its teardown when its processes listened on an
+    address reachable from outside (a wildcard, the uplink's address; named with the process), or
+    when TCP or UDP packets went out of the uplink meanwhile (a connection, a DNS query, a pod's
+    packet the host forwards)."""
     yield
-    if egress_counter is None:
-        return
-    sent = egress_counter.take()
-    if sent:
-        lines = "\n".join(f"  {e}" for e in sent)
-        pytest.fail(
-            f"packets left this machine during this test (keep its traffic on loopback):\n{lines}", pytrace=False
-        )
+    why = []
+    if listener_audit is not None and (found := listener_audit.take()):
+        why.append("servers reachable from outside this machine (bind them to loopback, or use private_network):")
+        why += [f"  {f}" for f in found]
+    if egress_counter is not None and (sent := egress_counter.take()):
+        why += ["packets left this machine during this test (keep its traffic on loopback):", *(f"  {e}" for e in sent)]
+    if why:
+        pytest.fail("\n".join(why), pytrace=False)
 
 
 @pytest.fixture

@@ -4,12 +4,9 @@ count in a private network namespace whose default route leaves by a bridge stan
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 from qosmos.testing.egress import CHAIN, Egress, EgressCounter, counted, uplinks
@@ -87,26 +84,18 @@ def test_packets_out_of_the_uplink_are_counted_and_nothing_else(routed_uplink: s
     assert _ours() == []
 
 
-def test_the_suite_fails_a_test_whose_packets_leave(routed_uplink: str, tmp_path: Path) -> None:
+def test_the_suite_fails_a_test_whose_packets_leave(
+    routed_uplink: str, inner_suite: Callable[[str], tuple[int, str]]
+) -> None:
     """tests/conftest.py's check, run on a test that sends a datagram out of the (private) uplink."""
-    (tmp_path / "conftest.py").write_text((Path(__file__).parents[2] / "conftest.py").read_text())
-    (tmp_path / "test_inner.py").write_text(
+    rc, out = inner_suite(
         "import socket\n"
         "def test_out():\n"
         "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('198.51.100.7', 53))\n"
         "def test_loopback():\n"
         "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('127.0.0.1', 53))\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONSAFEPATH": "1"},
-    )
-    out = run.stdout + run.stderr
-    assert run.returncode == 1, out
+    assert rc == 1, out
     assert "2 passed, 1 error" in out and "ERROR at teardown of test_out" in out, out
     assert "1 UDP/IPv4 packets (29 bytes) out of up0" in out, out
     assert _ours() == []  # the inner run removed its rules

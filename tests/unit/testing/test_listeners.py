@@ -10,8 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 from qosmos.testing.listeners import ListenerAudit, is_loopback, is_ours, is_wildcard, parse_proc_net_tcp
@@ -132,11 +131,12 @@ def test_a_private_network_has_only_loopback_and_is_left_on_exit() -> None:
     assert here() == host
 
 
-def test_the_suite_fails_a_test_that_listens_beyond_loopback(private_network: None, tmp_path: Path) -> None:
+def test_the_suite_fails_a_test_that_listens_beyond_loopback(
+    private_network: None, inner_suite: Callable[[str], tuple[int, str]]
+) -> None:
     """tests/conftest.py's check, run on a test that opens a wildcard listener (in this test's private
     namespace: the inner run and its listener never touch the host's network)."""
-    (tmp_path / "conftest.py").write_text((Path(__file__).parents[2] / "conftest.py").read_text())
-    (tmp_path / "test_inner.py").write_text(
+    rc, out = inner_suite(
         "import socket, time\n"
         "def test_wide():\n"
         "    with socket.socket() as s:\n"
@@ -145,15 +145,6 @@ def test_the_suite_fails_a_test_that_listens_beyond_loopback(private_network: No
         "    with socket.socket() as s:\n"
         "        s.bind(('127.0.0.1', 0)); s.listen(); time.sleep(0.6)\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONSAFEPATH": "1"},
-    )
-    out = run.stdout + run.stderr
-    assert run.returncode == 1, out
+    assert rc == 1, out
     assert "2 passed, 1 error" in out and "ERROR at teardown of test_wide" in out, out
     assert "listens on 0.0.0.0:" in out and "every address" in out, out
