@@ -570,7 +570,7 @@ def _measure(
         t0 = time.perf_counter()
         train_step(autocast, scaler)
         sync()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0 if dist is None else slowest(dist, time.perf_counter() - t0, device)
 
     def window(n: int, train_step: Any) -> list[float]:
         """The window's step times (s): each step's with CUDA events, else the window's mean per step."""
@@ -617,6 +617,18 @@ def _measure(
         if dist is not None:
             dist.destroy_process_group()
     return out
+
+
+def slowest(dist: Any, seconds: float, device: str) -> float:
+    """The largest of every rank's ``seconds``, the same on every rank (all-reduce MAX). A
+    data-parallel warm-up decides on these: each rank stops at the same step. Deciding on its own
+    times, a rank that found them stable one step before the others would wait in a barrier while
+    they ran a step of all-reduces: a deadlock."""
+    import torch
+
+    value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float(value.item())
 
 
 def _worker(argv: Sequence[str]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -98,6 +99,40 @@ def test_a_timeout_stops_every_rank() -> None:
     assert not set(_profiler_processes()) - before
 
 
+WARM_UP = """
+import sys
+import torch.distributed as dist
+from qosmos.predictors.profiler import slowest
+from qosmos.predictors.timing import warm_up
+
+rank, store = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=store, rank=rank, world_size=2)
+times = [[1.0] * 8, [1.0, 1.5, 1.0, 1.5, 1.0, 1.0, 1.0, 1.0]][rank]  # rank 0 alone: stable after 3 steps
+print(warm_up(lambda: slowest(dist, times.pop(0), "cpu"), min_steps=1, max_steps=8, k=3, threshold=0.05)[0])
+dist.destroy_process_group()
+"""
+
+
+def test_every_rank_ends_its_warm_up_at_the_same_step(tmp_path: Path) -> None:
+    """The warm-up stops when the step time is stable: each rank decides on the slowest rank's times
+    (``slowest``), so all stop together. On its own times, rank 0 would stop after 3 steps and wait
+    in a barrier while rank 1 ran its fourth step's all-reduces (a deadlock seen in CI)."""
+    pytest.importorskip("torch")
+    env = os.environ | {"PYTHONSAFEPATH": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    store = f"file://{tmp_path / 'store'}"
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", WARM_UP, str(r), store], stdout=subprocess.PIPE, text=True, env=env)
+        for r in range(2)
+    ]
+    try:
+        steps = [rank.communicate(timeout=120)[0].strip() for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+    assert steps == ["7", "7"]  # 1, 1.5, 1, 1.5, then three of 1.0
+
+
 # Run in namespaces of its own (network, hostname, mounts): a "node" whose hostname resolves to the
 # address of its uplink (up0), as on most cloud VMs and Kubernetes nodes, where gloo binds by default.
 _NODE = """
@@ -171,10 +206,17 @@ def test_profile_run_as_two_nodes_of_a_torchrun_world(tmp_path: Path) -> None:
             text=True,
             env=env,
             cwd=tmp_path,
+            start_new_session=True,  # with its workers: killed together
         )
         for i, out in enumerate(outs)
     ]
-    logs = [agent.communicate(timeout=300)[0] for agent in agents]
+    try:
+        logs = [agent.communicate(timeout=300)[0] for agent in agents]
+    finally:  # a hung world is not left running
+        for agent in agents:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
     assert [agent.returncode for agent in agents] == [0, 0], logs
     rows = list(csv.DictReader(outs[0].open()))
     assert [(r["batch"], r["d_node"], r["d_gpn"]) for r in rows] == [("8", "2", "1"), ("16", "2", "1")]
