@@ -62,7 +62,7 @@ def counted(rules: str) -> dict[tuple[str, str], tuple[int, int]]:
         if not line.startswith(f"-A {CHAIN} "):
             continue  # (also "Zeroing chain `...'", which -Z writes to the same output)
         words = shlex.split(line)
-        if words[:2] != ["-A", CHAIN] or not {"-c", "-o", "-p"} <= set(words):
+        if not {"-c", "-o", "-p"} <= set(words):
             continue
         c = words.index("-c")
         key = (words[words.index("-o") + 1], words[words.index("-p") + 1])
