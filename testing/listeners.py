@@ -147,6 +147,8 @@ class ListenerAudit:
         self._seen: set[int] = set()  # inodes judged already (found, or fine)
         self._found: list[Finding] = []
         self._lock = threading.Lock()
+        self._sampled = threading.Condition(self._lock)
+        self._samples = 0  # completed by the audit's thread
         self._stop = threading.Event()
         self._asked: queue.Queue[threading.Event] = queue.Queue()  # take(): sample now, in the audit's thread
         self._thread: threading.Thread | None = None
@@ -214,8 +216,18 @@ class ListenerAudit:
             except Exception as exc:  # raised by the next take(): a broken audit must not pass quietly
                 self._error = exc
             finally:
+                with self._sampled:
+                    self._samples += 1
+                    self._sampled.notify_all()
                 if done is not None:
                     done.set()
+
+    def wait_sampled(self, timeout_s: float = 30.0) -> bool:
+        """Block until the audit's thread has finished a sample that began after this call (the one
+        running now may have read the tables before); False when ``timeout_s`` passed first."""
+        with self._sampled:
+            target = self._samples + 2
+            return self._sampled.wait_for(lambda: self._samples >= target, timeout=timeout_s)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="listener-audit", daemon=True)

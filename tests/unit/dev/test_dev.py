@@ -167,7 +167,7 @@ def test_kwok_is_started_with_its_options_then_its_stages(tmp_path: Path) -> Non
 
 
 def _sleeper(tmp_path: Path, name: str, ignore_term: bool = False) -> Component:
-    script = "trap '' TERM; sleep 60 & wait; sleep 60" if ignore_term else "exec sleep 60"
+    script = "trap '' TERM; echo trapped; sleep 60 & wait; sleep 60" if ignore_term else "exec sleep 60"
     return Component(name, ["sh", "-c", script], tmp_path / f"{name}.log", None, detached=True)
 
 
@@ -190,7 +190,9 @@ def test_process_ref_never_signals_a_recycled_pid(tmp_path: Path) -> None:
 
 def test_stop_all_terms_then_kills_and_is_idempotent(tmp_path: Path) -> None:
     polite, stubborn = _sleeper(tmp_path, "polite"), _sleeper(tmp_path, "stubborn", ignore_term=True)
-    time.sleep(0.3)  # the shell has installed its trap
+    deadline = time.monotonic() + 30
+    while "trapped" not in (tmp_path / "stubborn.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the shell has installed its trap, however loaded the machine
     refs = [polite.ref, stubborn.ref]
     killed = stop_all(refs, grace=1.0)
     for c in (polite, stubborn):

@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -93,7 +92,7 @@ def test_the_audit_names_what_listens_beyond_loopback(uplink: str) -> None:
         with socket.socket(socket.AF_INET6) as own:  # this process too, and IPv6's wildcard
             own.bind(("::", 0))
             own.listen()
-            time.sleep(0.3)
+            assert audit.wait_sampled()  # a whole sample while it listens, however loaded the machine
         (mine,) = audit.take()  # closed already: found by the audit's thread sampling, not at take()
         assert mine.listener.address == "::" and mine.why == "every address"
     finally:
@@ -137,13 +136,13 @@ def test_the_suite_fails_a_test_that_listens_beyond_loopback(
     """tests/conftest.py's check, run on a test that opens a wildcard listener (in this test's private
     namespace: the inner run and its listener never touch the host's network)."""
     rc, out = inner_suite(
-        "import socket, time\n"
-        "def test_wide():\n"
+        "import socket\n"
+        "def test_wide(listener_audit):\n"
         "    with socket.socket() as s:\n"
-        "        s.bind(('0.0.0.0', 0)); s.listen(); time.sleep(0.6)\n"
-        "def test_narrow():\n"
+        "        s.bind(('0.0.0.0', 0)); s.listen(); assert listener_audit.wait_sampled()\n"
+        "def test_narrow(listener_audit):\n"
         "    with socket.socket() as s:\n"
-        "        s.bind(('127.0.0.1', 0)); s.listen(); time.sleep(0.6)\n"
+        "        s.bind(('127.0.0.1', 0)); s.listen(); assert listener_audit.wait_sampled()\n"
     )
     assert rc == 1, out
     assert "2 passed, 1 error" in out and "ERROR at teardown of test_wide" in out, out
