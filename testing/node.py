@@ -249,9 +249,57 @@ def sweep_stale_nodes() -> list[str]:
 
 
 def _rules(iptables_save: str) -> list[str]:
-    """iptables-save output without comments and packet counters."""
-    return [ln.split(" [")[0] if ln.startswith(":") else ln for ln in iptables_save.splitlines()
-            if ln and not ln.startswith("#")]  # fmt: skip
+    """iptables-save output without comments, packet counters and tables that hold nothing (no rule,
+    no chain of their own, every policy ACCEPT: as if there were no such table)."""
+    out: list[str] = []
+    table: list[str] = []
+    for ln in iptables_save.splitlines():
+        if not ln or ln.startswith("#"):
+            continue
+        table.append(ln.split(" [")[0] if ln.startswith(":") else ln)
+        if ln == "COMMIT":
+            if any(not (t.startswith(("*", "COMMIT")) or (t.startswith(":") and t.endswith(" ACCEPT"))) for t in table):
+                out += table
+            table = []
+    return out + table
+
+
+def restore_input(saved: str, counted: str) -> str:
+    """What ``iptables-restore --counters`` reads to put the rules of ``saved`` (``iptables-save``
+    output, no counters) back, given ``counted`` (``iptables-save -c`` output, now): a table created
+    since (nf_tables lists only the tables that exist) is emptied, and the rules and chains that
+    stayed keep their packet counters (an admin's accounting, the suite's egress count) instead of
+    being zeroed. A rule there several times takes the counters in order."""
+    rules: dict[tuple[str, str], list[str]] = {}
+    chains: dict[tuple[str, str], str] = {}
+    builtin: dict[str, list[str]] = {}  # table -> its built-in chains' lines (a policy, not "-")
+    table = ""
+    for line in counted.splitlines():
+        if line.startswith("*"):
+            table = line
+            builtin[table] = []
+        elif line.startswith(":") and " [" in line:
+            head, _, count = line.partition(" [")
+            chains[table, head] = f"[{count}"
+            if not head.endswith(" -"):  # emptied: as if absent, every policy ACCEPT
+                builtin[table].append(f"{head.rsplit(' ', 1)[0]} ACCEPT [{count}")
+        elif line.startswith("[") and "] " in line:
+            count, _, rule = line.partition("] ")
+            rules.setdefault((table, rule), []).append(f"{count}]")
+    out = []
+    for line in saved.splitlines():
+        if line.startswith("*"):
+            table = line
+            builtin.pop(table, None)
+        elif line.startswith(":") and " [" in line:
+            head = line.partition(" [")[0]
+            line = f"{head} {chains.get((table, head), '[0:0]')}"
+        elif line.startswith("-A ") and (kept := rules.get((table, line))):
+            line = f"{kept.pop(0)} {line}"
+        out.append(line)
+    for table, lines in builtin.items():  # not in the snapshot: there was no such table
+        out += [table, *lines, "COMMIT"]
+    return "\n".join(out) + "\n"
 
 
 def network_state() -> list[str]:
@@ -338,9 +386,10 @@ class HostState:
                 changed.append(f"{key}: {now} -> {old}")
         for tool, saved in self.iptables.items():
             now = _run(f"{tool}-save", check=False).stdout
-
             if _rules(now) != _rules(saved):
-                subprocess.run([f"{tool}-restore"], input=saved, text=True, capture_output=True)
+                counted = _run(f"{tool}-save", "-c", check=False).stdout
+                restore = [f"{tool}-restore", "--counters"]
+                subprocess.run(restore, input=restore_input(saved, counted), text=True, capture_output=True)
                 changed.append(f"{tool} rules restored")
         return changed
 

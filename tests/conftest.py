@@ -6,8 +6,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from qosmos.testing.egress import EgressCounter, uplinks
-from qosmos.testing.listeners import ListenerAudit
+from qosmos.testing.egress import Egress, EgressCounter, uplinks
+from qosmos.testing.listeners import Finding, ListenerAudit
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +31,10 @@ def listener_audit() -> Iterator[ListenerAudit | None]:
     audit.start()
     try:
         yield audit
+        found = audit.take()  # while the session's fixtures were torn down (control planes, nodes)
     finally:
         audit.stop()
+    _fail_if_it_left("the session's teardown", found, [])
 
 
 @pytest.fixture(scope="session")
@@ -47,8 +49,10 @@ def egress_counter() -> Iterator[EgressCounter | None]:
     counter.install()
     try:
         yield counter
+        sent = counter.take()  # while the session's fixtures were torn down (control planes, nodes)
     finally:
         counter.remove()
+    _fail_if_it_left("the session's teardown", [], sent)
 
 
 @pytest.fixture(autouse=True)
@@ -58,14 +62,23 @@ def _nothing_leaves_this_machine(
     """Nothing may leave this machine: a test fails at its teardown when its processes listened on an
     address reachable from outside (a wildcard, the uplink's address; named with the process), or
     when TCP or UDP packets went out of the uplink meanwhile (a connection, a DNS query, a pod's
-    packet the host forwards)."""
+    packet the host forwards). What a session fixture (a control plane, a node) does after the last
+    test is checked when the two session fixtures end: what an autouse fixture asks for pytest sets
+    up before, and so tears down after, any fixture a test asks for."""
     yield
+    found = listener_audit.take() if listener_audit is not None else []
+    _fail_if_it_left("this test", found, egress_counter.take() if egress_counter is not None else [])
+
+
+def _fail_if_it_left(during: str, found: list[Finding], sent: list[Egress]) -> None:
     why = []
-    if listener_audit is not None and (found := listener_audit.take()):
-        why.append("servers reachable from outside this machine (bind them to loopback, or use private_network):")
+    if found:
+        why.append(
+            f"servers reachable from outside this machine during {during} (bind them to loopback, or use private_network):"
+        )
         why += [f"  {f}" for f in found]
-    if egress_counter is not None and (sent := egress_counter.take()):
-        why += ["packets left this machine during this test (keep its traffic on loopback):", *(f"  {e}" for e in sent)]
+    if sent:
+        why += [f"packets left this machine during {during} (keep its traffic on loopback):", *(f"  {e}" for e in sent)]
     if why:
         pytest.fail("\n".join(why), pytrace=False)
 

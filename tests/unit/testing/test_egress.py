@@ -99,3 +99,23 @@ def test_the_suite_fails_a_test_whose_packets_leave(
     assert "2 passed, 1 error" in out and "ERROR at teardown of test_out" in out, out
     assert "1 UDP/IPv4 packets (29 bytes) out of up0" in out, out
     assert _ours() == []  # the inner run removed its rules
+
+
+def test_packets_of_a_session_fixtures_teardown_are_found_too(
+    routed_uplink: str, inner_suite: Callable[[str], tuple[int, str]]
+) -> None:
+    """A session-scoped fixture (a control plane, a node) torn down after the last test's check: the
+    counter, set up before it and torn down after it, still counts what its teardown sends."""
+    rc, out = inner_suite(
+        "import socket, pytest\n"
+        "@pytest.fixture(scope='session')\n"
+        "def cluster():\n"
+        "    yield\n"
+        "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('198.51.100.7', 53))\n"
+        "def test_uses_it(cluster):\n"
+        "    pass\n"
+    )
+    assert rc == 1, out
+    assert "1 passed, 1 error" in out and "during the session's teardown" in out, out
+    assert "1 UDP/IPv4 packets (29 bytes) out of up0" in out, out
+    assert _ours() == []
