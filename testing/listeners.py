@@ -103,11 +103,15 @@ def socket_owner(inode: int, proc: Path = Path("/proc")) -> int | None:
         if not entry.name.isdigit():
             continue
         try:
-            for fd in (entry / "fd").iterdir():
-                if os.readlink(fd) == target:
-                    return int(entry.name)
+            fds = list((entry / "fd").iterdir())
         except OSError:  # gone, or not ours to read
             continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) == target:
+                    return int(entry.name)
+            except OSError:  # closed since the listing (the listing's own descriptor, in this process)
+                continue
     return None
 
 

@@ -10,9 +10,17 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
-from qosmos.testing.listeners import ListenerAudit, is_loopback, is_ours, is_wildcard, parse_proc_net_tcp
+from qosmos.testing.listeners import (
+    ListenerAudit,
+    is_loopback,
+    is_ours,
+    is_wildcard,
+    parse_proc_net_tcp,
+    socket_owner,
+)
 
 TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0 0 10 0
@@ -43,6 +51,25 @@ def test_ours_are_this_runs_descendants() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_socket_above_a_free_descriptor_is_still_named_with_its_process() -> None:
+    """The listing of /proc/PID/fd shows its own descriptor (in this process, the lowest free number),
+    closed by the time it is read: that entry is passed over, not the process (which would hide the
+    owner of every socket numbered above a free descriptor: pytest's own, as in CI)."""
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(4)]
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            os.close(spare.pop(0))  # a free number below the socket's
+            port = s.getsockname()[1]
+            tcp = parse_proc_net_tcp(Path("/proc/thread-self/net/tcp").read_text(), v6=False)
+            (mine,) = [x for x in tcp if x.port == port]
+            assert socket_owner(mine.inode) == os.getpid()
+    finally:
+        for fd in spare:
+            os.close(fd)
 
 
 def _ip(*args: str) -> None:
