@@ -84,38 +84,37 @@ def test_packets_out_of_the_uplink_are_counted_and_nothing_else(routed_uplink: s
     assert _ours() == []
 
 
-def test_the_suite_fails_a_test_whose_packets_leave(
-    routed_uplink: str, inner_suite: Callable[[str], tuple[int, str]]
+SEND_OUT = "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('198.51.100.7', 53))\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "summary", "where"),
+    [
+        (
+            "import socket\ndef test_out():\n" + SEND_OUT + "def test_loopback():\n"
+            "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('127.0.0.1', 53))\n",
+            "2 passed, 1 error",
+            "ERROR at teardown of test_out",
+        ),
+        (
+            "import socket, pytest\n@pytest.fixture(scope='session')\ndef cluster():\n    yield\n"
+            + SEND_OUT
+            + "def test_uses_it(cluster):\n    pass\n",
+            "1 passed, 1 error",
+            "during the session's teardown",
+        ),
+    ],
+    ids=["a-test", "a-session-fixtures-teardown"],
+)
+def test_the_suite_fails_on_packets_that_leave(
+    routed_uplink: str, inner_suite: Callable[[str], tuple[int, str]], source: str, summary: str, where: str
 ) -> None:
-    """tests/conftest.py's check, run on a test that sends a datagram out of the (private) uplink."""
-    rc, out = inner_suite(
-        "import socket\n"
-        "def test_out():\n"
-        "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('198.51.100.7', 53))\n"
-        "def test_loopback():\n"
-        "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('127.0.0.1', 53))\n"
-    )
+    """tests/conftest.py's check, run on an inner test file that sends a datagram out of the (private)
+    uplink: from a test (and none from the one on loopback), and from the teardown of a session-scoped
+    fixture (a control plane, a node) after the last test's check, which the counter, set up before
+    and torn down after it, still counts."""
+    rc, out = inner_suite(source)
     assert rc == 1, out
-    assert "2 passed, 1 error" in out and "ERROR at teardown of test_out" in out, out
+    assert summary in out and where in out, out
     assert "1 UDP/IPv4 packets (29 bytes) out of up0" in out, out
     assert _ours() == []  # the inner run removed its rules
-
-
-def test_packets_of_a_session_fixtures_teardown_are_found_too(
-    routed_uplink: str, inner_suite: Callable[[str], tuple[int, str]]
-) -> None:
-    """A session-scoped fixture (a control plane, a node) torn down after the last test's check: the
-    counter, set up before it and torn down after it, still counts what its teardown sends."""
-    rc, out = inner_suite(
-        "import socket, pytest\n"
-        "@pytest.fixture(scope='session')\n"
-        "def cluster():\n"
-        "    yield\n"
-        "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'?', ('198.51.100.7', 53))\n"
-        "def test_uses_it(cluster):\n"
-        "    pass\n"
-    )
-    assert rc == 1, out
-    assert "1 passed, 1 error" in out and "during the session's teardown" in out, out
-    assert "1 UDP/IPv4 packets (29 bytes) out of up0" in out, out
-    assert _ours() == []
