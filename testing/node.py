@@ -249,13 +249,15 @@ def sweep_stale_nodes() -> list[str]:
 
 
 def _rules(iptables_save: str) -> list[str]:
-    """iptables-save output without comments, packet counters and tables that hold nothing (no rule,
-    no chain of their own, every policy ACCEPT: as if there were no such table)."""
+    """iptables-save output (``-c`` or not) without comments, packet counters and tables that hold
+    nothing (no rule, no chain of their own, every policy ACCEPT: as if there were no such table)."""
     out: list[str] = []
     table: list[str] = []
     for ln in iptables_save.splitlines():
         if not ln or ln.startswith("#"):
             continue
+        if ln.startswith("["):  # a rule's counters (-c)
+            ln = ln.partition("] ")[2]
         table.append(ln.split(" [")[0] if ln.startswith(":") else ln)
         if ln == "COMMIT":
             if any(not (t.startswith(("*", "COMMIT")) or (t.startswith(":") and t.endswith(" ACCEPT"))) for t in table):
@@ -385,9 +387,8 @@ class HostState:
                 (Path("/proc/sys") / key).write_text(old)
                 changed.append(f"{key}: {now} -> {old}")
         for tool, saved in self.iptables.items():
-            now = _run(f"{tool}-save", check=False).stdout
-            if _rules(now) != _rules(saved):
-                counted = _run(f"{tool}-save", "-c", check=False).stdout
+            counted = _run(f"{tool}-save", "-c", check=False).stdout
+            if _rules(counted) != _rules(saved):
                 restore = [f"{tool}-restore", "--counters"]
                 subprocess.run(restore, input=restore_input(saved, counted), text=True, capture_output=True)
                 changed.append(f"{tool} rules restored")

@@ -25,6 +25,7 @@ from qosmos.dev.fakenodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 from qosmos.dev.kwok import CONFIG_FILE, RUN_DURATION_ANNOTATION, STAGES_FILE, stages, start_kwok
 from qosmos.dev.process import Component, ProcessRef, start_ticks, stop_all
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.testing.node import wait_for
 from typer.testing import CliRunner
 
 app = typer.Typer()
@@ -190,9 +191,7 @@ def test_process_ref_never_signals_a_recycled_pid(tmp_path: Path) -> None:
 
 def test_stop_all_terms_then_kills_and_is_idempotent(tmp_path: Path) -> None:
     polite, stubborn = _sleeper(tmp_path, "polite"), _sleeper(tmp_path, "stubborn", ignore_term=True)
-    deadline = time.monotonic() + 30
-    while "trapped" not in (tmp_path / "stubborn.log").read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)  # until the shell has installed its trap, however loaded the machine
+    wait_for(lambda: "trapped" in (tmp_path / "stubborn.log").read_text(), 30, "the shell's TERM trap", every=0.05)
     refs = [polite.ref, stubborn.ref]
     killed = stop_all(refs, grace=1.0)
     for c in (polite, stubborn):
