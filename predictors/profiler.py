@@ -404,6 +404,8 @@ def measure_torch(
     precision = parse_precision(precision)
     if gpus < 1:
         raise InvalidInput("gpus", gpus, "must be >= 1")
+    if not batches or any(b < 1 for b in batches):
+        raise InvalidInput("batches", list(batches), "one or more batch sizes > 0")
     world = process_world(os.environ)
     if world is not None and gpus not in (1, world.local_size):
         raise InvalidInput(
@@ -488,9 +490,12 @@ def _local_world(gpus: int, spec: dict[str, Any], timeout_s: float | None) -> li
             errors = sorted(Path(tmp).glob("rank*.error"))  # the workers' own messages (see _worker)
             log_tail = (Path(tmp) / f"rank{rank}.log").read_text(errors="replace").strip().splitlines()[-20:]
             why = [f"{e.stem}: {e.read_text().strip()}" for e in errors] or log_tail
-            raise MeasureFailed(
-                f"rank {rank} of {gpus} data-parallel processes exited with status {code}: " + "\n".join(why)
+            what = (
+                f"rank {rank} of {gpus} data-parallel processes exited with status {code}"
+                if failed
+                else f"all {gpus} data-parallel processes exited with status 0 but rank 0 wrote no samples"
             )
+            raise MeasureFailed(f"{what}: " + "\n".join(why))
         return read_samples(out)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -77,6 +78,29 @@ def test_an_admission_is_one_sequence_status_first_then_pods_and_service_then_ga
     assert {p.attempt for p in pods} == {("uid-a", 0)}
     # the VirtualCluster's status comes last, after every DLJob's
     assert isinstance(plan.stages[-1][-1].writes[-1], PatchVCStatus)
+
+
+class GatesMeet(FakeKube):
+    """An apiserver whose ungate requests each wait until the gang's four are in flight together."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.meet = threading.Barrier(4, timeout=30)
+
+    def ungate(self, namespace: str, name: str, gates: list[dict[str, Any]]) -> None:
+        self.meet.wait()  # one at a time, the first would wait alone and break the barrier: the write fails
+        super().ungate(namespace, name, gates)
+
+
+def test_a_gangs_gates_are_removed_by_requests_in_flight_together() -> None:
+    """Kubernetes has no multi-object write: the window in which some of a gang's pods may bind while
+    a peer is still gated is one round trip only if the gates go out side by side, not one per reply."""
+    kube = GatesMeet([gpu_node(f"n{i}") for i in range(4)], [dljob("a", 32)])
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: T0 + 10)  # type: ignore[arg-type]
+    rep = rec.run_pass()
+    assert rep.admitted == ["team/a"] and len(kube.pods) == 4
+    assert not kube.meet.broken
+    assert all(not any(g["name"] == GATE for g in p["spec"].get("schedulingGates") or []) for p in kube.pods.values())
 
 
 def test_a_plan_on_the_state_it_made_writes_nothing_more() -> None:

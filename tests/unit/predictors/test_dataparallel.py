@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -86,6 +87,21 @@ def test_a_failing_worker_is_reported_with_its_error() -> None:
     with pytest.raises(MeasureFailed, match="exited with status 1") as failed:
         _local_world(2, spec, timeout_s=120)
     assert "resnet151" in str(failed.value)  # the worker's own message, not only its exit status
+
+
+def test_ranks_that_exit_0_without_samples_are_not_reported_as_a_failed_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qosmos.predictors.profiler import _local_world
+
+    monkeypatch.setattr(sys, "executable", shutil.which("true"))  # every rank exits 0 and writes nothing
+    with pytest.raises(MeasureFailed, match="all 2 data-parallel processes exited with status 0 but rank 0 wrote no"):
+        _local_world(2, {"model": "mlp", "batches": [8]}, timeout_s=30)
+
+
+def test_no_batch_size_is_refused_before_any_process_starts() -> None:
+    with pytest.raises(InvalidInput, match="batches"):
+        measure_torch("mlp", [], gpus=2)
+    with pytest.raises(InvalidInput, match="batches"):
+        measure_torch("mlp", [8, 0])
 
 
 def test_a_timeout_stops_every_rank() -> None:
