@@ -40,6 +40,7 @@ from qosmos.extender.core.cohorts import (
     check_members,
     cohort_cap,
     held_gpus,
+    max_cap,
     nominal_of,
     quota_state,
     victim_order,
@@ -56,6 +57,10 @@ RESERVED = "reserved"  # would fit now, but would delay the head's reservation
 BLOCKED = "policy"  # the policy holds it (Capacity share, ...)
 QUOTA = "quota"  # the partition's GPU quota is used up
 HEAD = "head"  # the blocked head itself, with a reservation
+# never starts as the partition is: more GPUs than it may ever hold, or a request its nodes could not
+# hold even empty (Kueue: inadmissible, "request > maximum capacity"). It blocks nobody and wakes no
+# node: it waits for the partition (quota, nodes) to change.
+INADMISSIBLE = "inadmissible"
 NOT_NOW = "does not fit the free resources now"  # why a NO_FIT job (or an unreserved head) waits
 
 T = TypeVar("T")
@@ -330,6 +335,13 @@ def _free_text(cluster: ClusterState, job: Job, shape: Shape | None) -> str:
     return f"{free} GPUs free in {job.vc}; {nodes} node(s) have {per} free"
 
 
+def _most_held(part: Partition, nominal: int | None, ceiling: int) -> str:
+    """What makes up a cohort member's ceiling, for a waiting message."""
+    if part.borrowing_limit is not None and ceiling == (nominal or 0) + part.borrowing_limit:
+        return f"its nominal share of {nominal} plus its borrowing limit of {part.borrowing_limit}"
+    return f"its nominal share of {nominal} plus all that cohort {part.cohort} could lend it"
+
+
 class _Pass:
     """State of one admission pass (kept off the public function for readability)."""
 
@@ -372,6 +384,8 @@ class _Pass:
         self.held = -1  # GPUs held by the partition's running jobs (computed on demand, for quotas)
         self._cap: int | None = None
         self._cap_known = False
+        self._ceiling: int | None = None
+        self._ceiling_known = False
         pre = self.part.preemption
         # whether a blocked head may preempt (cohort reclaim, lower-priority jobs of its own)
         self.may_preempt = (self.part.cohort is not None and pre.reclaim_within_cohort == "Any") or (
@@ -410,6 +424,25 @@ class _Pass:
         if self.held < 0:
             self.held = held_gpus(self.running())
         return self.held
+
+    def ceiling(self) -> int | None:
+        """The most GPUs its running jobs could ever hold (``core.cohorts.max_cap``; without a cohort
+        its quota); None: no cap. A job asking more waits for its quota to change, not for GPUs."""
+        if not self._ceiling_known:
+            self._ceiling_known = True
+            if self.part.cohort is None:
+                self._ceiling = self.part.gpu_quota
+            else:
+                assert self.nominal is not None
+                mates = [(m.partition, nominal_of(m.partition, self.cluster)) for m in self.members]
+                self._ceiling = max_cap(self.part, self.nominal, mates)
+        return self._ceiling
+
+    def never_fits(self, job: Job) -> str | None:
+        """Why no placement of the job fits even the partition's empty nodes (its fixed shape, or its
+        GPUs in all); None when one could. Such a job neither blocks its queue nor takes the head's
+        reservation: it would hold them for ever (the simulator rejects it up front instead)."""
+        return self.cluster.could_ever_fit(PlacementRequest.for_job(job, job.fixed_shape))
 
     def cap(self) -> int | None:
         """GPUs its running jobs may hold in all: the quota, or in a cohort its nominal share plus what
@@ -843,6 +876,13 @@ def admit(
             continue
         left = p.quota_left()
         if left is not None and job.gpus > left:
+            ceiling = p.ceiling()
+            if ceiling is not None and job.gpus > ceiling:  # Kueue's "request > maximum capacity"
+                if explain:  # it preempts nobody and blocks nobody: no GPUs freed would let it start
+                    limit = "its GPU quota" if part.cohort is None else _most_held(part, p.nominal, ceiling)
+                    why = f"asks {job.gpus} GPUs, more than the {ceiling} {part.name} may ever hold ({limit})"
+                    p.wait(d, pos, INADMISSIBLE, f"{why}: it waits for its quota to change", part.name)
+                continue
             room = None
             if p.may_preempt and res is None and d.queue not in heads_tried:
                 heads_tried.add(d.queue)
@@ -860,6 +900,13 @@ def admit(
                 blocked_sub[d.queue] = job.id
             continue
         alloc = p.place(job, d.shape)
+        if alloc is None and res is None:  # it would become its queue's blocker: unless it never fits
+            never = p.never_fits(job)
+            if never is not None:
+                if explain:
+                    what = "its fixed shape" if job.fixed_shape is not None else "it"
+                    p.wait(d, pos, INADMISSIBLE, f"{what} can never fit in {job.vc}: {never}")
+                continue
         if alloc is None and p.may_preempt and res is None and d.queue not in heads_tried:
             heads_tried.add(d.queue)  # the head of its queue: reclaim / preempt for it, once
             alloc = p.make_room(d, 0)
@@ -994,6 +1041,7 @@ __all__ = [
     "BEHIND",
     "BLOCKED",
     "HEAD",
+    "INADMISSIBLE",
     "LOWER_PRIORITY",
     "NO_FIT",
     "QUOTA",

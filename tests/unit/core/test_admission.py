@@ -15,6 +15,7 @@ from qosmos.extender.core.admission import (
     BEHIND,
     BLOCKED,
     HEAD,
+    INADMISSIBLE,
     NO_FIT,
     QUOTA,
     RESERVED,
@@ -156,13 +157,59 @@ def test_reservation_is_for_the_nodes_the_head_will_get() -> None:
 
 
 def test_a_head_that_can_never_start_with_what_runs_protects_nothing() -> None:
-    # H needs 8 GPUs on a 4-GPU partition: no projected start, so B runs now.
+    # H needs n0's 4 GPUs; J0 holds 2 of them with no expected end: H has no projected start (though
+    # it fits the empty partition), so B (1 GPU) runs now.
+    c = ClusterState([Node("n0", 4)])
+    j0 = run(c, Job("J0", 0, 2, duration=100), 0)
+    j0 = RunningJob(j0.job, 0, math.inf, j0.allocation)
+    rt = PartitionRuntime(Partition("default", backfill="easy"))
+    queue = [Job("H", 1, 4, duration=10), Job("B", 2, 1, duration=500)]
+    res = admit(rt, queue, [j0], c, 2.0, estimate=oracle)
+    assert started(res) == ["B"]
+    assert res.carry.reservation is not None and math.isinf(res.carry.reservation.start)
+
+
+def test_a_job_that_can_never_fit_does_not_take_the_reservation_from_the_next_head() -> None:
+    # H asks 8 GPUs of a 4-GPU partition: it could never start. X (4 GPUs) is the head that matters:
+    # reserved n0 at 100 (J0's end); B (1 GPU, ends at 502) would delay it and waits. Were H the head,
+    # its reservation would never start, B would backfill and X start at 502 instead of 100.
     c = ClusterState([Node("n0", 4)])
     j0 = run(c, Job("J0", 0, 2, duration=100), 0)
     rt = PartitionRuntime(Partition("default", backfill="easy"))
-    res = admit(rt, [Job("H", 1, 8, duration=10), Job("B", 2, 1, duration=500)], [j0], c, 2.0, estimate=oracle)
-    assert started(res) == ["B"]
-    assert res.carry.reservation is not None and math.isinf(res.carry.reservation.start)
+    queue = [Job("H", 1, 8, duration=10), Job("X", 2, 4, duration=10), Job("B", 3, 1, duration=500)]
+    res = admit(rt, queue, [j0], c, 2.0, estimate=oracle)
+    assert res.starts == [] and reasons(res) == {"H": INADMISSIBLE, "X": HEAD, "B": RESERVED}
+    assert res.carry.reservation is not None and res.carry.reservation.job_id == "X"
+    assert res.carry.reservation.start == 100
+    said = {w.job.id: w.message for w in res.waiting}
+    assert "it can never fit in default: needs 8 GPUs; the eligible nodes have 4" in said["H"]
+
+
+@pytest.mark.parametrize("gang", [False, True])
+def test_without_backfilling_a_job_that_can_never_fit_blocks_nobody(gang: bool) -> None:
+    # H asks 8 GPUs (or a fixed 2x2 gang) of one 4-GPU node; B behind it starts, as in the simulator
+    # (which rejects H up front)
+    c = ClusterState([Node("n0", 4)])
+    h = Job("H", 1, 4, nodes=2) if gang else Job("H", 1, 8)
+    res = admit(PartitionRuntime(Partition("default")), [h, Job("B", 2, 1)], [], c, 2.0)
+    assert started(res) == ["B"] and reasons(res) == {"H": INADMISSIBLE}
+    assert ("its fixed shape can never fit" if gang else "it can never fit") in res.waiting[0].message
+    # without explain (the simulator's and the operator's fast path) the same decision
+    quiet = admit(PartitionRuntime(Partition("default")), [h, Job("B", 2, 1)], [], c, 2.0, explain=False)
+    assert started(quiet) == ["B"]
+
+
+def test_a_job_asking_more_than_the_quota_waits_for_the_quota_and_blocks_nobody() -> None:
+    # quota 4 GPUs on two 4-GPU nodes; J0 holds 2. Q asks 6: more than the partition may ever hold,
+    # so it does not block the FIFO queue; C asks 3, within the quota but not now: it blocks; B waits.
+    c = ClusterState([Node("n0", 4), Node("n1", 4)])
+    j0 = run(c, Job("J0", 0, 2, duration=100), 0)
+    rt = PartitionRuntime(Partition("default", gpu_quota=4))
+    res = admit(rt, [Job("Q", 1, 6), Job("A", 2, 1), Job("C", 3, 3), Job("B", 4, 1)], [j0], c, 2.0)
+    assert started(res) == ["A"] and reasons(res) == {"Q": INADMISSIBLE, "C": QUOTA, "B": BEHIND}
+    said = {w.job.id: w.message for w in res.waiting}
+    assert "asks 6 GPUs, more than the 4 default may ever hold (its GPU quota)" in said["Q"]
+    assert "the partition's GPU quota of 4 has 1 left" in said["C"]
 
 
 def test_without_backfilling_the_head_blocks_the_queue() -> None:
@@ -342,7 +389,7 @@ def test_soda_splits_gpu_nodes_into_arrays() -> None:
 def test_soda_arrays_block_independently_and_overflow() -> None:
     # g8 (4-GPU array) is full until 500; a 4-GPU job overflows to the free 4-GPU node of the 1-GPU
     # array; a second one waits, blocking only its own array: the 1-GPU job behind it still starts.
-    # The CPU array's head (20 cores, more than any node has free) blocks only the CPU array.
+    # The CPU array's first job (20 cores, more than any node has) can never fit: it blocks nobody.
     c = ClusterState([Node("g8", 8, cpu_milli=16000), Node("g4a", 4, cpu_milli=16000), Node("g4b", 4, cpu_milli=16000)])
     rt = soda_runtime(c)
     big = run(c, Job("big", 0, 8, duration=500), 0, node=0)
@@ -351,9 +398,9 @@ def test_soda_arrays_block_independently_and_overflow() -> None:
     jobs += [Job("cpu-big", 0, 0, cpu_milli=20000), Job("cpu-small", 1, 0, cpu_milli=1000)]
     res = admit(rt, jobs, [big, small], c, 5.0)
     # arrays in name order: cpu, gpu-1, gpu-4
-    assert started(res) == ["C1", "A4"]
-    assert reasons(res) == {"cpu-big": HEAD, "cpu-small": BEHIND, "B4": HEAD}
-    assert nodes_of(res.starts[0].allocation) == [2] and nodes_of(res.starts[1].allocation) == [1]
+    assert started(res) == ["cpu-small", "C1", "A4"]
+    assert reasons(res) == {"cpu-big": INADMISSIBLE, "B4": HEAD}
+    assert nodes_of(res.starts[1].allocation) == [2] and nodes_of(res.starts[2].allocation) == [1]
     assert res.preemptions == []
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 from qosmos.extender.core.admission import (
+    BEHIND,
     HEAD,
+    INADMISSIBLE,
     QUOTA,
     AdmissionResult,
     Partition,
@@ -122,6 +124,34 @@ def test_borrowing_stops_at_the_borrowing_limit() -> None:
     assert list(node_names(c, res)) == ["J1"]
     assert reasons(res) == {"J2": QUOTA}
     assert "borrow" in res.waiting[0].message
+
+
+@pytest.mark.parametrize(
+    ("limits", "ceiling", "made_of"),
+    [
+        ({"borrowing_limit": 2}, 6, "its nominal share of 4 plus its borrowing limit of 2"),
+        ({"lending_limit": 3}, 7, "its nominal share of 4 plus all that cohort c could lend it"),
+    ],
+)
+def test_a_job_asking_more_than_the_cohort_could_ever_give_blocks_nobody(
+    limits: dict[str, int], ceiling: int, made_of: str
+) -> None:
+    # a: nominal 4 (a0), b: 8 (b0, b1). Ceiling: 4 + min(borrowing limit 2, 8) = 6, or 4 + b's lending
+    # limit 3 = 7. Big asks 8: never admitted, so it neither reclaims nor blocks a's FIFO queue; J starts.
+    c = ClusterState(nodes("a0", "b0", "b1"))
+    pa = part("a", borrowing_limit=limits.get("borrowing_limit"))
+    pb = part("b", lending_limit=limits.get("lending_limit"))
+    rb = [hold(c, Job("B0", 0, 4, vc="b"), "b0", 0)]
+    waiting = [Job("Big", 1, 8, vc="a"), Job("J", 2, 2, vc="a")]
+    res = admit(PartitionRuntime(pa), waiting, [], c, 10, cohort=[CohortMember(pb, rb, [])])
+    assert list(node_names(c, res)) == ["J"] and not res.preemptions
+    assert reasons(res) == {"Big": INADMISSIBLE}
+    assert f"asks 8 GPUs, more than the {ceiling} a may ever hold ({made_of})" in res.waiting[0].message
+    # asking the ceiling itself, while a holds its 4, is only over the cap now: it waits and blocks J
+    waiting = [Job("Fits", 1, ceiling, vc="a"), Job("J", 2, 2, vc="a")]
+    busy = [hold(c, Job("A0", 0, 4, vc="a"), "a0", 0)]
+    res = admit(PartitionRuntime(pa), waiting, busy, c, 10, cohort=[CohortMember(pb, rb, [])])
+    assert res.starts == [] and reasons(res) == {"Fits": QUOTA, "J": BEHIND}
 
 
 def test_a_lending_limit_caps_what_b_lends() -> None:

@@ -18,7 +18,16 @@ from __future__ import annotations
 
 import pytest
 from qosmos.extender.core import genie
-from qosmos.extender.core.admission import BLOCKED, HEAD, NO_FIT, Partition, PartitionRuntime, RunningJob, admit
+from qosmos.extender.core.admission import (
+    BLOCKED,
+    HEAD,
+    INADMISSIBLE,
+    NO_FIT,
+    Partition,
+    PartitionRuntime,
+    RunningJob,
+    admit,
+)
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
@@ -118,7 +127,7 @@ def test_a_fixed_shape_larger_than_the_platform_waits_and_says_why() -> None:
     res = admit(rt, [task("big", 4, nodes=4)], [], cluster(), 0.0)
     assert res.starts == []
     (w,) = res.waiting
-    assert w.code == HEAD and w.needs == "4 node(s) × 1 GPUs (fixed)"
+    assert w.code == INADMISSIBLE and w.needs == "4 node(s) × 1 GPUs (fixed)"  # never fits: no queue's head
     assert "its fixed shape can never fit in default: only 2 eligible nodes have 1 GPUs; placement needs 4" in (
         w.message
     )

@@ -103,6 +103,21 @@ def test_a_gangs_gates_are_removed_by_requests_in_flight_together() -> None:
     assert all(not any(g["name"] == GATE for g in p["spec"].get("schedulingGates") or []) for p in kube.pods.values())
 
 
+def test_a_dljob_its_nodes_could_never_hold_is_inadmissible_and_the_fifo_queue_moves_on() -> None:
+    """vc-a (FIFO, no backfilling) on 2 nodes of 8 GPUs: "big" asks 64, "b" behind it 8. Before, big
+    held the queue for ever as its head (and CES counted its NoFit as demand to wake nodes for)."""
+    kube = FakeKube([gpu_node("n0"), gpu_node("n1")], [dljob("big", 64), dljob("b", 8, created=1.0)])
+    rec = Reconciler(kube, durations=Durations(None), clock=lambda: T0 + 10)  # type: ignore[arg-type]
+    rep = rec.run_pass()
+    assert rep.admitted == ["team/b"]
+    st = kube.jobs["big"]["status"]
+    assert st["phase"] == "Queued" and st["conditions"][0]["reason"] == "Inadmissible"
+    assert (
+        "its fixed shape can never fit in vc-a: only 2 eligible nodes have 8 GPUs; placement needs 8"
+        in (st["conditions"][0]["message"])
+    )
+
+
 def test_a_plan_on_the_state_it_made_writes_nothing_more() -> None:
     kube = FakeKube([gpu_node("n0"), gpu_node("n1")], [dljob("a", 16)])
     now = T0 + 10
