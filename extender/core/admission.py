@@ -386,6 +386,7 @@ class _Pass:
         self._cap_known = False
         self._ceiling: int | None = None
         self._ceiling_known = False
+        self._never: dict[tuple[Any, ...], str | None] = {}
         pre = self.part.preemption
         # whether a blocked head may preempt (cohort reclaim, lower-priority jobs of its own)
         self.may_preempt = (self.part.cohort is not None and pre.reclaim_within_cohort == "Any") or (
@@ -442,7 +443,10 @@ class _Pass:
         """Why no placement of the job fits even the partition's empty nodes (its fixed shape, or its
         GPUs in all); None when one could. Such a job neither blocks its queue nor takes the head's
         reservation: it would hold them for ever (the simulator rejects it up front instead)."""
-        return self.cluster.could_ever_fit(PlacementRequest.for_job(job, job.fixed_shape))
+        key = (job.vc, job.gpus, job.gpu_models, job.gpu_milli, job.cpu_milli, job.memory_mib, job.nodes, job.pool)
+        if key not in self._never:  # a long queue asks the same few requests
+            self._never[key] = self.cluster.could_ever_fit(PlacementRequest.for_job(job, job.fixed_shape))
+        return self._never[key]
 
     def cap(self) -> int | None:
         """GPUs its running jobs may hold in all: the quota, or in a cohort its nominal share plus what
@@ -900,7 +904,8 @@ def admit(
                 blocked_sub[d.queue] = job.id
             continue
         alloc = p.place(job, d.shape)
-        if alloc is None and res is None:  # it would become its queue's blocker: unless it never fits
+        # before it blocks its queue or takes the head's reservation (and to say so behind a head)
+        if alloc is None and (res is None or explain):
             never = p.never_fits(job)
             if never is not None:
                 if explain:

@@ -177,8 +177,9 @@ def test_a_job_that_can_never_fit_does_not_take_the_reservation_from_the_next_he
     j0 = run(c, Job("J0", 0, 2, duration=100), 0)
     rt = PartitionRuntime(Partition("default", backfill="easy"))
     queue = [Job("H", 1, 8, duration=10), Job("X", 2, 4, duration=10), Job("B", 3, 1, duration=500)]
+    queue.append(Job("H2", 4, 8, duration=10))  # behind the head, said so too
     res = admit(rt, queue, [j0], c, 2.0, estimate=oracle)
-    assert res.starts == [] and reasons(res) == {"H": INADMISSIBLE, "X": HEAD, "B": RESERVED}
+    assert res.starts == [] and reasons(res) == {"H": INADMISSIBLE, "X": HEAD, "B": RESERVED, "H2": INADMISSIBLE}
     assert res.carry.reservation is not None and res.carry.reservation.job_id == "X"
     assert res.carry.reservation.start == 100
     said = {w.job.id: w.message for w in res.waiting}
