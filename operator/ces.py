@@ -11,6 +11,7 @@ node patches and power-driver calls.
 - JobArrivalCheck, every pass: per partition (the VirtualCluster a node belongs to, as the
   reconcile pass assigns nodes), R = its busy nodes + the nodes its queued gangs lack (DLJobs whose
   condition ``Admitted=False`` says they wait for resources: NoFit, Head, BehindHead, Reserved;
+  not Inadmissible: waking nodes cannot let such a job start;
   a gang of ``gpus / gpusPerNode`` nodes, or of ``ceil(gpus / the partition's largest node)``),
   C_A = its awake + waking nodes; ``nodes_to_wake`` says how many sleeping nodes wake. A sleeping
   node named by an admitted gang's placement always wakes (the core placed it there).

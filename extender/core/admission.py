@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeVar
 
 import numpy as np
@@ -384,8 +385,6 @@ class _Pass:
         self.held = -1  # GPUs held by the partition's running jobs (computed on demand, for quotas)
         self._cap: int | None = None
         self._cap_known = False
-        self._ceiling: int | None = None
-        self._ceiling_known = False
         self._never: dict[tuple[Any, ...], str | None] = {}
         pre = self.part.preemption
         # whether a blocked head may preempt (cohort reclaim, lower-priority jobs of its own)
@@ -426,18 +425,15 @@ class _Pass:
             self.held = held_gpus(self.running())
         return self.held
 
+    @cached_property
     def ceiling(self) -> int | None:
         """The most GPUs its running jobs could ever hold (``core.cohorts.max_cap``; without a cohort
         its quota); None: no cap. A job asking more waits for its quota to change, not for GPUs."""
-        if not self._ceiling_known:
-            self._ceiling_known = True
-            if self.part.cohort is None:
-                self._ceiling = self.part.gpu_quota
-            else:
-                assert self.nominal is not None
-                mates = [(m.partition, nominal_of(m.partition, self.cluster)) for m in self.members]
-                self._ceiling = max_cap(self.part, self.nominal, mates)
-        return self._ceiling
+        if self.part.cohort is None or self.nominal is None:
+            return self.part.gpu_quota
+        return max_cap(
+            self.part, self.nominal, [(m.partition, nominal_of(m.partition, self.cluster)) for m in self.members]
+        )
 
     def never_fits(self, job: Job) -> str | None:
         """Why no placement of the job fits even the partition's empty nodes (its fixed shape, or its
@@ -679,7 +675,7 @@ class _Pass:
         shape = d.shape if d.shape is not None else fixed
         if fixed is not None and code in (NO_FIT, HEAD):
             # the user's shape is what does not fit: say so, and whether it ever can in the partition
-            never = self.cluster.could_ever_fit(PlacementRequest.for_job(job, fixed))
+            never = self.never_fits(job)
             said = "its fixed shape " + (f"can never fit in {job.vc}: {never}" if never else NOT_NOW)
             why = said if why == NOT_NOW else f"{said}; {why}"
         needs = _needs(job, shape)
@@ -880,7 +876,7 @@ def admit(
             continue
         left = p.quota_left()
         if left is not None and job.gpus > left:
-            ceiling = p.ceiling()
+            ceiling = p.ceiling
             if ceiling is not None and job.gpus > ceiling:  # Kueue's "request > maximum capacity"
                 if explain:  # it preempts nobody and blocks nobody: no GPUs freed would let it start
                     limit = "its GPU quota" if part.cohort is None else _most_held(part, p.nominal, ceiling)

@@ -208,8 +208,9 @@ def test_failed_pod_restarts_the_gang_then_fails(api: Api) -> None:
 
 
 def test_a_gang_whose_node_is_deleted_goes_back_to_the_queue(api: Api) -> None:
-    """A node deleted under an admitted gang: the DLJob is requeued (NodeLost, no restart counted) and
-    admitted again, on another node, once one is there."""
+    """A node deleted under an admitted gang: the DLJob is requeued (NodeLost, no restart counted),
+    inadmissible while its VirtualCluster has no node, and admitted again, on another node, once one
+    is there."""
     from qosmos.dev.fakenodes import create_nodes, fake_node_manifest
 
     row = {"sn": "extra-0", "cpu_milli": 96000, "memory_mib": 786432, "gpu": 8, "model": "V100M32"}
@@ -224,8 +225,10 @@ def test_a_gang_whose_node_is_deleted_goes_back_to_the_queue(api: Api) -> None:
         api.core.delete_node("extra-0")
         wait_for(lambda: api.phase(ns, "orphan") == "Queued", 60, "requeued")
         st = _status(api.get(ns, "orphan"))
-        assert _condition(api.get(ns, "orphan"))["reason"] in ("NodeLost", "NoFit", "Head")
         assert not st.get("restarts") and st["preemptions"] == 1 and "placement" not in st
+        # its VirtualCluster has no node left: it waits for one, as inadmissible (blocking nobody)
+        wait_for(lambda: _condition(api.get(ns, "orphan"))["reason"] == "Inadmissible", 30, "Inadmissible")
+        assert "can never fit in lost: no node in vc='lost'" in _condition(api.get(ns, "orphan"))["message"]
         reasons = {e.reason for e in api.core.list_namespaced_event(ns).items if e.involved_object.name == "orphan"}
         assert "NodeLost" in reasons or wait_for(
             lambda: "NodeLost" in {e.reason for e in api.core.list_namespaced_event(ns).items}, 10, "NodeLost Event"

@@ -119,6 +119,7 @@ def test_lacking_gangs_read_the_admitted_condition() -> None:
         dljob("fixed", gpus=12, gpusPerNode=4, reason="Head"),  # its own shape: 3 nodes
         dljob("behind", gpus=8, reason="BehindHead"),
         dljob("quota", gpus=8, reason="Quota"),  # waking nodes would not help it
+        dljob("never", gpus=64, reason="Inadmissible"),  # nor this one: it asks more than the nodes have
         dljob("policy", gpus=8, reason="Policy"),
         dljob("admitted", gpus=8, phase="Admitted", reason="NoFit"),
         dljob("new", gpus=8),  # no condition yet
