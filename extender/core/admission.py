@@ -20,6 +20,11 @@ nodes, a member's running jobs hold at most its nominal share plus what it may b
 cap_P), a lender's blocked head reclaims GPUs from borrowers and, with ``LowerPriority``, a blocked
 head preempts lower-priority jobs of its own partition; the pass returns those stops as
 :class:`Preemption` with their reason, for the caller to execute.
+
+A job that can never start as the partition is (more GPUs than its quota, or share plus what it may
+borrow, could ever give it; a request its nodes could not hold even empty) waits as ``inadmissible``
+and decides nothing else: it neither blocks its queue, takes the head's reservation nor asks for a
+reclaim, so the operator decides as the simulator does when it rejects such a job up front.
 """
 
 from __future__ import annotations
