@@ -25,6 +25,12 @@ def _distinct(ids: tuple[int, ...]) -> bool:
     return len(ids) < 2 or len(set(ids)) == len(ids)
 
 
+def _share(req: PlacementRequest) -> str:
+    """The request's CPU and memory, as a never-fits message says them."""
+    parts = [f"{req.cpu_milli} milli-CPU" if req.cpu_milli else "", f"{req.memory_mib} MiB" if req.memory_mib else ""]
+    return " and ".join(p for p in parts if p)
+
+
 class ClusterState:
     def __init__(self, nodes: Sequence[Node]) -> None:
         if not nodes:
@@ -233,17 +239,40 @@ class ClusterState:
             return f"no node in vc={req.vc!r} with GPU model in {list(req.gpu_models) or 'any'}{within}"
         caps = self.gpu_cap[mask]
         gang = req.gang  # a chosen or user-fixed shape
+        # each node's share of the request's CPU and memory goes with its GPUs (fit_mask): a node holds
+        # at most the GPUs whose share its capacity covers
+        most = self._most_gpus(req, mask) if req.gpu_milli == FULL and (req.cpu_milli or req.memory_mib) else caps
         if gang is not None:
             fits = int(np.count_nonzero(caps >= gang.d_gpn))
             if fits < gang.d_node:
                 return f"only {fits} eligible nodes have {gang.d_gpn} GPUs; placement needs {gang.d_node}"
+            fits = int(np.count_nonzero(most >= gang.d_gpn))
+            if fits < gang.d_node:
+                return (
+                    f"only {fits} eligible nodes have {gang.d_gpn} GPUs with their share of {_share(req)}; "
+                    f"placement needs {gang.d_node}"
+                )
         elif req.gpus > int(caps.sum()):
             return f"needs {req.gpus} GPUs; the eligible nodes have {int(caps.sum())}"
+        elif req.gpus > int(most.sum()):
+            return f"needs {req.gpus} GPUs with {_share(req)}; the eligible nodes could hold {int(most.sum())} of them"
         if req.gpus == 0 and not self.fit_mask(req, 0, 0, now=False).any():
             return f"needs {req.cpu_milli} milli-CPU on one node; the largest eligible node has {int(self.cpu_cap[mask].max())}"
         if req.gpu_milli < FULL and not (caps > 0).any():
             return "a GPU-sharing request needs a node with GPUs"
         return None
+
+    def _most_gpus(self, req: PlacementRequest, mask: np.ndarray) -> np.ndarray:
+        """Per eligible node, the most of ``req``'s whole GPUs it could ever hold with their share of the
+        request's CPU and memory (ceil(need × g / gpus) <= capacity, i.e. g <= capacity × gpus / need)."""
+        most: np.ndarray = self.gpu_cap[mask].astype(np.int64)
+        for need, cap, untracked in (
+            (req.cpu_milli, self.cpu_cap, self.cpu_untracked),
+            (req.memory_mib, self.mem_cap, self.mem_untracked),
+        ):
+            if need and req.gpus:
+                most = np.where(untracked[mask], most, np.minimum(most, cap[mask] * req.gpus // need))
+        return most
 
     # ---- mutators --------------------------------------------------------------------------
     def allocate(self, alloc: Allocation) -> None:

@@ -227,11 +227,16 @@ class Consolidate(_Placer):
         picks, need = [], req.gpus
         for node in order:
             take = min(int(cluster.gpu_cap[node]), need)
+            # idle (``_usable``) checked the share of one GPU: the node must hold the share of all it gives
+            if not cluster.cpu_fits(
+                int(node), math.ceil(req.cpu_milli * take / req.gpus), math.ceil(req.memory_mib * take / req.gpus)
+            ):
+                continue
             picks.append((int(node), take))
             need -= take
             if need == 0:
                 break
-        return _allocation(cluster, req, picks)
+        return _allocation(cluster, req, picks) if need == 0 else None
 
 
 class _TopologyAware:

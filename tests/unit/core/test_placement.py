@@ -77,6 +77,60 @@ def test_cpu_limits_per_node() -> None:
     assert alloc.grants[0].cpu_milli == 8000
 
 
+def test_a_request_whose_cpu_or_memory_share_no_node_holds_can_never_fit() -> None:
+    # a node holds g of the request's GPUs only with their share, cpu × g / gpus, of its CPU:
+    # small (4 cores) none of a 256-core, 16-GPU request, big (64 cores) 4 of them
+    c = ClusterState([Node("small", 8, cpu_milli=4000), Node("big", 8, cpu_milli=64000)])
+    req = PlacementRequest(16, cpu_milli=256000)
+    assert c.could_ever_fit(req) == "needs 16 GPUs with 256000 milli-CPU; the eligible nodes could hold 4 of them"
+    assert c.could_ever_fit(PlacementRequest(8, cpu_milli=64000)) is None  # big alone, all of its CPU
+    gang = PlacementRequest(16, cpu_milli=100000, nodes=2)  # the user's 2 x 8: 50 cores a node, big only
+    assert c.could_ever_fit(gang) == (
+        "only 1 eligible nodes have 8 GPUs with their share of 100000 milli-CPU; placement needs 2"
+    )
+    assert "with their share of 8 MiB" in (
+        ClusterState([Node("n", 8, memory_mib=4)]).could_ever_fit(PlacementRequest(8, memory_mib=8, nodes=1)) or ""
+    )
+    untracked = ClusterState([Node("n", 8)])  # a node that reports no CPU binds none
+    assert untracked.could_ever_fit(PlacementRequest(8, cpu_milli=10**9)) is None
+    for name in PLACERS:
+        assert get_placer(name).place(req, c) is None and get_placer(name).place(gang, c) is None, name
+
+
+@pytest.mark.parametrize("name", ["consolidate", "cer"])
+def test_whole_nodes_are_taken_only_with_the_cpu_share_of_all_their_gpus(name: str) -> None:
+    # 3 GPUs with 6 cores: 2 cores a GPU. n1 (2 GPUs, 2 cores) holds the share of one of its GPUs, not
+    # of both: it was taken whole, and the books refused the allocation ("CPU or memory is not free")
+    c = ClusterState([Node("n0", 1), Node("n1", 2, cpu_milli=2000)])
+    req = PlacementRequest(3, cpu_milli=6000)
+    assert get_placer(name).place(req, c) is None
+    assert c.could_ever_fit(req) == "needs 3 GPUs with 6000 milli-CPU; the eligible nodes could hold 2 of them"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    caps=st.lists(st.tuples(st.integers(0, 8), st.sampled_from([0, 2000, 8000, 32000])), min_size=1, max_size=4),
+    gpus=st.integers(1, 16),
+    cpu=st.sampled_from([0, 1000, 6000, 40000]),
+    per_node=st.sampled_from([0, 1, 2, 4, 8]),
+)
+def test_what_can_never_fit_no_placer_places_and_every_placement_is_bookable(
+    caps: list[tuple[int, int]], gpus: int, cpu: int, per_node: int
+) -> None:
+    """could_ever_fit's "never" is a promise the pass relies on (an inadmissible job blocks nobody),
+    for a request as the pass asks it: its GPUs, or the gang of nodes the user fixed."""
+    c = ClusterState([Node(f"n{i}", g, cpu_milli=m) for i, (g, m) in enumerate(caps)])
+    nodes = gpus // per_node if per_node and gpus % per_node == 0 else 0
+    req = PlacementRequest(gpus, cpu_milli=cpu, nodes=nodes)
+    never = c.could_ever_fit(req)
+    for name in PLACERS:
+        alloc = get_placer(name).place(req, c)
+        assert never is None or alloc is None, (name, never)
+        if alloc is not None:  # what a placer returns the books take (their share of CPU on every node)
+            c.copy().allocate(alloc)
+            assert sum(len(g.gpu_ids) for g in alloc.grants) == gpus and sum(g.cpu_milli for g in alloc.grants) >= cpu
+
+
 def test_gpu_sharing_and_cpu_jobs() -> None:
     c = ClusterState([Node("g", 2, cpu_milli=8000, memory_mib=1000), Node("cpu", 0, cpu_milli=8000, memory_mib=1000)])
     first = get_placer("best-fit").place(PlacementRequest(1, gpu_milli=300), c)
