@@ -115,6 +115,15 @@ class _Placer:
 _NO_NODE = np.iinfo(np.int64).max
 
 
+def _room(cluster: ClusterState, req: PlacementRequest, node: int, g: int) -> int:
+    """The most of ``g`` of the request's GPUs whose CPU/memory share fits on ``node`` now."""
+    while g > 0 and not cluster.cpu_fits(
+        node, math.ceil(req.cpu_milli * g / req.gpus), math.ceil(req.memory_mib * g / req.gpus)
+    ):
+        g -= 1
+    return g
+
+
 def _pick_shape(req: PlacementRequest, cluster: ClusterState, shape: Shape, best_fit: bool) -> Allocation | None:
     """``shape.d_node`` usable nodes with ``shape.d_gpn`` free GPUs each: the first in node order, or with
     ``best_fit`` the fewest free GPUs first (the smallest sufficient nodes, leaving big holes intact;
@@ -169,14 +178,6 @@ class FreeGPU(_Placer):
         if int(free.sum()) < req.gpus:
             return None
 
-        def room(node: int, g: int) -> int:
-            """The most of ``g`` GPUs whose CPU/memory share still fits on ``node``."""
-            while g > 0 and not cluster.cpu_fits(
-                node, math.ceil(req.cpu_milli * g / req.gpus), math.ceil(req.memory_mib * g / req.gpus)
-            ):
-                g -= 1
-            return g
-
         order = np.argsort(-free, kind="stable")
         picks: list[tuple[int, int]] = []
         need = req.gpus
@@ -194,7 +195,7 @@ class FreeGPU(_Placer):
                     need = 0
                     break
             # CPU/memory were checked for one GPU's share: take only what the node has room for
-            take = room(int(cand[j]), min(int(free[j]), need))
+            take = _room(cluster, req, int(cand[j]), min(int(free[j]), need))
             if take:
                 picks.append((int(cand[j]), take))
                 need -= take
@@ -226,11 +227,9 @@ class Consolidate(_Placer):
         order = idle[np.argsort(-caps, kind="stable")]
         picks, need = [], req.gpus
         for node in order:
-            take = min(int(cluster.gpu_cap[node]), need)
-            # idle (``_usable``) checked the share of one GPU: the node must hold the share of all it gives
-            if not cluster.cpu_fits(
-                int(node), math.ceil(req.cpu_milli * take / req.gpus), math.ceil(req.memory_mib * take / req.gpus)
-            ):
+            # idle (``_usable``) checked the share of one GPU: a node gives the GPUs whose share it holds
+            take = _room(cluster, req, int(node), min(int(cluster.gpu_cap[node]), need))
+            if take == 0:
                 continue
             picks.append((int(node), take))
             need -= take

@@ -105,6 +105,14 @@ def test_whole_nodes_are_taken_only_with_the_cpu_share_of_all_their_gpus(name: s
     req = PlacementRequest(3, cpu_milli=6000)
     assert get_placer(name).place(req, c) is None
     assert c.could_ever_fit(req) == "needs 3 GPUs with 6000 milli-CPU; the eligible nodes could hold 2 of them"
+    # with a second 2-GPU node that does not count its CPU, n1 gives the one GPU whose share it holds
+    c = ClusterState([Node("n1", 2, cpu_milli=2000), Node("n0", 2)])
+    alloc = get_placer(name).place(req, c)
+    assert alloc is not None and [(g.node, len(g.gpu_ids), g.cpu_milli) for g in alloc.grants] == [
+        (0, 1, 2000),
+        (1, 2, 4000),
+    ]
+    c.allocate(alloc)
 
 
 @settings(max_examples=300, deadline=None)
