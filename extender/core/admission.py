@@ -440,6 +440,20 @@ class _Pass:
             self.part, self.nominal, [(m.partition, nominal_of(m.partition, self.cluster)) for m in self.members]
         )
 
+    def inadmissible(self, job: Job) -> str | None:
+        """Why the job can never start as the partition is (over its ceiling, or never fits its nodes);
+        None when it could. Asked only of a job about to wait: such a job blocks nobody."""
+        ceiling = self.ceiling
+        if ceiling is not None and job.gpus > ceiling:  # Kueue's "request > maximum capacity"
+            part = self.part
+            limit = "its GPU quota" if part.cohort is None else _most_held(part, self.nominal, ceiling)
+            why = f"asks {job.gpus} GPUs, more than the {ceiling} {part.name} may ever hold ({limit})"
+            return f"{why}: it waits for its quota to change"
+        never = self.never_fits(job)
+        if never is None:
+            return None
+        return f"{'its fixed shape' if job.fixed_shape is not None else 'it'} can never fit in {job.vc}: {never}"
+
     def never_fits(self, job: Job) -> str | None:
         """Why no placement of the job fits even the partition's empty nodes (its fixed shape, or its
         GPUs in all); None when one could. Such a job neither blocks its queue nor takes the head's
@@ -881,12 +895,9 @@ def admit(
             continue
         left = p.quota_left()
         if left is not None and job.gpus > left:
-            ceiling = p.ceiling
-            if ceiling is not None and job.gpus > ceiling:  # Kueue's "request > maximum capacity"
-                if explain:  # it preempts nobody and blocks nobody: no GPUs freed would let it start
-                    limit = "its GPU quota" if part.cohort is None else _most_held(part, p.nominal, ceiling)
-                    why = f"asks {job.gpus} GPUs, more than the {ceiling} {part.name} may ever hold ({limit})"
-                    p.wait(d, pos, INADMISSIBLE, f"{why}: it waits for its quota to change", part.name)
+            never = p.inadmissible(job)
+            if never is not None:  # it preempts nobody and blocks nobody: no GPUs freed would let it start
+                p.wait(d, pos, INADMISSIBLE, never, part.name)
                 continue
             room = None
             if p.may_preempt and res is None and d.queue not in heads_tried:
@@ -907,11 +918,9 @@ def admit(
         alloc = p.place(job, d.shape)
         # before it blocks its queue or takes the head's reservation (and to say so behind a head)
         if alloc is None and (res is None or explain):
-            never = p.never_fits(job)
+            never = p.inadmissible(job)
             if never is not None:
-                if explain:
-                    what = "its fixed shape" if job.fixed_shape is not None else "it"
-                    p.wait(d, pos, INADMISSIBLE, f"{what} can never fit in {job.vc}: {never}")
+                p.wait(d, pos, INADMISSIBLE, never)
                 continue
         if alloc is None and p.may_preempt and res is None and d.queue not in heads_tried:
             heads_tried.add(d.queue)  # the head of its queue: reclaim / preempt for it, once

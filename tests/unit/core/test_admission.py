@@ -213,6 +213,16 @@ def test_a_job_asking_more_than_the_quota_waits_for_the_quota_and_blocks_nobody(
     assert "the partition's GPU quota of 4 has 1 left" in said["C"]
 
 
+def test_a_job_over_the_quota_left_that_its_nodes_could_never_hold_blocks_nobody() -> None:
+    # quota 10 on one 8-GPU node, J0 holds 4: N asks 9, within the quota but more than the node has.
+    # Over what is left of the quota now, it would have blocked the FIFO queue until J0 ended.
+    c = ClusterState([Node("n0", 8)])
+    j0 = run(c, Job("J0", 0, 4, duration=100), 0)
+    res = admit(PartitionRuntime(Partition("default", gpu_quota=10)), [Job("N", 1, 9), Job("B", 2, 1)], [j0], c, 2.0)
+    assert started(res) == ["B"] and reasons(res) == {"N": INADMISSIBLE}
+    assert "it can never fit in default: needs 9 GPUs; the eligible nodes have 8" in res.waiting[0].message
+
+
 def test_without_backfilling_the_head_blocks_the_queue() -> None:
     c = ClusterState([Node("n0", 4)])
     j0 = run(c, Job("J0", 0, 2, duration=100), 0)
