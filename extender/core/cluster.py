@@ -19,6 +19,8 @@ from qosmos.extender.core.types import POOL_AND, Allocation, Node, NodeGrant, Pl
 _LINEAGES = itertools.count()
 
 FULL = 1000  # milli-GPU of one whole GPU
+# products at or past this would overflow int64 arithmetic (a pod may ask up to 2^62 cores, summed over containers)
+_INT64_SAFE = 2**62
 
 
 def _distinct(ids: tuple[int, ...]) -> bool:
@@ -271,7 +273,11 @@ class ClusterState:
             (req.memory_mib, self.mem_cap, self.mem_untracked),
         ):
             if need and req.gpus:
-                most = np.where(untracked[mask], most, np.minimum(most, cap[mask] * req.gpus // need))
+                caps = cap[mask]
+                if max(need, req.gpus * int(caps.max())) >= _INT64_SAFE:  # Python ints: exact, no overflow
+                    caps = caps.astype(object)
+                bound = np.minimum(most, caps * req.gpus // need).astype(np.int64)
+                most = np.where(untracked[mask], most, bound)
         return most
 
     # ---- mutators --------------------------------------------------------------------------

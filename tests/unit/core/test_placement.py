@@ -119,7 +119,8 @@ def test_whole_nodes_are_taken_only_with_the_cpu_share_of_all_their_gpus(name: s
 @given(
     caps=st.lists(st.tuples(st.integers(0, 8), st.sampled_from([0, 2000, 8000, 32000])), min_size=1, max_size=4),
     gpus=st.integers(1, 16),
-    cpu=st.sampled_from([0, 1000, 6000, 40000]),
+    # the last: three containers of 2^62 cores each, as the extender may parse them (past int64)
+    cpu=st.sampled_from([0, 1000, 6000, 40000, 3 * 2**62 * 1000]),
     per_node=st.sampled_from([0, 1, 2, 4, 8]),
 )
 def test_what_can_never_fit_no_placer_places_and_every_placement_is_bookable(

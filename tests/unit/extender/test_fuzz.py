@@ -62,7 +62,7 @@ json_values = st.recursive(
 
 quantities = st.one_of(
     st.sampled_from(
-        ["1", "0", "2", "8", "500m", "1Gi", "16Gi", "1e3", "-1", "1.5", "1e400", "", "abc", "2k", "9" * 70]
+        ["1", "0", "2", "8", "500m", "1Gi", "16Gi", "1e3", "-1", "1.5", "1e400", "", "abc", "2k", "9" * 70, str(2**62)]
     ),
     st.integers(-5, 2000),
     st.floats(allow_nan=True, allow_infinity=True),

@@ -98,6 +98,25 @@ def test_prioritize_host_priority_list(api: ExtenderHTTP, names: list[str]) -> N
     assert next(r for r in res if r["Host"] == "c1")["Score"] == 0  # no GPUs
 
 
+@pytest.mark.parametrize("resource", ["cpu", "memory"])
+def test_the_largest_quantities_are_a_pod_that_fits_nowhere_not_an_error(
+    api: ExtenderHTTP, names: list[str], resource: str
+) -> None:
+    """Two containers of 2^62 cores (or bytes: ~4 EiB) each: the parser's limit, past int64 in milli-CPU once
+    summed. A pod no node holds: a 200 on every verb, never an internal error (found by the fuzz test)."""
+    pod = make_pod("huge", gpus=2)
+    big = str(2**62)
+    pod["spec"]["containers"][0]["resources"]["requests"][resource] = big
+    pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {resource: big}}})
+    status, res = post(api, "filter", {"Pod": pod, "NodeNames": names})
+    assert status == 200 and res["Error"] == "" and res["NodeNames"] == []
+    status, prio = post(api, "prioritize", {"Pod": pod, "NodeNames": names})
+    assert status == 200 and isinstance(prio, list) and [r["Host"] for r in prio] == names
+    assert api.service.metrics.registry.get_sample_value(
+        "qosmos_extender_decisions_total", {"verb": "prioritize", "outcome": "error"}
+    ) in (None, 0.0)
+
+
 def test_prioritize_json_escapes_names(cache: ClusterCache) -> None:
     api = ExtenderHTTP(ExtenderService(cache))
     status, payload, _ = api.handle(
