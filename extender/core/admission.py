@@ -372,8 +372,8 @@ class _Pass:
         self._running_list: Sequence[RunningJob] | None = None
         self.estimate = estimate
         self.explain = explain
-        self.result = AdmissionResult(carry=Carry(carry.reservation, max(carry.max_queue_len, queue_len)))
-        self.queue_len = queue_len
+        self.result = AdmissionResult(carry=Carry(carry.reservation, carry.max_queue_len))
+        self.count_queue(queue_len)
         self.backfill = self.part.backfill != "none"
         self.vc = cluster.vc_index(self.part.name)
         # the VCs whose nodes its jobs may use (the fit memo's key): its own, or its cohort's
@@ -405,6 +405,11 @@ class _Pass:
         self.reclaimed: set[str] = set()  # running jobs this pass preempts to reclaim lent resources
         # waiting messages' "what is free" per (books, request): a 500-job queue asks the same few
         self._free: dict[tuple[Any, ...], str] = {}
+
+    def count_queue(self, queue_len: int) -> None:
+        """The queue length adaptive relaxation reads (004 §VI-B (1)), and the longest seen."""
+        self.queue_len = queue_len
+        self.result.carry.max_queue_len = max(self.result.carry.max_queue_len, queue_len)
 
     # -- helpers -------------------------------------------------------------------------------
     def running(self) -> Sequence[RunningJob]:
@@ -862,6 +867,10 @@ def admit(
             decisions = _heads_first(list(decisions), first, lambda d: d.job.id)
         n = len(jobs)
     p = _Pass(rt, cluster, now, running, estimate, carry, max(n, 0), explain, book and not policy.arrays, cohort)
+    if part.backfill == "adaptive" and not presorted:
+        # a job that can never start is no load: it would relax every head's bound for ever (the
+        # simulator, whose queues never hold one, counts the same)
+        p.count_queue(sum(1 for j in jobs if p.inadmissible(j) is None))
     backfill = part.backfill != "none"
     if presorted and not (backfill or explain or policy.arrays or p.may_preempt or p.tracks_held):
         # A kept-sorted static order that does not backfill (the simulator's FIFO, SJF, QSSF): the loop

@@ -497,3 +497,60 @@ def test_a_refusal_is_not_remembered_across_freshly_built_cluster_states() -> No
     assert rt.memo.smallest == 8
     free = ClusterState([Node("n0", 8), Node("n1", 8)])  # the next pass: J0 and J1 have finished
     assert started(admit(rt, [h], [], free, 101.0, estimate=oracle)) == ["H"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    caps=st.lists(st.tuples(st.integers(0, 8), st.sampled_from([0, 4000, 32000])), min_size=1, max_size=3),
+    running=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 4), st.floats(1, 500)), max_size=3),
+    queue=st.lists(
+        st.tuples(
+            st.integers(1, 12),
+            st.sampled_from([0, 2000, 64000, 3 * 2**62 * 1000]),
+            st.sampled_from([0, 1, 2]),
+            st.floats(1, 1000),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    backfill=st.sampled_from(["none", "easy", "relaxed", "adaptive"]),
+    quota=st.sampled_from([None, 4, 8]),
+    placement=st.sampled_from(["first-fit", "best-fit", "consolidate"]),
+    longest=st.integers(0, 12),
+)
+def test_an_inadmissible_job_decides_nothing(caps, running, queue, backfill, quota, placement, longest) -> None:
+    """A job that can never start (over its partition's ceiling, or no node could ever hold it) waits as
+    Inadmissible and changes nothing else: the same starts, reservation and waits as without it (as in the
+    simulator, which rejects it up front); ``longest``: the longest queue an earlier pass saw (adaptive)."""
+    c = ClusterState([Node(f"n{i}", g, cpu_milli=m) for i, (g, m) in enumerate(caps)])
+    runs = []
+    for k, (node, gpus, dur) in enumerate(running):
+        alloc = on_node(c, node % len(caps), gpus)
+        if alloc is not None:
+            c.allocate(alloc)
+            runs.append(RunningJob(Job(f"R{k}", 0, gpus, duration=dur), 0, dur, alloc))
+    jobs = [
+        Job(f"Q{k}", 1 + k, g, cpu_milli=cpu, nodes=n if g % max(n, 1) == 0 else 0, duration=d)
+        for k, (g, cpu, n, d) in enumerate(queue)
+    ]
+    part = Partition("default", placement=placement, backfill=backfill, gpu_quota=quota)
+
+    def decide(waiting: list[Job]) -> AdmissionResult:
+        return admit(PartitionRuntime(part), waiting, runs, c.copy(), 60.0, carry=Carry(None, longest), estimate=oracle)
+
+    res = decide(jobs)
+    never = {w.job.id for w in res.waiting if w.code == INADMISSIBLE}
+    rest = decide([j for j in jobs if j.id not in never])
+    assert [(s.job.id, s.allocation, s.backfilled) for s in res.starts] == [
+        (s.job.id, s.allocation, s.backfilled) for s in rest.starts
+    ]
+    assert {k: v for k, v in reasons(res).items() if k not in never} == reasons(rest)
+    keep = res.carry.reservation, rest.carry.reservation
+    assert [(r.job_id, r.start, r.latest, r.allocation) if r else None for r in keep] == [
+        (r.job_id, r.start, r.latest, r.allocation) if r else None for r in keep[::-1]
+    ]
+    for j in jobs:  # and never started: no node holds it, or its partition may never hold its GPUs
+        if j.id in never:
+            assert c.could_ever_fit(PlacementRequest.for_job(j, None)) is not None or (
+                quota is not None and j.gpus > quota
+            )
