@@ -866,10 +866,11 @@ def admit(
         if first:
             decisions = _heads_first(list(decisions), first, lambda d: d.job.id)
         n = len(jobs)
-    p = _Pass(rt, cluster, now, running, estimate, carry, max(n, 0), explain, book and not policy.arrays, cohort)
-    if part.backfill == "adaptive" and not presorted:
-        # a job that can never start is no load: it would relax every head's bound for ever (the
-        # simulator, whose queues never hold one, counts the same)
+    # a job that can never start is no load: it would relax every head's bound for ever (the simulator,
+    # whose queues never hold one, counts the same); counted once the pass can tell
+    recount = part.backfill == "adaptive" and not presorted
+    p = _Pass(rt, cluster, now, running, estimate, carry, 0 if recount else max(n, 0), explain, book and not policy.arrays, cohort)  # fmt: skip
+    if recount:
         p.count_queue(sum(1 for j in jobs if p.inadmissible(j) is None))
     backfill = part.backfill != "none"
     if presorted and not (backfill or explain or policy.arrays or p.may_preempt or p.tracks_held):
@@ -1007,6 +1008,8 @@ def _preemptive(
     if not waiting:
         return p.result
     by_id = {r.job.id: r for r in run}
+    # a waiting job that can never start keeps no GPUs and so preempts nobody (it waits Inadmissible)
+    never = {j.id: why for j in waiting if (why := p.inadmissible(j)) is not None}
     # running jobs first: the policies' sorts are stable, so a tie keeps what runs (a waiting job
     # preempts only what it strictly outranks; else equal keys would swap the two at every pass)
     ds = rt.policy.order([r.job for r in run] + waiting, rt.ctx)
@@ -1019,12 +1022,14 @@ def _preemptive(
         budget = min(budget, cap)
     keep: set[str] = set()
     for d in ds:
-        if d.job.gpus <= budget:
+        if d.job.gpus <= budget and d.job.id not in never:
             budget -= d.job.gpus
             keep.add(d.job.id)
     if not any(j.id in keep for j in waiting):
         for pos, d in enumerate(ds):
-            if d.job.id not in by_id:
+            if d.job.id in never:
+                p.wait(d, pos, INADMISSIBLE, never[d.job.id])
+            elif d.job.id not in by_id:
                 p.wait(d, pos, NO_FIT, "the jobs ahead of it in the policy's order hold the partition's GPUs")
         return p.result
     # preempt running jobs outside the kept prefix (on a scratch copy: the caller books for real)
@@ -1043,13 +1048,15 @@ def _preemptive(
                 p.start(d.job, alloc, d.shape, False)
                 started.add(d.job.id)
     for d in ds:
-        if d.job.id not in by_id and d.job.id not in started:
+        if d.job.id not in by_id and d.job.id not in started and d.job.id not in never:
             alloc = p.place(d.job, d.shape)
             if alloc is not None:
                 p.start(d.job, alloc, d.shape, False)
                 started.add(d.job.id)
     for pos, d in enumerate(ds):
-        if d.job.id not in by_id and d.job.id not in started:
+        if d.job.id in never:
+            p.wait(d, pos, INADMISSIBLE, never[d.job.id])
+        elif d.job.id not in by_id and d.job.id not in started:
             p.wait(d, pos, NO_FIT, NOT_NOW)
     return p.result
 

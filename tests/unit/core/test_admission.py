@@ -200,6 +200,17 @@ def test_without_backfilling_a_job_that_can_never_fit_blocks_nobody(gang: bool) 
     assert started(quiet) == ["B"]
 
 
+@pytest.mark.parametrize("policy", ["srtf", "las", "rr", "mlfq"])
+def test_under_a_preemptive_policy_a_job_that_can_never_fit_preempts_nobody(policy: str) -> None:
+    # R holds the 4-GPU node. H (2 GPUs with 64 cores on an 8-core node) outranks it under SRTF (5 s
+    # left against 990): it was kept in the policy's prefix, R was preempted, and H could not start
+    c = ClusterState([Node("n0", 4, cpu_milli=8000)])
+    r = run(c, Job("R", 0, 4, duration=1000), 0)
+    for h in (Job("H", 1, 2, cpu_milli=64000, duration=5), Job("G", 1, 4, nodes=2, duration=5)):
+        res = admit(PartitionRuntime(Partition("default", policy=policy)), [h], [r], c, 10.0, estimate=oracle)
+        assert res.preemptions == [] and res.starts == [] and reasons(res) == {h.id: INADMISSIBLE}
+
+
 def test_a_job_asking_more_than_the_quota_waits_for_the_quota_and_blocks_nobody() -> None:
     # quota 4 GPUs on two 4-GPU nodes; J0 holds 2. Q asks 6: more than the partition may ever hold,
     # so it does not block the FIFO queue; C asks 3, within the quota but not now: it blocks; B waits.
@@ -517,8 +528,9 @@ def test_a_refusal_is_not_remembered_across_freshly_built_cluster_states() -> No
     quota=st.sampled_from([None, 4, 8]),
     placement=st.sampled_from(["first-fit", "best-fit", "consolidate"]),
     longest=st.integers(0, 12),
+    policy=st.sampled_from(["fifo", "sjf", "srtf", "las"]),
 )
-def test_an_inadmissible_job_decides_nothing(caps, running, queue, backfill, quota, placement, longest) -> None:
+def test_an_inadmissible_job_decides_nothing(caps, running, queue, backfill, quota, placement, longest, policy) -> None:
     """A job that can never start (over its partition's ceiling, or no node could ever hold it) waits as
     Inadmissible and changes nothing else: the same starts, reservation and waits as without it (as in the
     simulator, which rejects it up front); ``longest``: the longest queue an earlier pass saw (adaptive)."""
@@ -533,7 +545,8 @@ def test_an_inadmissible_job_decides_nothing(caps, running, queue, backfill, quo
         Job(f"Q{k}", 1 + k, g, cpu_milli=cpu, nodes=n if g % max(n, 1) == 0 else 0, duration=d)
         for k, (g, cpu, n, d) in enumerate(queue)
     ]
-    part = Partition("default", placement=placement, backfill=backfill, gpu_quota=quota)
+    preemptive = policy in ("srtf", "las")  # orders waiting and running jobs together; never backfills
+    part = Partition("default", policy, placement, "none" if preemptive else backfill, gpu_quota=quota)
 
     def decide(waiting: list[Job]) -> AdmissionResult:
         return admit(PartitionRuntime(part), waiting, runs, c.copy(), 60.0, carry=Carry(None, longest), estimate=oracle)
@@ -544,6 +557,7 @@ def test_an_inadmissible_job_decides_nothing(caps, running, queue, backfill, quo
     assert [(s.job.id, s.allocation, s.backfilled) for s in res.starts] == [
         (s.job.id, s.allocation, s.backfilled) for s in rest.starts
     ]
+    assert [x.job.id for x in res.preemptions] == [x.job.id for x in rest.preemptions]
     assert {k: v for k, v in reasons(res).items() if k not in never} == reasons(rest)
     keep = res.carry.reservation, rest.carry.reservation
     assert [(r.job_id, r.start, r.latest, r.allocation) if r else None for r in keep] == [
