@@ -34,7 +34,7 @@ from qosmos.extender.core.admission import (
     RunningJob,
     admit,
 )
-from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.cluster import ClusterState, share
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import OrderContext, get_policy
@@ -188,12 +188,13 @@ def _allocation(spec: pb.AllocationSpec, cluster: ClusterState, job: Job | None,
         cap = int(cluster.gpu_cap[node])
         if any(x < 0 or x >= cap for x in ids) or len(set(ids)) != len(ids):
             raise InvalidInput(f"{where}.grants[{k}].gpu_ids", list(ids), f"must be distinct GPU ids in [0, {cap})")
-        share = len(ids) / total if total else 1.0 / len(spec.grants)
+        # the job's share per node as the core grants it: by GPUs, or evenly over a CPU job's grants
+        part, whole = (len(ids), total) if total else (1, len(spec.grants))
         cpu, mem = _opt(g, "cpu_milli"), _opt(g, "memory_mib")
         if cpu is None:
-            cpu = math.ceil(job.cpu_milli * share) if job is not None else 0
+            cpu = share(job.cpu_milli, part, whole) if job is not None else 0
         if mem is None:
-            mem = math.ceil(job.memory_mib * share) if job is not None else 0
+            mem = share(job.memory_mib, part, whole) if job is not None else 0
         if cpu < 0 or mem < 0:
             raise InvalidInput(f"{where}.grants[{k}]", (cpu, mem), "CPU and memory must be >= 0")
         grants.append(NodeGrant(node, ids, 1000, int(cpu), int(mem)))

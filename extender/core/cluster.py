@@ -9,7 +9,6 @@ change, so a stale caller can never double-allocate a GPU.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +20,12 @@ _LINEAGES = itertools.count()
 FULL = 1000  # milli-GPU of one whole GPU
 # products at or past this would overflow int64 arithmetic (a pod may ask up to 2^62 cores, summed over containers)
 _INT64_SAFE = 2**62
+
+
+def share(amount: int, part: int, whole: int) -> int:
+    """What ``part`` of a request's ``whole`` GPUs (or pods) take of its CPU or memory: rounded up, in
+    integers (a float share rounds 6000 × 2/3 up to 4001, and loses digits of the largest requests)."""
+    return -(-amount * part // whole) if whole else amount
 
 
 def _distinct(ids: tuple[int, ...]) -> bool:
@@ -112,8 +117,7 @@ class ClusterState:
         mask = mask & ((self.free_gpus if now else self.gpu_cap) >= per_node_gpus) if per_node_gpus else mask.copy()
         if not (req.cpu_milli or req.memory_mib):
             return mask
-        share = per_node_gpus / total_gpus if total_gpus else 1.0
-        cpu, mem = math.ceil(req.cpu_milli * share), math.ceil(req.memory_mib * share)
+        cpu, mem = share(req.cpu_milli, per_node_gpus, total_gpus), share(req.memory_mib, per_node_gpus, total_gpus)
         cpus, mems = (self.free_cpu, self.free_mem) if now else (self.cpu_cap, self.mem_cap)
         if cpu:
             mask &= (cpus >= cpu) | self.cpu_untracked
@@ -352,8 +356,9 @@ class ClusterState:
             ids = tuple([k for k, free in enumerate(row) if free == FULL][:gpus])
         if not (req.cpu_milli or req.memory_mib):
             return NodeGrant(node, ids)
-        share = gpus / total_gpus if total_gpus else 1.0
-        return NodeGrant(node, ids, FULL, math.ceil(req.cpu_milli * share), math.ceil(req.memory_mib * share))
+        return NodeGrant(
+            node, ids, FULL, share(req.cpu_milli, gpus, total_gpus), share(req.memory_mib, gpus, total_gpus)
+        )
 
     def cross_switch(self, nodes: Sequence[int]) -> bool:
         if len(nodes) < 2:

@@ -7,12 +7,11 @@ caller allocates what it accepts.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
-from qosmos.extender.core.cluster import FULL, ClusterState
+from qosmos.extender.core.cluster import FULL, ClusterState, share
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Allocation, NodeGrant, PlacementRequest, Shape
 
@@ -117,9 +116,7 @@ _NO_NODE = np.iinfo(np.int64).max
 
 def _room(cluster: ClusterState, req: PlacementRequest, node: int, g: int) -> int:
     """The most of ``g`` of the request's GPUs whose CPU/memory share fits on ``node`` now."""
-    while g > 0 and not cluster.cpu_fits(
-        node, math.ceil(req.cpu_milli * g / req.gpus), math.ceil(req.memory_mib * g / req.gpus)
-    ):
+    while g > 0 and not cluster.cpu_fits(node, share(req.cpu_milli, g, req.gpus), share(req.memory_mib, g, req.gpus)):
         g -= 1
     return g
 
@@ -128,7 +125,9 @@ def _pick_shape(req: PlacementRequest, cluster: ClusterState, shape: Shape, best
     """``shape.d_node`` usable nodes with ``shape.d_gpn`` free GPUs each: the first in node order, or with
     ``best_fit`` the fewest free GPUs first (the smallest sufficient nodes, leaving big holes intact;
     ties in node order)."""
-    usable = _usable(req, cluster, shape.d_gpn, shape.gpus)
+    # each node's share as _allocation grants it: d_gpn of the request's GPUs (an uneven split, 5 GPUs as
+    # 3 + 2, gives the first nodes d_gpn of req.gpus, not of shape.gpus)
+    usable = _usable(req, cluster, shape.d_gpn, req.gpus)
     if shape.d_node == 1:  # the common case: one argmin/argmax picks what the stable sort puts first
         node = int(np.where(usable, cluster.free_gpus, _NO_NODE).argmin()) if best_fit else int(usable.argmax())
         if not usable[node]:
@@ -242,7 +241,7 @@ class _TopologyAware:
     """Realise a shape on one switch when possible (best fit inside it), else across switches."""
 
     def place_shape(self, req: PlacementRequest, cluster: ClusterState, shape: Shape) -> Allocation | None:
-        cand = np.flatnonzero(_usable(req, cluster, shape.d_gpn, shape.gpus))
+        cand = np.flatnonzero(_usable(req, cluster, shape.d_gpn, req.gpus))
         if cand.size < shape.d_node:
             return None
         free = cluster.free_gpus[cand]

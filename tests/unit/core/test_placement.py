@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.cluster import FULL, ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.placement import PLACERS, get_placer
 from qosmos.extender.core.types import Allocation, Node, NodeGrant, PlacementRequest, Shape
@@ -115,29 +115,81 @@ def test_whole_nodes_are_taken_only_with_the_cpu_share_of_all_their_gpus(name: s
     c.allocate(alloc)
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.parametrize("name", ["first-fit", "best-fit"])
+def test_an_uneven_split_gives_each_node_the_share_of_the_gpus_it_gets(name: str) -> None:
+    # 5 GPUs over two 3-GPU nodes: 3 + 2. The first node's share of 64 cores is 3/5 (38.4 cores), not
+    # 3/6 of the shape's six GPUs (32): the 32-core node was chosen, and the books refused it
+    c = ClusterState([Node("n0", 3, cpu_milli=32000), Node("n1", 3)])
+    req = PlacementRequest(5, cpu_milli=64000)
+    assert get_placer(name).place(req, c) is None
+    c = ClusterState([Node("n0", 3, cpu_milli=32000), Node("n1", 3), Node("n2", 3)])
+    alloc = get_placer(name).place(req, c)
+    assert alloc is not None and [(g.node, len(g.gpu_ids), g.cpu_milli) for g in alloc.grants] == [
+        (1, 3, 38400),
+        (2, 2, 25600),
+    ]
+    c.allocate(alloc)
+
+
+@pytest.mark.parametrize("name", ["free-gpu", "consolidate"])
+def test_a_node_holding_exactly_its_share_is_given_it(name: str) -> None:
+    # 11 GPUs with 77 cores: 9 GPUs take 63000 milli-CPU exactly (in floats 77000 × (9/11) =
+    # 63000.00000000001, rounded up to 63001: the grant asked more than n0 has, and the books refused it)
+    c = ClusterState([Node("n0", 9, cpu_milli=63000), Node("n1", 2, cpu_milli=14000)])
+    req = PlacementRequest(11, cpu_milli=77000)
+    assert c.could_ever_fit(req) is None
+    alloc = get_placer(name).place(req, c)
+    assert alloc is not None and sorted((g.node, g.cpu_milli) for g in alloc.grants) == [(0, 63000), (1, 14000)]
+    c.allocate(alloc)
+    assert c.free_cpu.tolist() == [0, 0]
+
+
+@settings(max_examples=1500, deadline=None)
 @given(
-    caps=st.lists(st.tuples(st.integers(0, 8), st.sampled_from([0, 2000, 8000, 32000])), min_size=1, max_size=4),
-    gpus=st.integers(1, 16),
+    # nodes: GPUs, milli-CPU and MiB (0: not reported), switch, GPUs already held
+    caps=st.lists(
+        st.tuples(
+            st.integers(0, 8),
+            st.sampled_from([0, 2000, 4000, 8000, 12000, 32000]),
+            st.sampled_from([0, 1000, 4000]),
+            st.sampled_from(["s0", "s1"]),
+            st.integers(0, 8),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    gpus=st.integers(1, 20),
     # the last: three containers of 2^62 cores each, as the extender may parse them (past int64)
-    cpu=st.sampled_from([0, 1000, 6000, 40000, 3 * 2**62 * 1000]),
-    per_node=st.sampled_from([0, 1, 2, 4, 8]),
+    cpu=st.sampled_from([0, 1000, 3000, 6000, 10000, 40000, 64000, 3 * 2**62 * 1000]),
+    mem=st.sampled_from([0, 500, 3000, 9000]),
+    per_node=st.sampled_from([0, 0, 1, 2, 3, 4, 8]),
 )
 def test_what_can_never_fit_no_placer_places_and_every_placement_is_bookable(
-    caps: list[tuple[int, int]], gpus: int, cpu: int, per_node: int
+    caps: list[tuple[int, int, int, str, int]], gpus: int, cpu: int, mem: int, per_node: int
 ) -> None:
     """could_ever_fit's "never" is a promise the pass relies on (an inadmissible job blocks nobody),
-    for a request as the pass asks it: its GPUs, or the gang of nodes the user fixed."""
-    c = ClusterState([Node(f"n{i}", g, cpu_milli=m) for i, (g, m) in enumerate(caps)])
+    for a request as the pass asks it: its GPUs, or the gang of nodes the user fixed. And what any
+    placer returns, on an empty or a partly used cluster, the books take as it is."""
+
+    def cluster() -> ClusterState:
+        return ClusterState([Node(f"n{i}", g, cpu_milli=m, memory_mib=mm, switch=sw) for i, (g, m, mm, sw, _) in enumerate(caps)])  # fmt: skip
+
+    empty, used = cluster(), cluster()
+    for i, (g, m, _, _, held) in enumerate(caps):
+        if min(held, g):
+            used.allocate(Allocation((NodeGrant(i, tuple(range(min(held, g))), FULL, min(m, 1000 * held)),)))
     nodes = gpus // per_node if per_node and gpus % per_node == 0 else 0
-    req = PlacementRequest(gpus, cpu_milli=cpu, nodes=nodes)
-    never = c.could_ever_fit(req)
+    req = PlacementRequest(gpus, cpu_milli=cpu, memory_mib=mem, nodes=nodes)
+    never = empty.could_ever_fit(req)
     for name in PLACERS:
-        alloc = get_placer(name).place(req, c)
-        assert never is None or alloc is None, (name, never)
-        if alloc is not None:  # what a placer returns the books take (their share of CPU on every node)
-            c.copy().allocate(alloc)
-            assert sum(len(g.gpu_ids) for g in alloc.grants) == gpus and sum(g.cpu_milli for g in alloc.grants) >= cpu
+        for c in (empty, used):
+            alloc = get_placer(name).place(req, c)
+            assert never is None or alloc is None, (name, never)
+            if alloc is not None:  # their share of CPU and memory on every node, the user's gang as fixed
+                c.copy().allocate(alloc)
+                assert sum(len(g.gpu_ids) for g in alloc.grants) == gpus
+                assert sum(g.cpu_milli for g in alloc.grants) >= cpu and sum(g.memory_mib for g in alloc.grants) >= mem
+                assert not nodes or sorted(len(g.gpu_ids) for g in alloc.grants) == [gpus // nodes] * nodes, name
 
 
 def test_gpu_sharing_and_cpu_jobs() -> None:

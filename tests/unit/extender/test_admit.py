@@ -219,6 +219,27 @@ def test_swaf_order_over_grpc_equals_the_policy(stub: pb_grpc.ExtenderStub) -> N
     assert list(admitted.order) == [e.job_id for e in resp.jobs]
 
 
+def test_a_running_jobs_grants_default_to_its_exact_share(stub: pb_grpc.ExtenderStub) -> None:
+    """Grants without CPU hold the job's share by GPUs, as the core grants it: 9 of 11 GPUs with 77 cores
+    hold 63000 milli-CPU, all of n0's (in floats 63000.00000000001, rounded up: the books refused it)."""
+    req = pb.AdmitRequest(
+        nodes=[pb.NodeSpec(name="n0", gpus=9, cpu_milli=63000), pb.NodeSpec(name="n1", gpus=2, cpu_milli=14000)],
+        running=[
+            pb.RunningJobSpec(
+                job=pb.JobSpec(id="R", submit_time=0, gpus=11, cpu_milli=77000, predicted_duration=100),
+                start=0,
+                allocation=pb.AllocationSpec(
+                    grants=[pb.GrantSpec(node="n0", gpu_ids=list(range(9))), pb.GrantSpec(node="n1", gpu_ids=[0, 1])]
+                ),
+            )
+        ],
+        waiting=[pb.JobSpec(id="cpu", submit_time=1, gpus=0, kind="cpu", cpu_milli=1)],
+        now=2,
+    )
+    resp = stub.Admit(req)
+    assert list(resp.starts) == [] and [w.job_id for w in resp.waiting] == ["cpu"]
+
+
 def test_explain_queue_preemptive_lists_running_jobs(stub: pb_grpc.ExtenderStub) -> None:
     """LAS orders waiting and running jobs together: the newcomer displaces the job with most service."""
     req = pb.AdmitRequest(
