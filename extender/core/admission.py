@@ -459,10 +459,15 @@ class _Pass:
             return None
         return f"{'its fixed shape' if job.fixed_shape is not None else 'it'} can never fit in {job.vc}: {never}"
 
+    def could_start(self, job: Job) -> bool:
+        """Whether some placement could ever hold the job (of this partition or a cohort member's)."""
+        return self.never_fits(job) is None
+
     def never_fits(self, job: Job) -> str | None:
         """Why no placement of the job fits even the partition's empty nodes (its fixed shape, or its
-        GPUs in all); None when one could. Such a job neither blocks its queue nor takes the head's
-        reservation: it would hold them for ever (the simulator rejects it up front instead)."""
+        GPUs in all); None when one could. Such a job neither blocks its queue, takes the head's
+        reservation nor keeps a cohort member's share from being lent: it would hold them for ever (the
+        simulator rejects it up front instead)."""
         key = (job.vc, job.gpus, job.gpu_models, job.gpu_milli, job.cpu_milli, job.memory_mib, job.nodes, job.pool)
         if key not in self._never:  # a long queue asks the same few requests
             self._never[key] = self.cluster.could_ever_fit(PlacementRequest.for_job(job, job.fixed_shape))
@@ -478,7 +483,7 @@ class _Pass:
             else:
                 assert self.nominal is not None
                 c = self.cluster
-                others = [m.state(nominal_of(m.partition, c)) for m in self.members]
+                others = [m.state(nominal_of(m.partition, c), self.could_start) for m in self.members]
                 self._cap = cohort_cap(quota_state(self.part, self.nominal, self.held_now(), ()), others)
         return self._cap
 

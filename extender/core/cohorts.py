@@ -107,11 +107,14 @@ class CohortMember:
     def held_gpus(self) -> int:
         return self.held if self.held is not None else held_gpus(self.running_jobs())
 
-    def state(self, nominal: int) -> QuotaState:
-        """Its accounting (``quota.QuotaState``) with this nominal share."""
+    def state(self, nominal: int, could_start: Callable[[Job], bool] | None = None) -> QuotaState:
+        """Its accounting (``quota.QuotaState``) with this nominal share; ``could_start`` leaves out of its
+        demand the waiting jobs that can never start (they would keep its share from being lent for
+        ever; ``waiting_gpus`` never counts them: the simulator rejects such jobs up front)."""
         held = self.held_gpus()
         if self.waiting_gpus is None:
-            return quota_state(self.partition, nominal, held, self.waiting)
+            waiting = self.waiting if could_start is None else [j for j in self.waiting if could_start(j)]
+            return quota_state(self.partition, nominal, held, waiting)
         room = max(nominal - held, 0)
         demand = sum(g * n for g, n in self.waiting_gpus.items() if 0 < g <= room)
         return _state(self.partition, nominal, held, demand)

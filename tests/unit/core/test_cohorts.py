@@ -154,6 +154,28 @@ def test_a_job_asking_more_than_the_cohort_could_ever_give_blocks_nobody(
     assert res.starts == [] and reasons(res) == {"Fits": QUOTA, "J": BEHIND}
 
 
+def test_a_lenders_waiting_job_that_can_never_start_keeps_nothing_from_being_lent() -> None:
+    # b's BX asks its 4 idle GPUs as 4 nodes x 1: the cohort has 2 nodes, so it never starts. Counted as
+    # b's demand, it kept b from lending for ever (cap_a = 4 + 0: J waited on the quota); the simulator,
+    # which rejects BX up front, lent. A job of b that could start (2 GPUs) still keeps its 2.
+    c = ClusterState(nodes("a0", "b0"))
+    ra = [hold(c, Job("A0", 0, 4, vc="a"), "a0", 0)]
+    waiting = [Job("J", 1, 4, vc="a")]
+    never = Job("BX", 0, 4, vc="b", nodes=4)
+    res = admit(PartitionRuntime(part("a")), waiting, ra, c, 10, cohort=[CohortMember(part("b"), [], [never])])
+    assert node_names(c, res) == {"J": ["b0"]}
+    res = admit(
+        PartitionRuntime(part("a")),
+        waiting,
+        ra,
+        c,
+        10,
+        cohort=[CohortMember(part("b"), [], [never, Job("B", 0, 2, vc="b")])],
+    )
+    assert res.starts == [] and reasons(res) == {"J": QUOTA}
+    assert "has 2 left" in res.waiting[0].message
+
+
 def test_a_lending_limit_caps_what_b_lends() -> None:
     # b lends at most 1 of its 4 idle GPUs: cap_a = 4 + 1; J1 (1) starts on b0, J2 (1) waits
     c = ClusterState(nodes("a0", "b0"))

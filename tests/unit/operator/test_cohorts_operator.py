@@ -78,6 +78,16 @@ def test_a_cohort_member_starts_on_another_members_idle_node() -> None:
     assert c.kube.vc_status["vb"]["gpus"] == {"total": 8, "used": 0, "borrowed": 0, "lent": 8}
 
 
+def test_a_lenders_dljob_that_can_never_start_keeps_nothing_from_being_lent() -> None:
+    # vb's b-wide asks its 8 GPUs as 8 pods of 1 on 8 nodes: the cohort has 2. Counted as vb's demand
+    # it kept vb's idle node from being lent for ever; the simulator rejects such a job up front
+    c = Cluster()
+    c.kube.add(dljob("b-wide", "vb", 0, gpusPerNode=1), dljob("a0", "va", 1), dljob("a1", "va", 2))
+    assert c.step() == ["team/a0", "team/a1"]
+    assert c.reason("b-wide") == "Inadmissible"
+    assert c.kube.vc_status["vb"]["gpus"] == {"total": 8, "used": 0, "borrowed": 0, "lent": 8}
+
+
 def test_without_a_cohort_a_virtual_cluster_keeps_its_own_nodes_and_quota() -> None:
     c = Cluster(cohort=None)
     c.kube.add(dljob("a0", "va", 0), dljob("a1", "va", 1))
