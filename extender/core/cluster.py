@@ -264,8 +264,14 @@ class ClusterState:
             return f"needs {req.gpus} GPUs with {_share(req)}; the eligible nodes could hold {int(most.sum())} of them"
         if req.gpus == 0 and not self.fit_mask(req, 0, 0, now=False).any():
             return f"needs {req.cpu_milli} milli-CPU on one node; the largest eligible node has {int(self.cpu_cap[mask].max())}"
-        if req.gpu_milli < FULL and not (caps > 0).any():
-            return "a GPU-sharing request needs a node with GPUs"
+        if req.gpu_milli < FULL:
+            if not (caps > 0).any():
+                return "a GPU-sharing request needs a node with GPUs"
+            # its CPU and memory all on the node of the GPU it shares (placement._shared_gpu)
+            if (req.cpu_milli or req.memory_mib) and not (
+                self.fit_mask(req, 0, 0, now=False) & (self.gpu_cap > 0)
+            ).any():
+                return f"a GPU-sharing request needs {_share(req)} on one node with GPUs; no eligible node has them"
         return None
 
     def _most_gpus(self, req: PlacementRequest, mask: np.ndarray) -> np.ndarray:

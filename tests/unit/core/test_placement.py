@@ -97,6 +97,21 @@ def test_a_request_whose_cpu_or_memory_share_no_node_holds_can_never_fit() -> No
         assert get_placer(name).place(req, c) is None and get_placer(name).place(gang, c) is None, name
 
 
+def test_a_gpu_sharing_request_whose_cpu_no_gpu_node_holds_can_never_fit() -> None:
+    # half a GPU with 20 cores: its CPU goes on the node of the GPU it shares; the GPU node has 8 cores
+    # (the CPU node's 32 do not help). It waited for ever, blocking its queue (found by a simulator
+    # property run: the job never started)
+    c = ClusterState([Node("g", 4, cpu_milli=8000), Node("cpu", 0, cpu_milli=32000)])
+    req = PlacementRequest(1, gpu_milli=500, cpu_milli=20000)
+    assert c.could_ever_fit(req) == (
+        "a GPU-sharing request needs 20000 milli-CPU on one node with GPUs; no eligible node has them"
+    )
+    assert c.could_ever_fit(PlacementRequest(1, gpu_milli=500, cpu_milli=8000)) is None
+    assert ClusterState([Node("g", 4)]).could_ever_fit(req) is None  # a node that reports no CPU binds none
+    for name in PLACERS:
+        assert get_placer(name).place(req, c) is None
+
+
 @pytest.mark.parametrize("name", ["consolidate", "cer"])
 def test_whole_nodes_are_taken_only_with_the_cpu_share_of_all_their_gpus(name: str) -> None:
     # 3 GPUs with 6 cores: 2 cores a GPU. n1 (2 GPUs, 2 cores) holds the share of one of its GPUs, not
