@@ -627,6 +627,21 @@ class _Pass:
         self.reclaimed.add(r.job.id)
         self.result.preemptions.append(Preemption(r.job, why, cause))
 
+    def undo_preemptions(self, taken: int) -> None:
+        """Take back the preemptions decided after the first ``taken``: a placement that reclaimed them
+        for a job that does not start there (the victims stay running, on this pass's books too)."""
+        undone = self.result.preemptions[taken:]
+        if not undone:
+            return
+        del self.result.preemptions[taken:]
+        by_id = {r.job.id: r for r in self.running()}
+        assert self.scratch is not None  # a preemption released its victim there
+        for pr in undone:
+            r = by_id[pr.job.id]
+            self.reclaimed.discard(r.job.id)
+            if r.allocation is not None:
+                self.scratch.allocate(r.allocation)
+
     def place_arrays(self, job: Job, shape: Shape | None) -> Allocation | None:
         """SODA: the job's own resource array, then the arrays that lend to it; a GPU job that fits
         nowhere reclaims its own array from borrowers, which are preempted and re-enter the head of
@@ -930,6 +945,7 @@ def admit(
             if not backfill:
                 blocked_sub[d.queue] = job.id
             continue
+        taken = len(p.result.preemptions)  # SODA's arrays may reclaim for the placement: kept only if it starts
         alloc = p.place(job, d.shape)
         # before it blocks its queue or takes the head's reservation (and to say so behind a head)
         if alloc is None and (res is None or explain):
@@ -945,6 +961,7 @@ def admit(
                 continue
         if res is not None and head is not None:  # behind a reserved head: backfill or wait
             if alloc is not None and not p.may_backfill(res, head, job, alloc):
+                p.undo_preemptions(taken)  # what it reclaimed for that placement stays running
                 alloc = p.avoid(res, job, d.shape)
                 if alloc is not None and not p.may_backfill(res, head, job, alloc):
                     alloc = None

@@ -462,6 +462,27 @@ def test_soda_gpu_job_reclaims_cores_lent_to_cpu_jobs() -> None:
     assert again.starts == [] and again.preemptions == []
 
 
+def test_soda_reclaims_nothing_for_a_job_that_may_not_backfill() -> None:
+    # g8 is the 4-GPU array, g4 the 1-GPU array. R (3 GPUs) holds g4 until 10000; six 1-GPU jobs borrow
+    # g8 until 1000. H (3 GPUs, the 1-GPU array's head) fits nowhere: reserved on g8 at 1000. G (8 GPUs)
+    # would reclaim g8 from the borrowers, but running until 5002 it would delay H: it may not backfill.
+    # The borrowers were preempted all the same and nothing started (in the simulator nothing ran again).
+    c = ClusterState([Node("g8", 8), Node("g4", 4)])
+    ctx = OrderContext(total_gpus=c.total_gpus, total_cpu_milli=0)
+    part = Partition("default", policy="soda", placement="best-fit", backfill="easy", array_split=0.5)
+    rt = PartitionRuntime(part, ctx)
+    pools = rt.array_pools(c)
+    assert c.pools[pools["gpu-4"]].tolist() == [True, False]
+    runs = [run(c, Job("R", 0, 3, duration=10000), 0, node=1)]
+    runs += [run(c, Job(f"B{k}", 0, 1, duration=1000), 0, node=0) for k in range(6)]
+    res = admit(rt, [Job("H", 1, 3, duration=100), Job("G", 2, 8, duration=5000)], runs, c, 2.0, estimate=oracle)
+    assert res.preemptions == [] and res.starts == []
+    assert reasons(res) == {"H": HEAD, "G": RESERVED}
+    # short enough to end before H's reserved start, G reclaims g8 and starts
+    res = admit(rt, [Job("H", 1, 3, duration=100), Job("G", 2, 8, duration=500)], runs, c, 2.0, estimate=oracle)
+    assert started(res) == ["G"] and sorted(p.job.id for p in res.preemptions) == [f"B{k}" for k in range(6)]
+
+
 def test_soda_requeued_job_goes_to_its_array_head_and_drf_orders_the_rest() -> None:
     # u1 already holds 4 of 8 GPUs: u2's job goes before u1's; an aborted job (requeued) goes first.
     ctx = OrderContext(total_gpus=8, total_cpu_milli=8000, usage_by_user={"u1": (4, 0)})
