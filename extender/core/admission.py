@@ -39,7 +39,7 @@ import numpy as np
 from qosmos.extender.core import genie
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.backfill import relax_factor
-from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.cluster import FULL, ClusterState
 from qosmos.extender.core.cohorts import (
     CohortMember,
     PreemptionPolicy,
@@ -391,6 +391,7 @@ class _Pass:
         self._cap: int | None = None
         self._cap_known = False
         self._never: dict[tuple[Any, ...], str | None] = {}
+        self._spans: dict[tuple[Any, ...], bool] = {}
         pre = self.part.preemption
         # whether a blocked head may preempt (cohort reclaim, lower-priority jobs of its own)
         self.may_preempt = (self.part.cohort is not None and pre.reclaim_within_cohort == "Any") or (
@@ -470,8 +471,31 @@ class _Pass:
         simulator rejects it up front instead)."""
         key = (job.vc, job.gpus, job.gpu_models, job.gpu_milli, job.cpu_milli, job.memory_mib, job.nodes, job.pool)
         if key not in self._never:  # a long queue asks the same few requests
-            self._never[key] = self.cluster.could_ever_fit(PlacementRequest.for_job(job, job.fixed_shape))
+            req = PlacementRequest.for_job(job, job.fixed_shape)
+            why = self.cluster.could_ever_fit(req)
+            # could_ever_fit is necessary only: the partition's placer may still never place it (a
+            # first-fit gang of 2 x 2 for 3 GPUs whose CPU share no node holds twice); the simulator
+            # rejects such a job up front, asking its placer on the empty cluster the same way
+            if why is None and job.gpus and job.gpu_milli == FULL and not self.places_on_empty(job, req):
+                why = f"the {self.part.placement} placement finds it no room even on the empty nodes"
+            self._never[key] = why
         return self._never[key]
+
+    @cached_property
+    def empty(self) -> ClusterState:
+        return self.cluster.emptied()
+
+    def places_on_empty(self, job: Job, req: PlacementRequest) -> bool:
+        """Whether the partition's placer finds the job (as ``req``) a placement on its nodes with
+        nothing running (SODA: in one of its GPU arrays, or over the partition's GPU nodes together)."""
+        place, empty = self.rt.placer.place, self.empty
+        if place(req, empty) is not None:
+            return True
+        if self.rt.policy.arrays:
+            pools = self.rt.array_pools(self.cluster)
+            shape = job.fixed_shape
+            return any(place(PlacementRequest.for_job(job, shape, pool=pools[a]), empty) is not None for a in ("gpu-1", "gpu-4"))  # fmt: skip
+        return False
 
     def cap(self) -> int | None:
         """GPUs its running jobs may hold in all: the quota, or in a cohort its nominal share plus what
@@ -694,12 +718,17 @@ class _Pass:
         return alloc
 
     def _spans_arrays(self, job: Job, shape: Shape | None, pools: dict[str, str]) -> bool:
-        """No GPU array could hold the job even empty, while the partition could."""
-        c = self.cluster
-        arrays = (pools["gpu-1"], pools["gpu-4"])
-        if all(c.could_ever_fit(PlacementRequest.for_job(job, shape, pool=a)) for a in arrays):
-            return c.could_ever_fit(PlacementRequest.for_job(job, shape)) is None
-        return False
+        """No GPU array could hold the job even empty, while the partition could: asked of the placer
+        on the empty nodes (could_ever_fit alone let a job wait for ever on an array the placer never
+        places it in). Kept per request for the pass."""
+        key = (job.vc, job.gpus, job.gpu_models, job.cpu_milli, job.memory_mib, job.nodes, shape)
+        spans = self._spans.get(key)
+        if spans is None:
+            place, empty = self.rt.placer.place, self.empty
+            spans = self._spans[key] = all(
+                place(PlacementRequest.for_job(job, shape, pool=pools[a]), empty) is None for a in ("gpu-1", "gpu-4")
+            ) and (place(PlacementRequest.for_job(job, shape), empty) is not None)
+        return spans
 
     def start(self, job: Job, alloc: Allocation | None, shape: Shape | None, backfilled: bool) -> None:
         self._book(alloc)

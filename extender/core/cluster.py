@@ -100,6 +100,18 @@ class ClusterState:
             setattr(c, name, getattr(self, name).copy())
         return c
 
+    def emptied(self) -> ClusterState:
+        """A copy with nothing allocated, on books of its own (static parts shared): where a placer's
+        "could it ever" is asked (a placer finds at least as much room on it as on any state)."""
+        c = self.copy()
+        width = c.gpu_free_milli.shape[1]
+        c.gpu_free_milli = np.where(np.arange(width) < self.gpu_cap[:, None], FULL, 0).astype(np.int64)
+        c.free_gpus, c.free_cpu, c.free_mem = self.gpu_cap.copy(), self.cpu_cap.copy(), self.mem_cap.copy()
+        c.vc_free = np.bincount(self.vc_id, weights=self.gpu_cap, minlength=len(self.vcs)).astype(np.int64)
+        c.vc_releases = np.zeros(len(self.vcs), dtype=np.int64)
+        c.lineage, c.books = next(_LINEAGES), 0
+        return c
+
     def vc_index(self, vc: str | None) -> int:
         """Index of ``vc`` in ``vcs``; -1 when no node belongs to it."""
         try:

@@ -211,6 +211,22 @@ def test_under_a_preemptive_policy_a_job_that_can_never_fit_preempts_nobody(poli
         assert res.preemptions == [] and res.starts == [] and reasons(res) == {h.id: INADMISSIBLE}
 
 
+@pytest.mark.parametrize(("placement", "never"), [("first-fit", True), ("best-fit", True), ("consolidate", False)])
+def test_a_job_its_placer_never_places_even_on_empty_nodes_blocks_nobody(placement: str, never: bool) -> None:
+    # 3 GPUs with 12 cores on three (2 GPUs, 4 cores) nodes: each node holds the share of one GPU. Enough
+    # in all (could_ever_fit), but first-fit's gang is 2 x 2 (3 + ... as 2 + 1) and no node holds 2
+    # GPUs' share: it never places W, which blocked the FIFO queue for ever (the simulator rejects it up
+    # front, asking its placer on the empty cluster). Consolidate gives each node one GPU.
+    c = ClusterState([Node(f"n{i}", 2, cpu_milli=4000) for i in range(3)])
+    w = Job("W", 1, 3, cpu_milli=12000)
+    res = admit(PartitionRuntime(Partition("default", placement=placement)), [w, Job("B", 2, 1)], [], c, 2.0)
+    if never:
+        assert started(res) == ["B"] and reasons(res) == {"W": INADMISSIBLE}
+        assert f"the {placement} placement finds it no room even on the empty nodes" in res.waiting[0].message
+    else:
+        assert started(res) == ["W", "B"]
+
+
 def test_a_job_asking_more_than_the_quota_waits_for_the_quota_and_blocks_nobody() -> None:
     # quota 4 GPUs on two 4-GPU nodes; J0 holds 2. Q asks 6: more than the partition may ever hold,
     # so it does not block the FIFO queue; C asks 3, within the quota but not now: it blocks; B waits.
@@ -483,6 +499,19 @@ def test_soda_reclaims_nothing_for_a_job_that_may_not_backfill() -> None:
     assert started(res) == ["G"] and sorted(p.job.id for p in res.preemptions) == [f"B{k}" for k in range(6)]
 
 
+def test_soda_job_no_array_can_place_spans_them_even_when_an_array_could_ever_fit_it() -> None:
+    # gpu-4 = {n0, n1}, gpu-1 = {n2}. J (3 GPUs, 20 cores) is a 1-GPU-array job; n2 has 2 GPUs. In the
+    # 4-GPU array it could fit in all (n0 2 + n1 1), but first-fit's 2 x 2 gang needs n1 to hold 2 GPUs'
+    # share (13.3 cores of its 8): no array ever places it, so it spans them (n0 + n2). It waited for ever.
+    c = ClusterState([Node("n0", 2), Node("n1", 2, cpu_milli=8000), Node("n2", 2)])
+    ctx = OrderContext(total_gpus=c.total_gpus, total_cpu_milli=8000)
+    rt = PartitionRuntime(Partition("default", policy="soda", placement="first-fit", array_split=0.57), ctx)
+    pools = rt.array_pools(c)
+    assert c.pools[pools["gpu-4"]].tolist() == [True, True, False]
+    res = admit(rt, [Job("J", 0, 3, cpu_milli=20000)], [], c, 1.0)
+    assert started(res) == ["J"] and nodes_of(res.starts[0].allocation) == [0, 2]
+
+
 def test_soda_requeued_job_goes_to_its_array_head_and_drf_orders_the_rest() -> None:
     # u1 already holds 4 of 8 GPUs: u2's job goes before u1's; an aborted job (requeued) goes first.
     ctx = OrderContext(total_gpus=8, total_cpu_milli=8000, usage_by_user={"u1": (4, 0)})
@@ -584,8 +613,9 @@ def test_an_inadmissible_job_decides_nothing(caps, running, queue, backfill, quo
     assert [(r.job_id, r.start, r.latest, r.allocation) if r else None for r in keep] == [
         (r.job_id, r.start, r.latest, r.allocation) if r else None for r in keep[::-1]
     ]
-    for j in jobs:  # and never started: no node holds it, or its partition may never hold its GPUs
+    for j in jobs:  # and never started: its partition may never hold its GPUs, or no placement ever holds it
         if j.id in never:
-            assert c.could_ever_fit(PlacementRequest.for_job(j, None)) is not None or (
-                quota is not None and j.gpus > quota
+            req = PlacementRequest.for_job(j, j.fixed_shape)
+            assert (quota is not None and j.gpus > quota) or (
+                c.could_ever_fit(req) is not None or get_placer(placement).place(req, c.emptied()) is None
             )
