@@ -391,7 +391,6 @@ class _Pass:
         self._cap: int | None = None
         self._cap_known = False
         self._never: dict[tuple[Any, ...], str | None] = {}
-        self._spans: dict[tuple[Any, ...], bool] = {}
         pre = self.part.preemption
         # whether a blocked head may preempt (cohort reclaim, lower-priority jobs of its own)
         self.may_preempt = (self.part.cohort is not None and pre.reclaim_within_cohort == "Any") or (
@@ -481,21 +480,22 @@ class _Pass:
             self._never[key] = why
         return self._never[key]
 
-    @cached_property
-    def empty(self) -> ClusterState:
-        return self.cluster.emptied()
-
     def places_on_empty(self, job: Job, req: PlacementRequest) -> bool:
         """Whether the partition's placer finds the job (as ``req``) a placement on its nodes with
         nothing running (SODA: in one of its GPU arrays, or over the partition's GPU nodes together)."""
-        place, empty = self.rt.placer.place, self.empty
-        if place(req, empty) is not None:
+        if self._on_empty(req):
             return True
         if self.rt.policy.arrays:
             pools = self.rt.array_pools(self.cluster)
-            shape = job.fixed_shape
-            return any(place(PlacementRequest.for_job(job, shape, pool=pools[a]), empty) is not None for a in ("gpu-1", "gpu-4"))  # fmt: skip
+            return any(self._on_empty(PlacementRequest.for_job(job, job.fixed_shape, pool=pools[a])) for a in ("gpu-1", "gpu-4"))  # fmt: skip
         return False
+
+    def _on_empty(self, req: PlacementRequest) -> bool:
+        """The placer places ``req`` on the empty nodes (asked once per cluster and request)."""
+        placer = self.rt.placer
+        key = ("places", placer.name, req.gpus, req.shape, req.vc, req.gpu_models, req.gpu_milli, req.cpu_milli,
+               req.memory_mib, req.nodes, req.pool)  # fmt: skip
+        return self.cluster.on_empty(key, lambda empty: placer.place(req, empty) is not None)
 
     def cap(self) -> int | None:
         """GPUs its running jobs may hold in all: the quota, or in a cohort its nominal share plus what
@@ -720,15 +720,9 @@ class _Pass:
     def _spans_arrays(self, job: Job, shape: Shape | None, pools: dict[str, str]) -> bool:
         """No GPU array could hold the job even empty, while the partition could: asked of the placer
         on the empty nodes (could_ever_fit alone let a job wait for ever on an array the placer never
-        places it in). Kept per request for the pass."""
-        key = (job.vc, job.gpus, job.gpu_models, job.cpu_milli, job.memory_mib, job.nodes, shape)
-        spans = self._spans.get(key)
-        if spans is None:
-            place, empty = self.rt.placer.place, self.empty
-            spans = self._spans[key] = all(
-                place(PlacementRequest.for_job(job, shape, pool=pools[a]), empty) is None for a in ("gpu-1", "gpu-4")
-            ) and (place(PlacementRequest.for_job(job, shape), empty) is not None)
-        return spans
+        places it in)."""
+        arrays = (PlacementRequest.for_job(job, shape, pool=pools[a]) for a in ("gpu-1", "gpu-4"))
+        return not any(map(self._on_empty, arrays)) and self._on_empty(PlacementRequest.for_job(job, shape))
 
     def start(self, job: Job, alloc: Allocation | None, shape: Shape | None, backfilled: bool) -> None:
         self._book(alloc)

@@ -9,7 +9,8 @@ change, so a stale caller can never double-allocate a GPU.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
@@ -82,6 +83,9 @@ class ClusterState:
         self.cohorts: dict[str, tuple[str, ...]] = {}
         self._groups: dict[str | None, tuple[int, ...]] = {}  # vc_group's answers (static between cohort changes)
         self._own: dict[str, int] = {}  # GPUs on each VC's own nodes (static)
+        # Answers that depend on the static parts only, shared by copies: the empty books (``emptied``)
+        # and what callers ask of them (``on_empty``)
+        self._fixed: dict[Any, Any] = {}
         # Per partition (VC): wholly free GPUs, and a counter bumped on every release, so callers
         # can remember a refusal until something is released (allocations only shrink free space).
         self.vc_free = np.bincount(self.vc_id, weights=self.gpu_cap, minlength=len(self.vcs)).astype(np.int64)
@@ -101,16 +105,28 @@ class ClusterState:
         return c
 
     def emptied(self) -> ClusterState:
-        """A copy with nothing allocated, on books of its own (static parts shared): where a placer's
-        "could it ever" is asked (a placer finds at least as much room on it as on any state)."""
-        c = self.copy()
-        width = c.gpu_free_milli.shape[1]
-        c.gpu_free_milli = np.where(np.arange(width) < self.gpu_cap[:, None], FULL, 0).astype(np.int64)
-        c.free_gpus, c.free_cpu, c.free_mem = self.gpu_cap.copy(), self.cpu_cap.copy(), self.mem_cap.copy()
-        c.vc_free = np.bincount(self.vc_id, weights=self.gpu_cap, minlength=len(self.vcs)).astype(np.int64)
-        c.vc_releases = np.zeros(len(self.vcs), dtype=np.int64)
-        c.lineage, c.books = next(_LINEAGES), 0
+        """The cluster with nothing allocated, on books of its own (static parts shared; made once, for
+        reading only): where a placer's "could it ever" is asked (it finds at least as much room there
+        as on any state)."""
+        c: ClusterState | None = self._fixed.get("empty")
+        if c is None:
+            c = self.copy()
+            width = c.gpu_free_milli.shape[1]
+            c.gpu_free_milli = np.where(np.arange(width) < self.gpu_cap[:, None], FULL, 0).astype(np.int64)
+            c.free_gpus, c.free_cpu, c.free_mem = self.gpu_cap.copy(), self.cpu_cap.copy(), self.mem_cap.copy()
+            c.vc_free = np.bincount(self.vc_id, weights=self.gpu_cap, minlength=len(self.vcs)).astype(np.int64)
+            c.vc_releases = np.zeros(len(self.vcs), dtype=np.int64)
+            c.lineage, c.books = next(_LINEAGES), 0
+            self._fixed["empty"] = c
         return c
+
+    def on_empty(self, key: Hashable, ask: Callable[[ClusterState], bool]) -> bool:
+        """``ask(self.emptied())``, remembered under ``key`` for as long as the nodes are these (the
+        caller's key says what is asked: a placer's name and the request)."""
+        got: bool | None = self._fixed.get(key)
+        if got is None:
+            got = self._fixed[key] = ask(self.emptied())
+        return got
 
     def vc_index(self, vc: str | None) -> int:
         """Index of ``vc`` in ``vcs``; -1 when no node belongs to it."""
@@ -172,6 +188,7 @@ class ClusterState:
         for cache in (self._masks, self._biggest):
             for key in [k for k in cache if k[2] is not None and name in k[2].split(POOL_AND)]:
                 del cache[key]
+        self._fixed.clear()  # what was asked of the empty nodes may have named it
 
     def share_nodes(self, members: Sequence[str]) -> None:
         """Make ``members`` (the VCs of one cohort) place on the union of their nodes: from now on a
@@ -190,6 +207,7 @@ class ClusterState:
         self._masks.clear()  # in place: every copy's cached masks go too
         self._biggest.clear()
         self._groups.clear()
+        self._fixed.clear()
 
     def vc_group(self, vc: str | None) -> tuple[int, ...]:
         """Indices (into ``vcs``) of the VCs whose nodes a request of ``vc`` may use: its cohort's, else

@@ -262,3 +262,21 @@ def test_placement_never_exceeds_free_gpus_or_crosses_vcs(
         assert nodes[g.node].vc == vc
         assert len(g.gpu_ids) <= before[g.node]
     c.allocate(alloc)  # raises if any GPU was not free
+
+
+def test_the_empty_books_ignore_allocations_and_follow_pools_and_cohorts() -> None:
+    c = ClusterState([Node("a0", 4, cpu_milli=8000, vc="a"), Node("b0", 4, vc="b")])
+    c.allocate(Allocation((NodeGrant(0, (0, 1, 2), FULL, 6000),)))
+    empty = c.copy().emptied()
+    assert empty.free_gpus.tolist() == [4, 4] and empty.free_cpu.tolist() == [8000, 0]
+    assert (empty.gpu_free_milli[:, :4] == FULL).all() and c.free_gpus.tolist() == [1, 4]
+    assert c.emptied() is empty  # made once, shared by copies
+    asked: list[int] = []
+
+    def ask(e: ClusterState) -> bool:
+        asked.append(1)
+        return get_placer("first-fit").place(PlacementRequest(8, vc="a"), e) is not None
+
+    assert c.on_empty("8 in a", ask) is False and c.copy().on_empty("8 in a", ask) is False and len(asked) == 1
+    c.share_nodes(["a", "b"])  # a's requests may now use b0 too: what was asked is asked again
+    assert c.on_empty("8 in a", ask) is True and len(asked) == 2
