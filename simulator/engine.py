@@ -61,7 +61,7 @@ from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import POLICIES as ORDERING_POLICIES
 from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy, static_key
-from qosmos.extender.core.placement import get_placer
+from qosmos.extender.core.placement import get_placer, places_on_empty
 from qosmos.extender.core.services import ServiceReplica, place_services
 from qosmos.extender.core.types import Allocation, DurationPredictor, Job, PlacementRequest, Platform, Shape
 from qosmos.predictors.readers import paused_gc
@@ -617,8 +617,8 @@ class Simulator:
             try:
                 cache[key] = (
                     None
-                    if self.placer.place(self._request(i), self.cluster) is not None
-                    else ("does not fit the empty partition")
+                    if places_on_empty(self.placer, self._request(i), self.cluster)
+                    else "does not fit the empty partition"
                 )
             except InvalidInput as exc:
                 cache[key] = str(exc)

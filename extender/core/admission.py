@@ -53,7 +53,7 @@ from qosmos.extender.core.cohorts import (
 )
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.ordering import Decision, OrderContext, OrderingPolicy, get_policy, soda_array
-from qosmos.extender.core.placement import Placer, default_shape, get_placer
+from qosmos.extender.core.placement import Placer, default_shape, get_placer, places_on_empty
 from qosmos.extender.core.types import Allocation, Job, PlacementRequest, Shape, shape_text
 
 # Why a job waits (WaitReason.code).
@@ -491,11 +491,7 @@ class _Pass:
         return False
 
     def _on_empty(self, req: PlacementRequest) -> bool:
-        """The placer places ``req`` on the empty nodes (asked once per cluster and request)."""
-        placer = self.rt.placer
-        key = ("places", placer.name, req.gpus, req.shape, req.vc, req.gpu_models, req.gpu_milli, req.cpu_milli,
-               req.memory_mib, req.nodes, req.pool)  # fmt: skip
-        return self.cluster.on_empty(key, lambda empty: placer.place(req, empty) is not None)
+        return places_on_empty(self.rt.placer, req, self.cluster)
 
     def cap(self) -> int | None:
         """GPUs its running jobs may hold in all: the quota, or in a cohort its nominal share plus what

@@ -289,6 +289,15 @@ PLACERS: dict[str, Callable[[], Placer]] = {
 }
 
 
+def places_on_empty(placer: Placer, req: PlacementRequest, cluster: ClusterState) -> bool:
+    """Whether ``placer`` finds ``req`` a placement on ``cluster``'s nodes with nothing running: the "could
+    it ever" of admission and of the simulator's up-front check (could_ever_fit is necessary only: a
+    heuristic may never place what fits in all). Remembered per cluster and request."""
+    key = ("places", placer.name, req.gpus, req.shape, req.vc, req.gpu_models, req.gpu_milli, req.cpu_milli,
+           req.memory_mib, req.nodes, req.pool)  # fmt: skip
+    return cluster.on_empty(key, lambda empty: placer.place(req, empty) is not None)
+
+
 def get_placer(name: str) -> Placer:
     try:
         return PLACERS[name]()
