@@ -48,8 +48,9 @@ UNBLOCK: dict[str, str] = {
     reason_of(admission.QUOTA): "its VirtualCluster's GPU quota is in use: it starts when its running jobs release "
     "GPUs; a larger spec.quota.gpus or spec.quota.borrowingLimit would admit it",
     reason_of(admission.INADMISSIBLE): "it asks more than its VirtualCluster could ever give it (more GPUs than its "
-    "spec.quota.gpus plus borrowingLimit, or a shape its nodes cannot hold even when empty): it blocks no other job "
-    "and starts only once the VirtualCluster changes (quota, nodes) or it is resubmitted smaller",
+    "spec.quota.gpus plus borrowingLimit, or a shape its nodes or its spec.placement cannot hold even when empty): "
+    "it blocks no other job and starts only once the VirtualCluster changes (quota, nodes, placement) or it is "
+    "resubmitted smaller",
     reason_of(admission.BLOCKED): "the VirtualCluster's ordering policy holds it (e.g. a share used up): it starts "
     "when the policy ranks it ahead",
     "Preempted": "a job that ranks higher took its GPUs; it is back in its queue and restarts from the beginning "

@@ -22,9 +22,11 @@ head preempts lower-priority jobs of its own partition; the pass returns those s
 :class:`Preemption` with their reason, for the caller to execute.
 
 A job that can never start as the partition is (more GPUs than its quota, or share plus what it may
-borrow, could ever give it; a request its nodes could not hold even empty) waits as ``inadmissible``
-and decides nothing else: it neither blocks its queue, takes the head's reservation nor asks for a
-reclaim, so the operator decides as the simulator does when it rejects such a job up front.
+borrow, could ever give it; a request its nodes could not hold even empty, or that the partition's
+placer never places on them empty) waits as ``inadmissible`` and decides nothing else: it neither
+blocks its queue, takes the head's reservation, counts in the adaptive queue length, keeps GPUs in a
+preemptive policy's order, asks for a reclaim nor keeps a cohort member's share from being lent, so
+the operator decides as the simulator does when it rejects such a job up front.
 """
 
 from __future__ import annotations
