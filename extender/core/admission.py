@@ -509,6 +509,16 @@ class _Pass:
                 self._cap = cohort_cap(quota_state(self.part, self.nominal, self.held_now(), ()), others)
         return self._cap
 
+    def quota_says(self, left: int) -> str:
+        """A QUOTA wait's reason: the cap and what is left of it."""
+        part = self.part
+        what = (
+            f"the partition's GPU quota of {part.gpu_quota}"
+            if part.cohort is None
+            else f"its nominal share of {self.nominal} GPUs plus what it may borrow in cohort {part.cohort}, {self.cap()},"
+        )
+        return f"{what} has {max(left, 0)} left"
+
     def quota_left(self) -> int | None:
         q = self.cap()
         if q is None:
@@ -957,12 +967,7 @@ def admit(
             if room is not None:
                 p.start(job, room, d.shape, False)
                 continue
-            what = (
-                f"the partition's GPU quota of {part.gpu_quota}"
-                if part.cohort is None
-                else f"its nominal share of {p.nominal} GPUs plus what it may borrow in cohort {part.cohort}, {p.cap()},"
-            )
-            p.wait(d, pos, QUOTA, f"{what} has {max(left, 0)} left", part.name)
+            p.wait(d, pos, QUOTA, p.quota_says(left), part.name)
             if not backfill:
                 blocked_sub[d.queue] = job.id
             continue
@@ -1083,22 +1088,34 @@ def _preemptive(
                 if p.scratch is None:
                     p.scratch = cluster.copy()
                 p.scratch.release(r.allocation)
+                if p.tracks_held:
+                    p.held_now()
+                    p.held -= r.allocation.gpus
     started: set[str] = set()
+    over: set[str] = set()  # left waiting by the cap, not by the nodes
+
+    def start(d: Decision) -> None:
+        left = p.quota_left()  # the fill below is work-conserving, within the quota or cohort cap
+        if left is not None and d.job.gpus > left:
+            over.add(d.job.id)
+            return
+        alloc = p.place(d.job, d.shape)
+        if alloc is not None:
+            over.discard(d.job.id)
+            p.start(d.job, alloc, d.shape, False)
+            started.add(d.job.id)
+
     for d in ds:
         if d.job.id in keep and d.job.id not in by_id:
-            alloc = p.place(d.job, d.shape)
-            if alloc is not None:
-                p.start(d.job, alloc, d.shape, False)
-                started.add(d.job.id)
+            start(d)
     for d in ds:
         if d.job.id not in by_id and d.job.id not in started and d.job.id not in never:
-            alloc = p.place(d.job, d.shape)
-            if alloc is not None:
-                p.start(d.job, alloc, d.shape, False)
-                started.add(d.job.id)
+            start(d)
     for pos, d in enumerate(ds):
         if d.job.id in never:
             p.wait(d, pos, INADMISSIBLE, never[d.job.id])
+        elif d.job.id in over:
+            p.wait(d, pos, QUOTA, p.quota_says(p.quota_left() or 0), rt.partition.name)
         elif d.job.id not in by_id and d.job.id not in started:
             p.wait(d, pos, NO_FIT, NOT_NOW)
     return p.result

@@ -227,6 +227,22 @@ def test_a_job_its_placer_never_places_even_on_empty_nodes_blocks_nobody(placeme
         assert started(res) == ["W", "B"]
 
 
+@pytest.mark.parametrize("policy", ["srtf", "las", "rr", "mlfq"])
+def test_a_preemptive_policy_fills_within_the_quota(policy: str) -> None:
+    # quota 2 on a 4-GPU node: the policy's prefix kept 2 GPUs, but its work-conserving fill then
+    # started every job that fitted the node (3 of 4 GPUs held, over the quota)
+    c = ClusterState([Node("n0", 4)])
+    rt = PartitionRuntime(Partition("default", policy=policy, gpu_quota=2))
+    res = admit(rt, [Job(f"J{k}", 0, 1, duration=10) for k in range(3)], [], c, 1.0, estimate=oracle)
+    assert started(res) == ["J0", "J1"] and reasons(res) == {"J2": QUOTA}
+    assert "the partition's GPU quota of 2 has 0 left" in res.waiting[0].message
+    # a running job it outranks is preempted and what it held counts as free of the quota again
+    r = run(c, Job("R", 0, 2, duration=1000), 0)
+    res = admit(rt, [Job("S", 5, 1, duration=1), Job("T", 6, 1, duration=2)], [r], c, 10.0, estimate=oracle)
+    if policy == "srtf":  # 990 s left: S and T go first, R stops
+        assert [p.job.id for p in res.preemptions] == ["R"] and started(res) == ["S", "T"]
+
+
 def test_a_job_asking_more_than_the_quota_waits_for_the_quota_and_blocks_nobody() -> None:
     # quota 4 GPUs on two 4-GPU nodes; J0 holds 2. Q asks 6: more than the partition may ever hold,
     # so it does not block the FIFO queue; C asks 3, within the quota but not now: it blocks; B waits.

@@ -1,9 +1,10 @@
 """Invariants of the event engine over generated traces (hypothesis): every job ends or is rejected up
 front (none left in a queue when the events run out), none starts before its submission or runs less
-than its duration, no node ever holds more than its GPUs, and FIFO with exact estimates never lets a
-backfilled job delay the reserved head. Each invariant broke at least once while this was written
+than its duration, no node ever holds more than its GPUs, FIFO with exact estimates never lets a
+backfilled job delay the reserved head, and cohort members borrow within their limits. Each invariant broke at least once while this was written
 (a GPU-sharing job whose cores no GPU node had, a SODA reclaim for a job that did not start, a job no
-SODA array's placer ever placed): the cases are in test_admission.py and test_placement.py."""
+SODA array's placer ever placed, a preemptive policy's fill past the quota): the cases are in
+test_admission.py and test_placement.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from qosmos.simulator.engine import DONE, REJECTED, SimConfig, simulate
+from qosmos.simulator.partitions import PartitionSpec
 from qosmos.simulator.traces import load_native
 
 POLICIES = ["fifo", "sjf", "srtf", "qssf", "las", "rr", "mlfq", "priority", "swaf", "wfair", "capacity", "soda"]
@@ -99,3 +101,61 @@ def test_every_job_ends_within_the_cluster(
         for _, change in sorted(changes):  # at one instant, what ends is released first
             held += change
             assert held <= 1000 * res.node_gpus[node], (node, held)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    nodes=st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from("abc")), min_size=1, max_size=4),
+    jobs=st.lists(
+        st.tuples(st.integers(0, 300), st.integers(1, 9), st.integers(1, 400), st.sampled_from("abc")),
+        min_size=1,
+        max_size=12,
+    ),
+    # per VC (PartitionSpec's order): nominal share, borrowing and lending limits, policy, preemption
+    limits=st.fixed_dictionaries(
+        {
+            vc: st.tuples(
+                st.sampled_from([None, 0, 2, 4, 8]),
+                st.sampled_from([None, 0, 2, 4]),
+                st.sampled_from([None, 0, 2]),
+                st.sampled_from([None, "fifo", "sjf", "srtf", "las"]),
+                st.sampled_from(["Never", "LowerPriority"]),
+                st.sampled_from(["Any", "Never"]),
+            )
+            for vc in "abc"
+        }
+    ),
+    policy=st.sampled_from(["fifo", "sjf", "las", "qssf"]),
+    placement=st.sampled_from(["consolidate", "first-fit", "best-fit"]),
+    backfill=st.sampled_from(["none", "easy"]),
+)
+def test_a_cohort_borrows_within_its_limits_and_every_job_ends(
+    tmp_path_factory, nodes, jobs, limits, policy, placement, backfill
+) -> None:  # type: ignore[no-untyped-def]
+    """The VCs with nodes in one cohort: no member ever borrows past its borrowing limit (the summary's
+    most borrowed at once), no node holds more than its GPUs, every job ends or is rejected up front."""
+    tmp = tmp_path_factory.mktemp("c")
+    (tmp / "nodes.csv").write_text("name,gpus,vc\n" + "".join(f"n{i},{g},{v}\n" for i, (g, v) in enumerate(nodes)))
+    rows = "".join(f"J{k},{s},{g},{d},{v}\n" for k, (s, g, d, v) in enumerate(jobs))
+    (tmp / "jobs.csv").write_text("id,submit,gpus,duration,vc\n" + rows)
+    tr = load_native(tmp / "jobs.csv")
+    have = {v for _, v in nodes}
+    specs = tuple(PartitionSpec(vc, "team", *lim) for vc, lim in limits.items() if vc in have)
+    cfg = SimConfig(
+        policy=policy, placement=placement, backfill=backfill, backfill_estimates="oracle", partitions=specs
+    )
+    res = simulate(tr, cfg)
+    assert res.overcommitted == 0
+    for spec in specs:
+        if spec.borrowing_limit is not None:
+            assert res.partitions[spec.name]["max_borrowed_gpus"] <= spec.borrowing_limit, (spec, res.partitions)
+    for i, job in enumerate(tr.jobs):
+        assert res.state[i] in (DONE, REJECTED), (job.id, res.state[i], res.notes)
+    held: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for _, node, start, end, gpus in res.segments:
+        held[node] += [(start, gpus), (end, -gpus)]
+    for node, changes in held.items():
+        now = 0
+        for _, change in sorted(changes):
+            now += change
+            assert now <= res.node_gpus[node], (node, now)
