@@ -288,21 +288,21 @@ def order_context(
     part: Partition, cluster: ClusterState, running: Sequence[RunningJob], now: float, modeldb: ModelDB
 ) -> OrderContext:
     """The ordering context of a partition as the simulator keeps it: the platform is the partition's
-    nodes (count x largest node); Capacity's and DRF's usage are the running jobs' requests.
-    The operator builds its contexts here too."""
+    nodes (``ClusterState.platform``); Capacity's usage is the GPUs the running jobs hold by model type,
+    DRF's their requests by user. The operator builds its contexts here too."""
     mask = cluster.vc_id == cluster.vc_index(part.name)
-    gpn = int(cluster.gpu_cap[mask].max()) if mask.any() else 1
     by_model: dict[str, int] = {}
     by_user: dict[str, tuple[int, int]] = {}
-    for r in running:  # usage as the simulator keeps it: requested GPUs and CPU of running jobs
+    for r in running:  # usage as the simulator keeps it: GPUs held (by type), requested GPUs and CPU (by user)
         j = r.job
         if j.model:
-            by_model[j.model] = by_model.get(j.model, 0) + j.gpus
+            held = r.allocation.gpus if r.allocation is not None and j.gpu_milli == 1000 else j.gpus
+            by_model[j.model] = by_model.get(j.model, 0) + held
         g, c = by_user.get(j.user, (0, 0))
         by_user[j.user] = (g + j.gpus, c + j.cpu_milli)
     return OrderContext(
         now=now,
-        platform=Platform(max(int(mask.sum()), 1), max(gpn, 1), cluster.main_gpu_model(mask)),
+        platform=cluster.platform(mask),
         modeldb=modeldb,
         theta=part.theta,
         usage_by_model=by_model,
@@ -391,8 +391,7 @@ def admit_input(
             runs[job.id] = max(d - job.executed, 0.0)
         estimate = lambda job, alloc: runs[job.id]  # noqa: E731
 
-    gpn = int(cluster.gpu_cap[mask].max())
-    platform = Platform(int(mask.sum()), max(gpn, 1), cluster.main_gpu_model(mask))
+    platform = cluster.platform(mask)
     # GENIE rows bound only the policies that build GENIE placement tables
     ranks = get_policy(part.policy).uses_genie
     check_queue([*waiting, *(r.job for r in running)], platform, genie_rows=ranks)

@@ -255,7 +255,7 @@ def explain_dljob(
     for n in mine:
         by_model[n.gpu_model] = by_model.get(n.gpu_model, 0) + n.gpus
     gpu_model = max(sorted(by_model), key=lambda m: by_model[m])  # the VC's main GPU model, as the simulator's
-    platform = Platform(len(mine), max(max(n.gpus for n in mine), 1), gpu_model)
+    platform = Platform.of([n.gpus for n in mine], gpu_model)
     theta = VirtualClusterSpec.model_validate(vc.get("spec") or {}).theta
     profile, provenance = resolve_profile(job.model, None, None, None, None, profiles, gpu_model)
     result = explain(genie.Task.from_job(job), profile, platform, now, theta, provenance)

@@ -63,7 +63,7 @@ from qosmos.extender.core.ordering import POLICIES as ORDERING_POLICIES
 from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy, static_key
 from qosmos.extender.core.placement import get_placer, places_on_empty
 from qosmos.extender.core.services import ServiceReplica, place_services
-from qosmos.extender.core.types import Allocation, DurationPredictor, Job, PlacementRequest, Platform, Shape
+from qosmos.extender.core.types import Allocation, DurationPredictor, Job, PlacementRequest, Shape
 from qosmos.predictors.readers import paused_gc
 from qosmos.simulator.partitions import PartitionSpec, check_names
 from qosmos.simulator.services import CPU, GPU, ServiceTimeline
@@ -404,9 +404,8 @@ class Simulator:
             k, spec = specs.get(vc, (-1, None))
             if spec is not None and spec.policy is not None:
                 pname = spec.policy
-            gpn = int(cl.gpu_cap[mask].max()) if mask.any() else 1
             ctx = OrderContext(
-                platform=Platform(int(mask.sum()), max(gpn, 1), cl.main_gpu_model(mask)),
+                platform=cl.platform(mask),
                 modeldb=self.modeldb,
                 theta=config.theta,
                 usage_by_model={},
@@ -709,9 +708,9 @@ class Simulator:
                 if st is not None and held - st["nominal_gpus"] > st["max_borrowed_gpus"]:
                     st["max_borrowed_gpus"] = held - st["nominal_gpus"]
         ctx = self.queues[qi].ctx
-        if job.model:
+        if job.model:  # what it holds (a GENIE task Capacity shrank to its share holds the share)
             m = ctx.usage_by_model
-            m[job.model] = m.get(job.model, 0) + sign * job.gpus  # type: ignore[index]
+            m[job.model] = m.get(job.model, 0) + sign * (alloc.gpus if whole else job.gpus)  # type: ignore[index]
         if self.drf:  # DRF from actual usage (SODA §V-C)
             u = ctx.usage_by_user
             g0, c0 = u.get(job.user, (0, 0))

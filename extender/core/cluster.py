@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.types import POOL_AND, Allocation, Node, NodeGrant, PlacementRequest
+from qosmos.extender.core.types import POOL_AND, Allocation, Node, NodeGrant, PlacementRequest, Platform
 
 _LINEAGES = itertools.count()
 
@@ -225,6 +225,11 @@ class ClusterState:
             i = self.vc_index(vc)
             n = self._own[vc] = int(self.gpu_cap[self.vc_id == i].sum()) if i >= 0 else 0
         return n
+
+    def platform(self, mask: np.ndarray) -> Platform:
+        """The GENIE platform of the nodes of ``mask``: their count, the largest, what each size counts
+        (unlike nodes offer no shape they cannot hold) and their main GPU model."""
+        return Platform.of(self.gpu_cap[mask].tolist(), self.main_gpu_model(mask))
 
     def main_gpu_model(self, mask: np.ndarray) -> str:
         """The GPU model with the most GPUs among the nodes of ``mask`` ("" when none is named): what a

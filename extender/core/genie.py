@@ -271,18 +271,19 @@ def count_shapes(platform: Platform, batch: int | None = None, max_gpus: int | N
 
 
 def enumerate_shapes(platform: Platform, batch: int | None = None, max_gpus: int | None = None) -> list[Shape]:
-    """All ⟨d_node, d_gpn⟩ within platform limits (Alg. 1 line 3).
+    """All ⟨d_node, d_gpn⟩ within platform limits (Alg. 1 line 3) that its nodes can hold.
 
     A shape needs at least one sample per GPU (b' >= 1, Eq. 6), at most ``max_gpus`` GPUs
     when the caller caps the search (e.g. to what the VC can ever hold), and at most
     MAX_PLACEMENT_GPUS. Only shapes within the cap are visited, so the work is bounded.
     """
     cap = placement_gpu_cap(platform, batch, max_gpus)
-    return [
+    shapes = (
         Shape(dn, dg)
         for dn in range(1, min(platform.nodes, cap) + 1)
         for dg in range(1, min(platform.gpus_per_node, cap // dn) + 1)
-    ]
+    )
+    return [s for s in shapes if platform.holds(s)]  # unlike nodes: only shapes they can hold
 
 
 CANCEL_EVERY = 1024

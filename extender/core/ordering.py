@@ -404,7 +404,8 @@ class Capacity(_Base):
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         if ctx.total_gpus <= 0:
             raise InvalidInput("total_gpus", ctx.total_gpus, "Capacity needs the cluster's GPU count")
-        types = sorted({j.model or "" for j in queue} | set(ctx.usage_by_model))
+        # the model types waiting or holding GPUs (a caller's running tally may keep types at 0)
+        types = sorted({j.model or "" for j in queue} | {m for m, g in ctx.usage_by_model.items() if g > 0})
         shares = ctx.capacity_shares or {t: 1.0 / len(types) for t in types}
         used = dict(ctx.usage_by_model)
         out = []
@@ -434,13 +435,19 @@ class Capacity(_Base):
     @staticmethod
     def _within(job: Job, cap: int, ctx: OrderContext) -> Shape | None:
         """A GENIE task (its work is batch × iterations, not a GPU count) runs on at most its type's
-        share: one node when the share fits one, else whole nodes. Other jobs, and a task whose shape the
-        user fixed, cannot shrink."""
-        if not job.has_genie_task or job.fixed_shape is not None or ctx.platform is None or cap < 1:
+        share: one node when the share fits one, else whole nodes; on no more GPUs than its batch has
+        samples (b' >= 1, Eq. 6: a batch of 1 runs on 1 GPU, where it waited for ever for a share of 4)
+        and on a shape the platform's nodes hold. Other jobs, and a task whose shape the user fixed,
+        cannot shrink."""
+        platform = ctx.platform
+        if not job.has_genie_task or job.fixed_shape is not None or platform is None or cap < 1:
             return None
-        g = ctx.platform.gpus_per_node
-        shape = Shape(1, cap) if cap <= g else Shape(cap // g, g)
-        return shape if job.batch >= shape.gpus else None
+        g = platform.gpus_per_node
+        for n in range(min(cap, job.batch), 0, -1):
+            shape = Shape(1, n) if n <= g else Shape(n // g, g)
+            if platform.holds(shape):
+                return shape
+        return None
 
 
 def soda_array(job: Job) -> str:

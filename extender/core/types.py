@@ -8,7 +8,9 @@ says milli-GPU.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Protocol, runtime_checkable
@@ -204,11 +206,31 @@ def shape_text(shape: Shape) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Platform:
-    """GENIE platform P = <N, G, Comm(.)> (seed 001 Eq. 1); Comm's γ, λ live on the profile."""
+    """GENIE platform P = <N, G, Comm(.)> (seed 001 Eq. 1); Comm's γ, λ live on the profile.
+
+    The seed's platform is N alike nodes of G GPUs. A partition's nodes may differ (1, 1 and 2 GPUs):
+    ``nodes_with[g - 1]`` is then how many have at least g GPUs, and a shape ⟨d_node, d_gpn⟩ the nodes
+    cannot hold (3 × 2 there) is no candidate (:meth:`holds`); () for alike nodes (:meth:`of`)."""
 
     nodes: int
     gpus_per_node: int
     gpu_model: str = ""  # the GPUs' model, for the model database's per-GPU profiles ("" unknown)
+    nodes_with: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, gpus: Sequence[int], gpu_model: str = "") -> Platform:
+        """The platform of nodes with these GPU counts (N counts every node, as before; G the largest)."""
+        caps = [int(g) for g in gpus]
+        most = max(max(caps, default=1), 1)
+        alike = all(g == most for g in caps)
+        nodes_with = () if alike else tuple(sum(1 for c in caps if c >= g) for g in range(1, most + 1))
+        return cls(max(len(caps), 1), most, gpu_model, nodes_with)
+
+    def holds(self, shape: Shape) -> bool:
+        """Whether the platform's nodes can hold the shape (d_node nodes of d_gpn GPUs each)."""
+        if shape.d_node > self.nodes or shape.d_gpn > self.gpus_per_node:
+            return False
+        return not self.nodes_with or self.nodes_with[shape.d_gpn - 1] >= shape.d_node
 
     def __post_init__(self) -> None:
         _require(isinstance(self.nodes, int) and self.nodes >= 1, "nodes", self.nodes, "must be >= 1")
@@ -218,6 +240,16 @@ class Platform:
             self.gpus_per_node,
             "must be >= 1",
         )
+        if self.nodes_with:
+            w = self.nodes_with
+            _require(
+                len(w) == self.gpus_per_node
+                and w[0] <= self.nodes
+                and all(a >= b >= 0 for a, b in itertools.pairwise(w)),
+                "nodes_with",
+                w,
+                "must count, for 1..gpus_per_node GPUs, the nodes with at least that many (non-increasing, <= nodes)",
+            )
 
     @property
     def gpus(self) -> int:

@@ -635,3 +635,13 @@ def test_an_inadmissible_job_decides_nothing(caps, running, queue, backfill, quo
             assert (quota is not None and j.gpus > quota) or (
                 c.could_ever_fit(req) is not None or get_placer(placement).place(req, c.emptied()) is None
             )
+
+
+def test_a_genie_policy_chooses_a_shape_the_partitions_unlike_nodes_can_hold() -> None:
+    # nodes of 1, 1 and 2 GPUs. tetris-perf placed a BERT task of batch 64 at ⟨3 × 2⟩, the best
+    # throughput of a 3 x 2 platform that does not exist: it waited for ever as the head
+    c = ClusterState([Node("n0", 1, gpu_model="V100M32"), Node("n1", 1, gpu_model="V100M32"), Node("n2", 2, gpu_model="V100M32")])  # fmt: skip
+    ctx = OrderContext(platform=c.platform(c.vc_id == 0), modeldb=ModelDB.builtin(), total_gpus=4)
+    rt = PartitionRuntime(Partition("default", policy="tetris-perf", placement="cer"), ctx)
+    res = admit(rt, [Job("J", 0, 1, model="BERT", batch=64, iters=1)], [], c, 1.0)
+    assert started(res) == ["J"] and res.starts[0].shape == Shape(1, 2)

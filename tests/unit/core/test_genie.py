@@ -216,3 +216,16 @@ def test_placement_table_calls_the_cancel_hook() -> None:
 def test_a_placement_that_never_finishes_is_never_feasible() -> None:
     assert not genie.is_feasible(math.inf, 0.0, math.inf)
     assert genie.is_feasible(1e6, 0.0, math.inf)
+
+
+def test_a_platform_of_unlike_nodes_offers_only_the_shapes_they_hold() -> None:
+    # nodes of 1, 1 and 2 GPUs: ⟨3 × 2⟩ (6 GPUs) was a candidate, and tetris-perf chose it for a BERT
+    # task that then never started (a simulator property run found it stuck in the queue)
+    p = Platform.of([1, 1, 2], "V100M32")
+    assert (p.nodes, p.gpus_per_node, p.nodes_with) == (3, 2, (3, 1))
+    shapes = genie.enumerate_shapes(p)
+    assert shapes == [Shape(1, 1), Shape(1, 2), Shape(2, 1), Shape(3, 1)]
+    assert Platform.of([8, 8]) == Platform(2, 8)  # alike nodes: the seed's platform, as before
+    assert not Platform.of([0, 4]).holds(Shape(2, 1)) and Platform.of([0, 4]).holds(Shape(1, 4))
+    with pytest.raises(InvalidInput, match="nodes_with"):
+        Platform(2, 2, nodes_with=(1, 2))

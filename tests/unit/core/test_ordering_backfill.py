@@ -95,6 +95,32 @@ def test_capacity_blocks_a_model_type_over_its_share() -> None:
     assert out[1].blocked is None
 
 
+def test_capacity_shares_go_to_the_model_types_waiting_or_running() -> None:
+    # DCGAN's jobs are all done (the simulator's tally keeps it at 0): BERT alone shares the 2 GPUs.
+    # Counted as a type, it left BERT a share of 1, and a fixed 2-GPU BERT job never started
+    jobs = [Job("b", 0, gpus=2, nodes=1, model="BERT")]
+    for usage in ({"DCGAN": 0}, {}):
+        out = get_policy("capacity").order(jobs, OrderContext(total_gpus=2, usage_by_model=usage))
+        assert out[0].blocked is None
+    out = get_policy("capacity").order(jobs, OrderContext(total_gpus=2, usage_by_model={"DCGAN": 1}))
+    assert out[0].blocked and "share of 1" in out[0].blocked
+
+
+def test_capacity_runs_a_task_over_its_share_on_what_its_batch_can_use() -> None:
+    # BERT's share is 4 of 8 GPUs; a 5-GPU task of batch 1 can use one GPU (one sample per GPU at
+    # least, Eq. 6): it runs on 1 (the share's 4 would leave 3 idle, and it was blocked for ever)
+    jobs = [Job("b", 0, gpus=5, model="BERT", batch=1, iters=10), Job("d", 1, gpus=1, model="DCGAN", batch=8, iters=1)]
+    ctx = OrderContext(total_gpus=8, platform=Platform(1, 8), usage_by_model={})
+    out = get_policy("capacity").order(jobs, ctx)
+    assert out[0].blocked is None and out[0].shape == Shape(1, 1)
+    wide = [Job("b", 0, gpus=5, model="BERT", batch=64, iters=10), jobs[1]]
+    assert get_policy("capacity").order(wide, ctx)[0].shape == Shape(1, 4)  # the share, as before
+    # nodes of 4, 2 and 2 GPUs, BERT alone shares all 8: 9 GPUs asked, 2 whole nodes of 4 do not exist
+    uneven = OrderContext(total_gpus=8, platform=Platform.of([4, 2, 2]), usage_by_model={})
+    big = [Job("b", 0, gpus=9, model="BERT", batch=64, iters=10)]
+    assert get_policy("capacity").order(big, uneven)[0].shape == Shape(1, 4)
+
+
 def test_soda_multi_array_with_drf() -> None:
     jobs = [
         Job("big-u1", 0, gpus=8, user="u1"),

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from qosmos.extender.admission_api import MAX_JOBS, response_json
+from qosmos.extender.admission_api import MAX_JOBS, order_context, response_json
 from qosmos.extender.cache import pod_info
 from qosmos.extender.core.admission import (
     AdmissionResult,
@@ -436,3 +436,14 @@ def test_cli_explain_queue_bad_input_exits_2(tmp_path: Path, content: str | None
     assert out.exit_code == 2, out.output
     assert needle in out.output and "Traceback" not in out.output
     assert len(out.output.strip().splitlines()) == 1
+
+
+def test_the_order_context_counts_what_running_jobs_hold_on_the_partitions_nodes() -> None:
+    """Capacity's usage is the GPUs a model type holds (a task Capacity shrank to its share of 4 holds 4,
+    not the 5 it asked); the GENIE platform counts each node size (1, 1 and 2 GPUs: no 3 x 2 shape)."""
+    cluster = ClusterState([Node("n0", 1), Node("n1", 1), Node("n2", 2), Node("n3", 4)])
+    alloc = Allocation((NodeGrant(3, (0, 1, 2, 3)),))
+    shrunk = RunningJob(Job("b", 0, 5, model="BERT", batch=64, iters=10), 0, 100, alloc)
+    ctx = order_context(Partition("default", policy="capacity"), cluster, [shrunk], 1.0, ModelDB.builtin())
+    assert ctx.usage_by_model == {"BERT": 4} and ctx.usage_by_user == {"": (5, 0)}
+    assert ctx.platform is not None and ctx.platform.nodes_with == (4, 2, 1, 1)

@@ -283,3 +283,13 @@ def test_mlfq_finishes_when_attained_service_rounds_below_a_quantum() -> None:
     # pushed its demotion 4.5e-13 s ahead forever (t + d == t)
     res = simulate(load_trace("builtin:helios-synth", jobs=2000), SimConfig(policy="mlfq"))
     assert all(s == DONE for s in res.state)
+
+
+def test_capacity_shares_follow_the_model_types_still_there(tiny) -> None:  # type: ignore[no-untyped-def]
+    # Two types share 2 GPUs (1 each) while DCGAN runs; then BERT alone has both: its fixed 2-GPU task
+    # starts. The engine's tally kept DCGAN at 0 GPUs as a type for ever, and the task never started.
+    jobs = "id,submit,gpus,model,batch,iters,nodes\nB1,0,1,BERT,1,1,0\nD1,0,1,DCGAN,1,1,0\nB2,0,2,BERT,64,1,1"
+    nodes = "name,gpus,gpu_model\nn0,2,V100M32"
+    res = simulate(load_native(tiny(jobs, nodes)), SimConfig(policy="capacity", placement="cer"))
+    assert res.state == [DONE, DONE, DONE]
+    assert res.start[2] == pytest.approx(max(res.end[0], res.end[1]))

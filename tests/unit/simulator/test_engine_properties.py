@@ -159,3 +159,49 @@ def test_a_cohort_borrows_within_its_limits_and_every_job_ends(
         for _, change in sorted(changes):
             now += change
             assert now <= res.node_gpus[node], (node, now)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    nodes=st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from(["s0", "s1"])), min_size=1, max_size=4),
+    # GENIE tasks: submit, GPUs asked, model, batch, iterations, QoS, nodes fixed
+    jobs=st.lists(
+        st.tuples(
+            st.integers(0, 500),
+            st.integers(1, 9),
+            st.sampled_from(["BERT", "DCGAN", "ResNet50", "LSTM", "VGG", "PPO"]),
+            st.sampled_from([1, 8, 32, 64, 256]),
+            st.integers(1, 2000),
+            st.sampled_from(["", "urgent", "prior", "normal"]),
+            st.sampled_from([0, 0, 1, 2]),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    policy=st.sampled_from(["swaf", "tetris-cer", "tetris-perf", "minmin", "capacity", "qssf", "srtf"]),
+    placement=st.sampled_from(["cer", "consolidate", "free-gpu", "first-fit"]),
+    backfill=st.sampled_from(["none", "easy"]),
+)
+def test_genie_tasks_on_unlike_nodes_all_end(tmp_path_factory, nodes, jobs, policy, placement, backfill) -> None:  # type: ignore[no-untyped-def]
+    """GENIE policies choose each task's shape: on nodes of different sizes only shapes they can hold
+    (tetris-perf chose 3 nodes x 2 GPUs on nodes of 1, 1 and 2 GPUs, and the task never started)."""
+    tmp = tmp_path_factory.mktemp("g")
+    (tmp / "nodes.csv").write_text(
+        "name,gpus,switch,gpu_model\n" + "".join(f"n{i},{g},{s},V100M32\n" for i, (g, s) in enumerate(nodes))
+    )
+    rows = []
+    for k, (submit, gpus, model, batch, iters, qos, fixed) in enumerate(jobs):
+        if policy == "capacity":  # a fixed shape over its type's share never starts there (its documented rule)
+            fixed = 0
+        rows.append(
+            f"J{k},{submit},{gpus},{model},{batch},{iters},{qos},{fixed if fixed and gpus % fixed == 0 else 0}\n"
+        )
+    (tmp / "jobs.csv").write_text("id,submit,gpus,model,batch,iters,qos,nodes\n" + "".join(rows))
+    tr = load_native(tmp / "jobs.csv")
+    cfg = SimConfig(
+        policy=policy, placement=placement, backfill=backfill, backfill_estimates="oracle", predictor_fallback=True
+    )
+    res = simulate(tr, cfg)
+    assert res.overcommitted == 0
+    for i, job in enumerate(tr.jobs):
+        assert res.state[i] in (DONE, REJECTED), (job.id, res.state[i], res.notes)
