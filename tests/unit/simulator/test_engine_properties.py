@@ -1,10 +1,11 @@
 """Invariants of the event engine over generated traces (hypothesis): every job ends or is rejected up
 front (none left in a queue when the events run out), none starts before its submission or runs less
 than its duration, no node ever holds more than its GPUs, FIFO with exact estimates never lets a
-backfilled job delay the reserved head, and cohort members borrow within their limits. Each invariant broke at least once while this was written
-(a GPU-sharing job whose cores no GPU node had, a SODA reclaim for a job that did not start, a job no
-SODA array's placer ever placed, a preemptive policy's fill past the quota): the cases are in
-test_admission.py and test_placement.py."""
+backfilled job delay the reserved head, and cohort members borrow within their limits. Each broke at
+least once while this was written (a GPU-sharing job whose cores no GPU node had, a SODA reclaim for a
+job that did not start, a job no SODA array's placer ever placed, a preemptive policy's fill past the
+quota, a GENIE shape no node could hold, Capacity's shares): the cases are in test_admission.py,
+test_placement.py, test_ordering_backfill.py and test_engine.py."""
 
 from __future__ import annotations
 
