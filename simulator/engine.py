@@ -580,7 +580,6 @@ class Simulator:
 
     def _admissible(self) -> None:
         """Reject, before running, jobs that no partition could ever host (reason counted)."""
-        cache: dict[tuple, str | None] = {}
         verdicts: dict[tuple, str | None] = {}  # one per distinct request: a million jobs have few
         for i, j in enumerate(self.jobs):
             if j.vc not in self.vc_index:
@@ -595,7 +594,7 @@ class Simulator:
                     except InvalidInput as exc:
                         reason = str(exc)
                     if reason is None and j.gpus > 0 and j.gpu_milli == 1000:
-                        reason = self._fits_empty(i, cache)
+                        reason = self._fits_empty(i)
                     verdicts[key] = reason
             if reason is None and j.gpus > self.max_gpus.get(j.vc, j.gpus):
                 reason = f"needs {j.gpus} GPUs; its share plus what it may borrow is {self.max_gpus[j.vc]} at most"
@@ -608,20 +607,17 @@ class Simulator:
                 short = reason.split(";")[0][:80]
                 self.rejected[short] = self.rejected.get(short, 0) + 1
 
-    def _fits_empty(self, i: int, cache: dict[tuple, str | None]) -> str | None:
-        """Whole-GPU jobs: would the placer find room on the empty cluster (cpu/memory shares too)?"""
-        j = self.jobs[i]
-        key = ("empty", j.vc, j.gpus, j.gpu_models, j.cpu_milli, j.memory_mib, j.nodes)
-        if key not in cache:
-            try:
-                cache[key] = (
-                    None
-                    if places_on_empty(self.placer, self._request(i), self.cluster)
-                    else "does not fit the empty partition"
-                )
-            except InvalidInput as exc:
-                cache[key] = str(exc)
-        return cache[key]
+    def _fits_empty(self, i: int) -> str | None:
+        """Whole-GPU jobs: would the placer find room on the empty cluster (cpu/memory shares too)?
+        Asked once per distinct request (``_admissible``'s verdicts)."""
+        try:
+            return (
+                None
+                if places_on_empty(self.placer, self._request(i), self.cluster)
+                else "does not fit the empty partition"
+            )
+        except InvalidInput as exc:
+            return str(exc)
 
     # ---- events ------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, i: int) -> None:

@@ -487,13 +487,15 @@ class _Pass:
         nothing running (SODA: in one of its GPU arrays, or over the partition's GPU nodes together)."""
         if self._on_empty(req):
             return True
-        if self.rt.policy.arrays:
-            pools = self.rt.array_pools(self.cluster)
-            return any(self._on_empty(PlacementRequest.for_job(job, job.fixed_shape, pool=pools[a])) for a in ("gpu-1", "gpu-4"))  # fmt: skip
-        return False
+        return self.rt.policy.arrays and self._an_array_on_empty(job, job.fixed_shape)
 
     def _on_empty(self, req: PlacementRequest) -> bool:
         return places_on_empty(self.rt.placer, req, self.cluster)
+
+    def _an_array_on_empty(self, job: Job, shape: Shape | None) -> bool:
+        """Whether the placer places the job in one of SODA's GPU arrays with nothing running."""
+        pools = self.rt.array_pools(self.cluster)
+        return any(self._on_empty(PlacementRequest.for_job(job, shape, pool=pools[a])) for a in ("gpu-1", "gpu-4"))
 
     def cap(self) -> int | None:
         """GPUs its running jobs may hold in all: the quota, or in a cohort its nominal share plus what
@@ -689,7 +691,7 @@ class _Pass:
                 return alloc
         if array == "cpu":
             return None  # CPU jobs only borrow; they never reclaim
-        if self._spans_arrays(job, shape, pools):
+        if self._spans_arrays(job, shape):
             # larger than any one array can ever hold (16 GPUs over two 8-GPU arrays): the arrays are
             # the partition's GPU nodes together for it, else it would block its array's queue for ever
             whole = PlacementRequest.for_job(job, shape)
@@ -725,12 +727,11 @@ class _Pass:
                 )
         return alloc
 
-    def _spans_arrays(self, job: Job, shape: Shape | None, pools: dict[str, str]) -> bool:
+    def _spans_arrays(self, job: Job, shape: Shape | None) -> bool:
         """No GPU array could hold the job even empty, while the partition could: asked of the placer
         on the empty nodes (could_ever_fit alone let a job wait for ever on an array the placer never
         places it in)."""
-        arrays = (PlacementRequest.for_job(job, shape, pool=pools[a]) for a in ("gpu-1", "gpu-4"))
-        return not any(map(self._on_empty, arrays)) and self._on_empty(PlacementRequest.for_job(job, shape))
+        return not self._an_array_on_empty(job, shape) and self._on_empty(PlacementRequest.for_job(job, shape))
 
     def start(self, job: Job, alloc: Allocation | None, shape: Shape | None, backfilled: bool) -> None:
         self._book(alloc)
