@@ -343,6 +343,12 @@ class VirtualClusterStatus(_Model):
     queued: int | None = Field(None, ge=0, description="DLJobs waiting in its queue")
     running: int | None = Field(None, ge=0, description="DLJobs admitted and not finished")
     oldest_wait_seconds: int | None = Field(None, ge=0, description="wait so far of its longest-queued DLJob")
+    last_event_time: datetime | None = Field(
+        None,
+        description="its latest scheduling event (a DLJob's creation or finish, a turn end; in a cohort, any "
+        "member's): preemptive policies (SRTF, LAS, RR, MLFQ) read running jobs' service as of it; kept here "
+        "because a finished DLJob retired from the working set no longer shows its finish",
+    )
     observed_generation: int | None = Field(None, ge=0)
     conditions: Conditions | None = None
 

@@ -90,7 +90,7 @@ from qosmos.operator.lifecycle import (
     unstarted_nodes,
     waiting_reasons,
 )
-from qosmos.operator.service import TurnClock, as_of_last_event
+from qosmos.operator.service import TurnClock, as_of_last_event, latest_event
 from qosmos.operator.translate import (
     ANN_CARRY,
     GATE,
@@ -404,6 +404,7 @@ class Planner:
         self._waits = []
         self._retire_in_status = snap.retire_in_status
         self._waiting = {}
+        self._events: dict[str, float] = {}  # VirtualCluster -> its own latest event (status.lastEventTime)
         jobs = [_own(dl) for dl in snap.jobs]
         nodes, pods, others = snap.nodes, snap.pods, snap.others
         # nodes where a pod is still terminating (and, as the pass deletes more, those too): a new gang's
@@ -523,6 +524,21 @@ class Planner:
         # record (Running, Succeeded, their Events) after every other stage: with a few hundred
         # admissions a pass on a busy apiserver, they delayed each new gang's pods by 1-5 s
         self._w.stage(defer=records_only)
+
+        # each VirtualCluster's latest event (preemptive policies read service as of it; in a cohort, of
+        # any member's), kept in its status: a retired DLJob's finish is not in the working set any more
+        for v in vcs:
+            name = meta(v)["name"]
+            at = latest_event(
+                self._runtime(name, vc_specs[name]).policy,
+                self.memory.turns,
+                [(d.status, d.job) for d in by_vc.get(name, [])],
+                running.get(name, []),
+                now,
+                parse_time((v.get("status") or {}).get("lastEventTime")),
+            )
+            if at is not None:
+                self._events[name] = at
 
         # 3. admission, one VirtualCluster at a time; a cohort's passes see each other's starts and
         # reclaims (a reclaimed job of another member leaves its ``running`` list and the cluster)
@@ -1144,7 +1160,11 @@ class Planner:
         served: dict[str, Job] = {}
         at = now
         if rt.policy.preemptive:  # SRTF, LAS, RR, MLFQ: the jobs' service as of the partition's last event
-            view = as_of_last_event(rt.policy, self.memory.turns, [(d.status, d.job) for d in group], running, now)
+            cohort = [name, *(m.partition.name for m in members)]
+            since = max((self._events[m] for m in cohort if m in self._events), default=None)
+            view = as_of_last_event(
+                rt.policy, self.memory.turns, [(d.status, d.job) for d in group], running, now, since
+            )
             served, at = view.jobs, view.at
             if view.wake_at is not None:
                 rep.wake(view.wake_at)
@@ -1154,7 +1174,11 @@ class Planner:
         def core_job(job: Job) -> Job:
             return _on_pass_clock(served.get(job.id, job), now)
 
-        if rt.policy.preemptive:  # in the order they entered the queue, as the simulator's queue holds them
+        # ties of the policy's order go by arrival, as in the simulator's queue (the apiserver lists by name):
+        # a sorted policy's by submission, the others' by when each entered the queue
+        if rt.policy.static:
+            waiting_dl.sort(key=lambda d: (d.job.submit_time, d.job.id))
+        else:
             waiting_dl.sort(key=lambda d: (d.job.queued_since, d.job.submit_time, d.job.id))
         waiting = [core_job(d.job) for d in waiting_dl]
         held = [RunningJob(core_job(r.job), r.start - now, r.expected_end - now, r.allocation) for r in running]
@@ -1440,10 +1464,14 @@ class Planner:
                 "observedGeneration": meta(v).get("generation"),
             }
             have = v.get("status") or {}
+            at = self._events.get(name)
+            if at is not None and at > (parse_time(have.get("lastEventTime")) or -math.inf):
+                want["lastEventTime"] = rfc3339(at)
             ready = self._vc_ready(name, specs[name], total, cluster, now, have.get("conditions"))
             want["conditions"] = [ready]
             old_ready = next((c for c in have.get("conditions") or [] if c.get("type") == "Ready"), {})
             changed = any(have.get(k) != want[k] for k in ("gpus", "queued", "running", "observedGeneration"))
+            changed |= "lastEventTime" in want
             changed |= any(old_ready.get(k) != ready[k] for k in ("status", "reason", "message"))
             if changed or abs(int(have.get("oldestWaitSeconds") or 0) - oldest) >= OLDEST_WAIT_STEP_S:
                 self._w.add(f"vc/{name}", PatchVCStatus(name, want))

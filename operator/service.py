@@ -94,12 +94,67 @@ class View:
     wake_at: float | None  # the next turn end of a running job (a pass is due then)
 
 
+@dataclass(slots=True)
+class _Turns:
+    starts: dict[str, float | None]  # job id -> its current segment's start (None: not running yet)
+    last_ends: dict[str, float]  # job id -> its latest turn end up to now
+    wake: float | None  # the next turn end after now
+
+
+def _turns(
+    policy: OrderingPolicy,
+    turns: TurnClock,
+    status: Mapping[str, Mapping[str, Any]],
+    running: Sequence[RunningJob],
+    now: float,
+) -> _Turns:
+    out = _Turns({}, {}, None)
+    for r in running:
+        start = out.starts[r.job.id] = segment_start(status.get(r.job.id))
+        if start is None:
+            continue
+        last, nxt = turns.ends(policy, r.job, start, now)
+        if last is not None:
+            out.last_ends[r.job.id] = last
+        if nxt is not None:
+            out.wake = nxt if out.wake is None else min(out.wake, nxt)
+    return out
+
+
+def _at(group: Sequence[tuple[Mapping[str, Any], Job]], t: _Turns, now: float, since: float | None) -> float:
+    return last_event(
+        (job.submit_time for _, job in group),
+        [
+            *(parse_time(st.get("completionTime")) for st, _ in group if st.get("phase") in ("Succeeded", "Failed")),
+            since,
+        ],
+        t.last_ends.values(),
+        now,
+    )
+
+
+def latest_event(
+    policy: OrderingPolicy,
+    turns: TurnClock,
+    group: Sequence[tuple[Mapping[str, Any], Job]],
+    running: Sequence[RunningJob],
+    now: float,
+    since: float | None = None,
+) -> float | None:
+    """A partition's latest event up to ``now`` (see :func:`as_of_last_event`), None when it has none: in a
+    cohort, an event of any member is one of each (the simulator passes every member then)."""
+    if not group and since is None:
+        return None
+    return _at(group, _turns(policy, turns, {job.id: st for st, job in group}, running, now), now, since)
+
+
 def as_of_last_event(
     policy: OrderingPolicy,
     turns: TurnClock,
     group: Sequence[tuple[Mapping[str, Any], Job]],
     running: Sequence[RunningJob],
     now: float,
+    since: float | None = None,
 ) -> View:
     """The jobs of one partition as the simulator's event loop shows them to ``policy`` at the partition's
     latest event. ``group``: (status, Job from :func:`~qosmos.operator.translate.job_from_dljob`) of
@@ -107,37 +162,23 @@ def as_of_last_event(
     ``running``: its admitted ones, ``expected_end - start`` their predicted duration. Running jobs get
     the service of their current segment up to the event and, after a turn end, ``enqueued`` = that
     turn end (the engine's EV_REQUEUE). ``duration`` is the predicted one: the operator's stand-in for
-    the simulator's oracle (SRTF's remaining time = predicted duration - executed seconds)."""
-    status = {job.id: st for st, job in group}
-    starts: dict[str, float | None] = {}
-    last_ends: dict[str, float] = {}
-    wake: float | None = None
-    for r in running:
-        start = starts[r.job.id] = segment_start(status.get(r.job.id))
-        if start is None:
-            continue
-        last, nxt = turns.ends(policy, r.job, start, now)
-        if last is not None:
-            last_ends[r.job.id] = last
-        if nxt is not None:
-            wake = nxt if wake is None else min(wake, nxt)
-    at = last_event(
-        (job.submit_time for _, job in group),
-        (parse_time(st.get("completionTime")) for st, _ in group if st.get("phase") in ("Succeeded", "Failed")),
-        last_ends.values(),
-        now,
-    )
+    the simulator's oracle (SRTF's remaining time = predicted duration - executed seconds). ``since``: a
+    latest event known otherwise: an earlier pass's (the VirtualCluster's ``status.lastEventTime``: a
+    finished DLJob, once retired, is no longer in ``group``, and its completion would otherwise be lost
+    as an event), or a cohort member's."""
+    t = _turns(policy, turns, {job.id: st for st, job in group}, running, now)
+    at = _at(group, t, now, since)
     jobs = {
         job.id: dataclasses.replace(job, duration=job.predicted_duration)
         for st, job in group
         if st.get("phase") in (None, "Queued")
     }
     for r in running:
-        job = with_service(r.job, starts.get(r.job.id), at)
-        job.enqueued = last_ends.get(job.id, job.enqueued)
+        job = with_service(r.job, t.starts.get(r.job.id), at)
+        job.enqueued = t.last_ends.get(job.id, job.enqueued)
         job.duration = r.expected_end - r.start if math.isfinite(r.expected_end) else None  # the prediction
         jobs[job.id] = job
-    return View(jobs, at, wake)
+    return View(jobs, at, t.wake)
 
 
-__all__ = ["MAX_TURNS", "TurnClock", "View", "as_of_last_event", "last_event"]
+__all__ = ["MAX_TURNS", "TurnClock", "View", "as_of_last_event", "last_event", "latest_event"]

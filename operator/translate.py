@@ -59,7 +59,12 @@ def parse_time(value: object) -> float | None:
 
 
 def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """``t`` in RFC 3339, to the microsecond where it has a fraction: a time the operator writes (a start, a
+    requeue, a finish, a partition's last event) is read back as the service a job received, and a start
+    at a turn end 813.5 s written as 813 s gave it half a second of service before it ran (the next pass
+    preempted it again under LAS)."""
+    fmt = "%Y-%m-%dT%H:%M:%SZ" if t == int(t) else "%Y-%m-%dT%H:%M:%S.%fZ"
+    return datetime.fromtimestamp(t, UTC).strftime(fmt)
 
 
 # --------------------------------------------------------------------------- DLJob -> Job

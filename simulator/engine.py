@@ -77,7 +77,9 @@ BACKFILL_ESTIMATES = ("predicted", "requested", "oracle")
 # job states
 FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED = range(6)
 # event kinds, in the order they apply at one instant
-EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE = range(6)  # from EV_TICK on: no job's event
+# from EV_TICK on: no job's event; EV_SEEN: a rejected job's arrival (its partition passes, as the operator's does
+# when the DLJob is created: it then waits Inadmissible)
+EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE, EV_SEEN = range(7)
 
 
 @dataclass
@@ -512,7 +514,7 @@ class Simulator:
             q.rt.partition.cohort is not None or q.rt.partition.preemption.within_partition != "Never"
             for q in self.queues
         )
-        self.redo: set[int] = set()  # queues whose jobs a pass of another queue preempted
+        self.redo: set[int] = set()  # queues to pass again at this instant: a cohort mate's pass changed them
         self.part_held = [0] * len(self.queues)  # whole GPUs held by each partition's running jobs
         # per partition of the file: its share, what it borrowed (most at once, GPU-seconds), reclaims
         self.tracked: list[tuple[int, int]] = []  # (queue, nominal share)
@@ -887,6 +889,15 @@ class Simulator:
         )
         q.carry = res.carry
         idx = self._idx_of
+        if res.starts or res.preemptions:
+            # what its members hold and still ask changed their caps (a start can leave a waiting job
+            # larger than its member's unused share: that share is lent now): their passes at this
+            # instant again, as the operator's next pass makes them
+            self.redo.update(j for j in self.mates[qi] if len(self.queues[j]))
+        if res.preemptions:
+            # and its own: a job stopped because its GPUs went to another may start on others now (the
+            # pass took it as running; the operator's next pass sees it waiting)
+            self.redo.add(qi)
         for pr in res.preemptions:
             # a booking pass released them on the books already (a cohort's reclaim)
             self._stop(idx[pr.job.id], finished=False, released=res.booked)
@@ -1126,12 +1137,18 @@ class Simulator:
                     self._push(self.withdraw[i], EV_WITHDRAW, i)  # type: ignore[arg-type]
         if self.cfg.tick > 0 and order:
             self._push(jobs[order[0]].submit_time + self.cfg.tick, EV_TICK, -1)
+        if not self.recorded:
+            for i in self.order:
+                if self.state[i] == REJECTED and jobs[i].vc in self.vc_index:
+                    self._push(jobs[i].submit_time, EV_SEEN, i)
         ev = self.events
         pos = 0
         n_order = len(order)
         dirty: set[int] = set()
         qidx = [self.vc_index.get(j.vc, 0) for j in jobs]
         last_t = jobs[order[0]].submit_time if order else 0.0
+        if self.events:  # a rejected job's arrival (EV_SEEN) may come first
+            last_t = min(last_t, self.events[0][0])
         done_count = 0
         prog_every = max(1, n_order // 200)
         next_report = 0  # report progress when done_count reaches it (not at every instant)
@@ -1167,6 +1184,8 @@ class Simulator:
                         dirty.update(range(len(self.queues)))
                         if pos < n_order or self.n_running or self.n_waiting:
                             self._push(t + self.cfg.tick, EV_TICK, -1)
+                    elif kind == EV_SEEN:
+                        dirty.add(qidx[i])
                     else:  # service i's g-th timeline point
                         self._scale_service(i, g, dirty)
                     continue

@@ -130,11 +130,11 @@ class FakeKube:
 
     def dljobs(self) -> list[dict[str, Any]]:
         """The working set, as the apiserver's selectors ``!qosmos.io/finished`` (labels) and, where it
-        can, ``status.retired!=true`` (fields) return it."""
+        can, ``status.retired!=true`` (fields) return it: by name, as etcd lists keys (not by creation)."""
         return copy.deepcopy(
             [
                 j
-                for j in self.jobs.values()
+                for _, j in sorted(self.jobs.items())
                 if "qosmos.io/finished" not in (j["metadata"].get("labels") or {})
                 and not (self.retire_in_status and (j.get("status") or {}).get("retired"))
             ]
@@ -198,7 +198,15 @@ class FakeKube:
                 self._touch(v)
 
     def annotate_vc(self, name: str, annotations: dict[str, str | None]) -> None:
-        pass
+        for v in self._vcs:
+            if v["metadata"]["name"] == name:
+                have = v["metadata"].setdefault("annotations", {})
+                for k, val in annotations.items():  # a merge patch: None removes the key
+                    if val is None:
+                        have.pop(k, None)
+                    else:
+                        have[k] = val
+                self._touch(v)
 
     def label_node(self, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]) -> None:
         node = next(n for n in self._nodes if n["metadata"]["name"] == name)

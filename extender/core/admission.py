@@ -1051,9 +1051,13 @@ def _preemptive(
     """Preemptive policies (SRTF, LAS, RR, MLFQ): order waiting and running jobs together; keep the
     prefix that fits the partition's GPUs; preempt running jobs outside it; start the waiting ones in
     it; then fill what still fits in policy order (work-conserving: fragmentation may keep a desired
-    job out, and its GPUs should not idle until the next event)."""
+    job out, and its GPUs should not idle until the next event). In that fill a preempted job whose
+    GPUs nobody took keeps running: stopping it freed nothing a job could start on, its GPUs would
+    idle, and the operator's next pass would start it again as a waiting job (then stop it again)."""
     p = _Pass(rt, cluster, now, running, estimate, carry, len(waiting), explain, members=cohort)
-    run = list(p.running())
+    # in the order they started (then by id): among running jobs of equal keys the one started last is
+    # stopped first, whatever order the caller lists them in (the simulator's by start, the operator's by name)
+    run = sorted(p.running(), key=lambda r: (r.start, r.job.id))
     if not waiting:
         return p.result
     by_id = {r.job.id: r for r in run}
@@ -1081,37 +1085,71 @@ def _preemptive(
             elif d.job.id not in by_id:
                 p.wait(d, pos, NO_FIT, "the jobs ahead of it in the policy's order hold the partition's GPUs")
         return p.result
-    # preempt running jobs outside the kept prefix (on a scratch copy: the caller books for real)
-    for r in run:
-        if r.job.id not in keep:
-            p.result.preemptions.append(Preemption(r.job, f"outranked under {rt.policy.name}"))
-            if r.allocation is not None:
-                if p.scratch is None:
-                    p.scratch = cluster.copy()
-                p.scratch.release(r.allocation)
-                if p.tracks_held:
-                    p.held_now()
-                    p.held -= r.allocation.gpus
+    # Running jobs outside the kept prefix are outranked. They are stopped (on a scratch copy: the caller
+    # books for real) only where that lets a job start: for a job of the prefix, or in the fill for a job
+    # ranked above them; stopping them for a job that still cannot start is taken back.
+    outranked = {r.job.id: r for r in run if r.job.id not in keep}
+    booked = dict(outranked)  # outranked jobs whose GPUs this pass still books: they run on
+    rank = {d.job.id: k for k, d in enumerate(ds)}
     started: set[str] = set()
     over: set[str] = set()  # left waiting by the cap, not by the nodes
 
-    def start(d: Decision) -> None:
+    def rebook(rs: Iterable[RunningJob], sign: int) -> None:
+        """Stop (-1) or keep running (+1) outranked jobs on this pass's books."""
+        if p.scratch is None:
+            p.scratch = cluster.copy()
+        for r in rs:
+            if r.allocation is None:
+                continue
+            if sign < 0:
+                p.scratch.release(r.allocation)
+                del booked[r.job.id]
+            else:
+                p.scratch.allocate(r.allocation)
+                booked[r.job.id] = r
+            if p.tracks_held:
+                p.held_now()
+                p.held += sign * r.allocation.gpus
+
+    def try_start(d: Decision) -> bool:
         left = p.quota_left()  # the fill below is work-conserving, within the quota or cohort cap
         if left is not None and d.job.gpus > left:
             over.add(d.job.id)
-            return
+            return False
         alloc = p.place(d.job, d.shape)
-        if alloc is not None:
-            over.discard(d.job.id)
-            p.start(d.job, alloc, d.shape, False)
-            started.add(d.job.id)
+        if alloc is None:
+            return False
+        over.discard(d.job.id)
+        p.start(d.job, alloc, d.shape, False)
+        started.add(d.job.id)
+        return True
+
+    def start(d: Decision, stoppable: list[RunningJob]) -> None:
+        if try_start(d) or not stoppable:
+            return
+        rebook(stoppable, -1)
+        if not try_start(d):
+            rebook(stoppable, +1)  # stopping them starts nothing: they run on
+
+    def resume(r: RunningJob) -> None:
+        """A stopped job whose GPUs nobody took runs on (within the cap)."""
+        left = p.quota_left()
+        a = r.allocation
+        if a is not None and (left is None or a.gpus <= left) and p.state().refusal(a) is None:
+            rebook([r], +1)
 
     for d in ds:
         if d.job.id in keep and d.job.id not in by_id:
-            start(d)
+            start(d, [r for r in booked.values() if r.allocation is not None])
     for d in ds:
-        if d.job.id not in by_id and d.job.id not in started and d.job.id not in never:
-            start(d)
+        if d.job.id in outranked:
+            if d.job.id not in booked:
+                resume(outranked[d.job.id])
+        elif d.job.id not in by_id and d.job.id not in started and d.job.id not in never:
+            below = rank[d.job.id]
+            start(d, [r for r in booked.values() if r.allocation is not None and rank[r.job.id] > below])
+    why = f"outranked under {rt.policy.name}"
+    p.result.preemptions += [Preemption(r.job, why) for r in run if r.job.id in outranked and r.job.id not in booked]
     for pos, d in enumerate(ds):
         if d.job.id in never:
             p.wait(d, pos, INADMISSIBLE, never[d.job.id])

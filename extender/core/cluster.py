@@ -92,8 +92,10 @@ class ClusterState:
         self.vc_releases = np.zeros(len(self.vcs), dtype=np.int64)
         # Which books the release counters count on: a state built afresh (the operator's, every pass)
         # restarts them at 0, so a refusal remembered against another state must not carry over.
-        # Copies share it: they derive from these books.
+        # Copies share it while they only add allocations (a pass's starts, which its caller books too);
+        # a copy's first release gives it a lineage of its own (below).
         self.lineage = next(_LINEAGES)
+        self._derived = False
         self.books = 0  # bumped by every allocate and release: what was derived from the books is stale
 
     def copy(self) -> ClusterState:
@@ -102,6 +104,7 @@ class ClusterState:
         c.__dict__.update(self.__dict__)
         for name in ("gpu_free_milli", "free_gpus", "free_cpu", "free_mem", "vc_free", "vc_releases"):
             setattr(c, name, getattr(self, name).copy())
+        c._derived = True
         return c
 
     def emptied(self) -> ClusterState:
@@ -326,16 +329,24 @@ class ClusterState:
         return most
 
     # ---- mutators --------------------------------------------------------------------------
-    def allocate(self, alloc: Allocation) -> None:
-        self.books += 1
+    def refusal(self, alloc: Allocation) -> InvalidInput | None:
+        """Why ``alloc`` cannot be booked now (a GPU, or a node's CPU or memory, not free); None: it can."""
         gfm, cap = self.gpu_free_milli, self._cap
         for g in alloc.grants:
             row, need, c = gfm[g.node], g.gpu_milli, cap[g.node]
             for gpu in g.gpu_ids:
                 if gpu >= c or row[gpu] < need:
-                    raise InvalidInput("allocation", (self.nodes[g.node].name, gpu), "GPU is not free")
+                    return InvalidInput("allocation", (self.nodes[g.node].name, gpu), "GPU is not free")
             if (g.cpu_milli or g.memory_mib) and not self.cpu_fits(g.node, g.cpu_milli, g.memory_mib):
-                raise InvalidInput("allocation", self.nodes[g.node].name, "CPU or memory is not free")
+                return InvalidInput("allocation", self.nodes[g.node].name, "CPU or memory is not free")
+        return None
+
+    def allocate(self, alloc: Allocation) -> None:
+        self.books += 1
+        refused = self.refusal(alloc)
+        if refused is not None:
+            raise refused
+        gfm = self.gpu_free_milli
         for g in alloc.grants:
             node = g.node
             row = gfm[node]
@@ -360,6 +371,11 @@ class ClusterState:
 
     def release(self, alloc: Allocation) -> None:
         self.books += 1
+        if self._derived:
+            # A copy that releases may go where the books it came from never go (a preemption taken
+            # back: released, then allocated again), so its release count no longer names one state of
+            # theirs: a refusal remembered on it (FitMemo) held on the original after another release.
+            self.lineage, self._derived = next(_LINEAGES), False
         gfm = self.gpu_free_milli
         for g in alloc.grants:
             node = g.node

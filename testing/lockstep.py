@@ -1,0 +1,189 @@
+"""The operator's passes in lockstep with a job trace, for comparing its decisions with the simulator's.
+
+:class:`Passes` runs the operator itself (``Reconciler``: its plan and its applier) on an in-memory
+apiserver (:class:`~qosmos.testing.fakekube.FakeKube`) and plays the rest of the cluster: DLJobs are
+created at their submission, kube-scheduler binds each gang pod where the operator pinned it, the kubelet
+runs it for the rest of its job's run time (a preempted job resumes where it stopped, as the simulator's
+do) and ends a deleted pod at once (preemption overhead 0). At every event it runs a pass, then passes
+again as a live operator does after its own writes (pods Running, status echoes) until they write
+nothing, and once between two events (the operator's timer). None of those may preempt (a decision a
+later pass takes back is a thrash); the passes after an event's may start a job the first could not see
+room for (a cohort member's pass ran before another's start left it GPUs to lend; a job stopped for its
+GPUs starts on others), the one between events nothing. Run
+segments are read from the DLJobs' status writes, to compare with ``SimResult.segments``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from qosmos.extender.core.types import Job
+from qosmos.operator.durations import Durations
+from qosmos.operator.reconcile import Reconciler
+from qosmos.operator.translate import parse_time, rfc3339
+from qosmos.testing.fakekube import FakeKube, gpu_node, pinned
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: trace time 0
+MAX_QUIET_PASSES = 6  # passes after an event's until one writes nothing
+VC_LABEL = "qosmos.test/vc"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """A DLJob of the trace: created ``submit`` s after T0, asking ``gpus`` GPUs, running ``duration`` s."""
+
+    name: str
+    submit: int
+    gpus: int
+    duration: int
+    vc: str = "default"
+
+
+class Oracle(Durations):
+    """Every job's run time is known (the simulator's ``duration``): SJF's and SRTF's keys, and
+    backfilling's estimates, are the simulator's."""
+
+    def __init__(self, duration: dict[str, float]) -> None:
+        super().__init__(None)
+        self.duration = duration
+
+    def predict(self, job: Job, now: float) -> float | None:
+        return self.duration[job.id]
+
+    def predict_run(self, job: Job, now: float, elapsed: float) -> float | None:
+        return None  # no ETAs: not what is compared
+
+
+class Passes:
+    """The operator's passes over ``jobs`` (in namespace ``ns``) on nodes of ``node_gpus`` GPUs (``n0``,
+    ``n1``, ...), all in one VirtualCluster ``default`` of ``vc_spec``; or, with ``vcs`` (name -> spec),
+    node i in VirtualCluster ``node_vc[i]`` (selected by the label ``qosmos.test/vc``)."""
+
+    def __init__(
+        self,
+        vc_spec: dict[str, Any],
+        node_gpus: Sequence[int],
+        jobs: Sequence[TraceJob],
+        predict: bool = True,
+        *,
+        vcs: Mapping[str, dict[str, Any]] | None = None,
+        node_vc: Sequence[str] = (),
+    ) -> None:
+        if vcs is None:
+            vcs, node_vc = {"default": vc_spec}, ["default"] * len(node_gpus)
+            objs = [{"metadata": {"name": "default"}, "spec": vc_spec}]
+        else:
+            objs = [
+                {"metadata": {"name": n}, "spec": {**spec, "nodeSelector": {VC_LABEL: n}}} for n, spec in vcs.items()
+            ]
+        nodes = [gpu_node(f"n{i}", g, **{VC_LABEL: v}) for i, (g, v) in enumerate(zip(node_gpus, node_vc, strict=True))]
+        self.kube = FakeKube(nodes, vcs=objs)
+        self.now = T0
+        self.jobs = {j.name: j for j in jobs}
+        self.duration = {f"ns/{j.name}": float(j.duration) for j in jobs}
+        self.rec = Reconciler(
+            self.kube,  # type: ignore[arg-type]
+            durations=Oracle(self.duration) if predict else Durations(None),
+            clock=lambda: self.now,
+        )
+        self.arrivals = sorted((T0 + j.submit, j.name) for j in jobs)
+        self.ends: dict[str, float] = {}  # pod -> when it finishes its run
+        self.open: dict[str, float] = {}  # job -> start of its current segment
+        self.segments: list[tuple[str, float, float]] = []  # (job id, start, end) in trace time
+        self.wake: float | None = None
+        self.passes = 0
+
+    def dljob(self, j: TraceJob) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": j.name,
+                "namespace": "ns",
+                "uid": f"uid-{j.name}",
+                "creationTimestamp": rfc3339(T0 + j.submit),
+            },
+            "spec": {"virtualCluster": j.vc, "gpus": j.gpus},
+            "status": {},
+        }
+
+    def next_event(self) -> float | None:
+        times = [t for t, n in self.arrivals if n not in self.kube.jobs]
+        times += list(self.ends.values())
+        times += [self.wake] if self.wake is not None else []
+        return min(times, default=None)
+
+    def step(self, now: float) -> tuple[list[str], list[str]]:
+        """One pass at ``now``, then the scheduler and kubelet; (preempted, admitted)."""
+        self.now = now
+        self.passes += 1
+        for t, n in self.arrivals:
+            if t <= now and n not in self.kube.jobs:
+                self.kube.add(self.dljob(self.jobs[n]))
+        for pod, end in list(self.ends.items()):
+            if end <= now:
+                st = self.kube.pods[pod]["status"]
+                st["phase"] = "Succeeded"
+                st["containerStatuses"] = [{"name": "main", "state": {"terminated": {"finishedAt": rfc3339(end)}}}]
+                del self.ends[pod]
+        seen = len(self.kube.status_patches)
+        rep = self.rec.run_pass()
+        self.wake = rep.wake_at
+        for name, patch in self.kube.status_patches[seen:]:
+            key = f"ns/{name}"
+            if patch.get("phase") == "Running":
+                self.open[key] = parse_time(patch["startTime"]) or now
+            elif patch.get("phase") in ("Queued", "Succeeded") and key in self.open:
+                end = parse_time(patch.get("completionTime")) or now
+                self.segments.append((key, self.open.pop(key) - T0, end - T0))
+        self.kube.terminate()  # preempted pods leave at once
+        for pod in [p for p in self.kube.pods.values() if not p["spec"].get("nodeName")]:
+            name = pod["metadata"]["name"]
+            job = self.kube.jobs[pod["metadata"]["labels"]["qosmos.io/job"]]
+            pod["spec"].pop("schedulingGates", None)
+            self.kube.bind(name, pinned(pod))
+            executed = float(job["status"].get("executedSeconds") or 0.0)
+            self.ends[name] = now + self.duration[f"ns/{job['metadata']['name']}"] - executed
+        for pod in [n for n in self.ends if n not in self.kube.pods]:
+            del self.ends[pod]  # deleted (preempted): its run stopped
+        return rep.preempted, rep.admitted
+
+    def run(self, max_events: int = 1000) -> None:
+        """Every event's pass, then the passes after it until they write nothing (asserting that
+        they decide nothing), until no event is left."""
+        t = self.next_event()
+        events = 0
+        while t is not None:
+            events += 1
+            assert events <= max_events, f"more than {max_events} events: the passes do not settle"
+            self.step(t)
+            for _ in range(MAX_QUIET_PASSES):
+                before = (len(self.kube.status_patches), len(self.kube.pods))
+                again, _ = self.step(t)
+                # A later pass may admit what an earlier one could not see (a cohort member's pass ran
+                # before another's start lent it GPUs; a job stopped for its GPUs may start on others);
+                # it must not stop a job.
+                assert not again, f"a later pass at {t - T0:g} s took back the event's decision: {again}"
+                if (len(self.kube.status_patches), len(self.kube.pods)) == before:
+                    break
+            nxt = self.next_event()
+            if nxt is not None and nxt > t + 2:  # a pass of the operator's timer between two events
+                mid = (t + nxt) / 2
+                decided = self.step(mid)
+                assert decided == ([], []), f"a pass at {mid - T0:g} s, between events, decided {decided}"
+            t = nxt
+
+
+def same_segments(
+    a: Sequence[tuple[str, float, float]], b: Sequence[tuple[str, float, float]], tolerance: float = 1e-3
+) -> bool:
+    """The same run segments, each start and end within ``tolerance`` s (status times are written to the
+    microsecond; this kubelet writes a pod's exact finish, where a real one writes whole seconds)."""
+    a, b = sorted(a), sorted(b)
+    return len(a) == len(b) and all(
+        x[0] == y[0] and abs(x[1] - y[1]) <= tolerance and abs(x[2] - y[2]) <= tolerance
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+__all__ = ["T0", "Oracle", "Passes", "TraceJob", "same_segments"]

@@ -1,0 +1,295 @@
+"""One implementation of every decision: generated traces through the simulator and through the operator's
+own passes (``qosmos.testing.lockstep``: its plan and applier on an in-memory apiserver, at every event and
+again after its writes) give the same run segments, and no pass takes back an earlier pass's decision.
+
+The property found each regression case below; each fails on the code before its fix."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from qosmos.extender.core.admission import FitMemo, Partition, PartitionRuntime, RunningJob, admit
+from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant
+from qosmos.operator.translate import parse_time, rfc3339
+from qosmos.simulator.engine import SimConfig, simulate
+from qosmos.simulator.partitions import PartitionSpec
+from qosmos.simulator.traces import Trace
+from qosmos.testing.lockstep import T0, Passes, TraceJob, same_segments
+
+PREEMPTIVE = ("srtf", "las", "rr", "mlfq")
+POLICIES = ("fifo", "sjf", "priority", "wfair", *PREEMPTIVE)
+PLACERS = ("consolidate", "first-fit", "best-fit", "free-gpu", "cer")
+BACKFILL = ("none", "easy", "relaxed", "adaptive")
+
+
+def simulated(
+    vcs: dict[str, dict[str, Any]],
+    nodes: list[int],
+    node_vc: list[str],
+    jobs: list[TraceJob],
+    placement: str,
+    backfill: str,
+) -> list[tuple[str, float, float]]:
+    """The simulator's run segments of ``jobs`` with the VirtualClusters ``vcs`` as its partitions."""
+    trace = Trace(
+        "t",
+        [Job(f"ns/{j.name}", float(j.submit), j.gpus, duration=float(j.duration), vc=j.vc) for j in jobs],
+        [Node(f"n{i}", g, vc=v) for i, (g, v) in enumerate(zip(nodes, node_vc, strict=True))],
+    )
+    parts = []
+    for name, spec in vcs.items():
+        quota, pre = spec.get("quota") or {}, spec.get("preemption") or {}
+        parts.append(
+            PartitionSpec(
+                name,
+                cohort=spec.get("cohort"),
+                nominal_gpus=quota.get("gpus"),
+                borrowing_limit=quota.get("borrowingLimit"),
+                lending_limit=quota.get("lendingLimit"),
+                policy=spec["policy"],
+                reclaim_within_cohort=pre.get("reclaimWithinCohort", "Any"),
+            )
+        )
+    cfg = SimConfig(
+        placement=placement,
+        backfill=backfill,
+        preemption_overhead=0.0,
+        backfill_estimates="oracle",
+        partitions=tuple(parts),
+    )
+    sim = simulate(trace, cfg)
+    return sorted({(trace.jobs[i].id, s, e) for i, _, s, e, _ in sim.segments})  # one per job, not per node
+
+
+def lockstep(
+    vcs: dict[str, dict[str, Any]],
+    nodes: list[int],
+    node_vc: list[str],
+    jobs: list[TraceJob],
+    placement: str,
+    backfill: str,
+) -> Passes:
+    specs = {n: {**spec, "placement": placement, "backfill": backfill} for n, spec in vcs.items()}
+    run = Passes({}, nodes, jobs, vcs=specs, node_vc=node_vc)
+    run.run()  # asserts that no later pass preempts
+    want = simulated(vcs, nodes, node_vc, jobs, placement, backfill)
+    assert same_segments(want, run.segments), f"\nsimulator {want}\noperator  {sorted(run.segments)}"
+    return run
+
+
+def one_vc(policy: str, placement: str, backfill: str, nodes: list[int], jobs: list[TraceJob]) -> Passes:
+    return lockstep({"default": {"policy": policy}}, nodes, ["default"] * len(nodes), jobs, placement, backfill)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob]]:
+    policy = draw(st.sampled_from(POLICIES))
+    nodes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))
+    # a preemptive policy's turns are quantum / GPUs: binary fractions, exact in a status timestamp
+    sizes = (1, 2, 4, 8, 16) if policy in PREEMPTIVE else (1, 2, 3, 4, 6, 8, 16)
+    fits = [g for g in sizes if g <= sum(nodes)]
+    raw = draw(
+        st.lists(st.tuples(st.integers(0, 3000), st.sampled_from(fits), st.integers(1, 4000)), min_size=1, max_size=7)
+    )
+    # the simulator's ties go by trace order: the trace in arrival order
+    jobs = sorted((TraceJob(f"j{k}", s, g, d) for k, (s, g, d) in enumerate(raw)), key=lambda j: (j.submit, j.name))
+    return policy, draw(st.sampled_from(PLACERS)), draw(st.sampled_from(BACKFILL)), nodes, jobs
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_the_operators_passes_make_the_simulators_decisions(
+    case: tuple[str, str, str, list[int], list[TraceJob]],
+) -> None:
+    one_vc(*case)
+
+
+Cohort = tuple[dict[str, dict[str, Any]], list[int], list[str], list[TraceJob], str, str]
+
+
+@st.composite
+def cohorts(draw: st.DrawFn) -> Cohort:
+    """Two or three VirtualClusters of one or two nodes each, in one cohort (nominal shares, borrowing
+    and lending limits, reclaim or not) or each with a quota or none; all preemptive or none."""
+    names = ["va", "vb", "vc"][: draw(st.integers(2, 3))]
+    cohort = draw(st.booleans())
+    preemptive = draw(st.booleans())
+    nodes: list[int] = []
+    node_vc: list[str] = []
+    for n in names:
+        for _ in range(draw(st.integers(1, 2))):
+            nodes.append(draw(st.sampled_from([1, 2, 4])))
+            node_vc.append(n)
+    vcs: dict[str, dict[str, Any]] = {}
+    for n in names:
+        own = sum(g for g, v in zip(nodes, node_vc, strict=True) if v == n)
+        spec: dict[str, Any] = {"policy": draw(st.sampled_from(PREEMPTIVE if preemptive else POLICIES[:4]))}
+        if cohort:
+            quota: dict[str, int] = {"gpus": draw(st.integers(0, own))}
+            if draw(st.booleans()):
+                quota["borrowingLimit"] = draw(st.integers(0, 4))
+            if draw(st.booleans()):
+                quota["lendingLimit"] = draw(st.integers(0, own))
+            spec |= {"cohort": "c", "quota": quota}
+            spec["preemption"] = {"reclaimWithinCohort": draw(st.sampled_from(["Any", "Never"]))}
+        elif draw(st.booleans()):
+            spec["quota"] = {"gpus": draw(st.integers(1, own))}
+        vcs[n] = spec
+    sizes = (1, 2, 4) if preemptive else (1, 2, 3, 4)
+    raw = draw(
+        st.lists(
+            st.tuples(st.integers(0, 2000), st.sampled_from(sizes), st.integers(1, 3000), st.sampled_from(names)),
+            min_size=1,
+            max_size=7,
+        )
+    )
+    jobs = sorted(
+        (TraceJob(f"j{k}", s, g, d, v) for k, (s, g, d, v) in enumerate(raw)), key=lambda j: (j.submit, j.name)
+    )
+    placement = draw(st.sampled_from(["consolidate", "best-fit", "first-fit"]))
+    return vcs, nodes, node_vc, jobs, placement, "none" if preemptive else draw(st.sampled_from(["none", "easy"]))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cohorts())
+def test_cohort_members_passes_make_the_simulators_decisions(case: Cohort) -> None:
+    lockstep(*case)
+
+
+# ---- what they found --------------------------------------------------------------------------
+
+
+def test_ties_of_a_sorted_policy_go_by_arrival_not_by_name() -> None:
+    """SJF ties (equal predictions) went by the apiserver's list order (by name): "a", created later,
+    started before "z"; the simulator's queue (and the policy's docstring) keeps arrival order."""
+    jobs = [TraceJob("b", 0, 1, 10), TraceJob("z", 1, 1, 5), TraceJob("a", 2, 1, 5)]
+    run = one_vc("sjf", "consolidate", "none", [1], jobs)
+    assert sorted(run.segments, key=lambda s: s[1]) == [("ns/b", 0, 10), ("ns/z", 10, 15), ("ns/a", 15, 20)]
+
+
+def test_a_retired_jobs_finish_stays_the_partitions_latest_event() -> None:
+    """SRTF: j0 finishes at 1 s; j2 (1 s left) and j1 (1 s, 2 GPUs) tie and the running one is kept. Once
+    j0 was retired its finish was no longer among the objects the operator reads: the next pass took the
+    latest event to be the arrivals at 0 s, j2 had 2 s left, and j1 preempted it."""
+    jobs = [TraceJob("j0", 0, 1, 1), TraceJob("j1", 0, 2, 1), TraceJob("j2", 0, 1, 2)]
+    run = one_vc("srtf", "consolidate", "none", [2], jobs)
+    assert run.kube.virtual_clusters()[0]["status"]["lastEventTime"] == rfc3339(T0 + 3)  # j1's finish
+    assert ("ns/j2", 0, 2) in run.segments
+
+
+def test_status_times_keep_their_fraction() -> None:
+    """A start written at a turn end 813.5 s read back as 813 s: half a second of service before the job
+    ran, and the pass after it preempted it again (LAS, two 4-GPU jobs of equal service)."""
+    assert parse_time(rfc3339(T0 + 813.5)) == T0 + 813.5
+    assert rfc3339(T0) == "2026-01-01T00:00:00Z"  # whole seconds as before
+    jobs = [TraceJob("j0", 0, 1, 2), TraceJob("j1", 1, 4, 813), TraceJob("j2", 1, 4, 813)]
+    run = one_vc("las", "consolidate", "none", [8], jobs)
+    assert ("ns/j0", 813.5, 814.5) in run.segments
+
+
+def test_a_preemptive_policy_stops_nobody_for_a_job_that_cannot_start() -> None:
+    """LAS at 1 s: j0 (2 GPUs) and j3 (3 GPUs) arrive, both ahead of the running j2 (1 GPU on the 4-GPU
+    node). Their 5 GPUs are the partition's, so j2 was preempted; but j3 fits on no node once j0 starts,
+    j2's GPU idled until the next event, and the operator's next pass started j2 again as a waiting job
+    (then stopped it again). Now j2 runs on: stopping it would start nothing."""
+    jobs = [TraceJob("j1", 0, 1, 1), TraceJob("j2", 0, 1, 2), TraceJob("j0", 1, 2, 1), TraceJob("j3", 1, 3, 1)]
+    run = one_vc("las", "consolidate", "none", [1, 4], jobs)
+    assert ("ns/j2", 0, 2) in run.segments and ("ns/j3", 2, 3) in run.segments
+    # the core's pass itself
+    cluster = ClusterState([Node("n0", 1), Node("n1", 4)])
+    rt = PartitionRuntime(Partition("default", policy="las"))
+    alloc = Allocation((NodeGrant(1, (0,)),))  # j2 on n1's first GPU
+    cluster.allocate(alloc)
+    running = [RunningJob(Job("j2", 0.0, 1, attained=1.0, executed=1.0), 0.0, math.inf, alloc)]
+    res = admit(rt, [Job("j0", 1.0, 2), Job("j3", 1.0, 3)], running, cluster, 1.0)
+    assert res.preemptions == [] and [s.job.id for s in res.starts] == ["j0"]
+
+
+def test_a_refusal_on_a_copy_that_released_does_not_hold_on_the_original() -> None:
+    """FitMemo remembers a refusal until the books release something, keyed by (lineage, releases). A
+    pass's copy that released a job (then took the preemption back: it started nothing) had the
+    original's key after the original's next release, with other GPUs free: a 3-GPU job refused on the
+    copy was refused on the original, where it fits (the simulator left it in its queue for ever)."""
+    cluster = ClusterState([Node("n0", 4)])
+    memo, vc = FitMemo(), cluster.vc_index("default")
+    a = admit(PartitionRuntime(Partition("default")), [Job("a", 0, 2), Job("b", 0, 1)], [], cluster, 0.0).starts
+    big, small = (s.allocation for s in a)
+    assert big is not None and small is not None
+    cluster.allocate(big)
+    cluster.allocate(small)
+    copy = cluster.copy()
+    copy.release(small)
+    job = Job("c", 0.0, 3)
+    memo.note(job, copy, vc, 4)  # 3 GPUs do not fit with the 2-GPU job there
+    copy.allocate(small)
+    cluster.release(big)  # the original's next release: 3 GPUs free
+    assert not memo.refused(job, cluster, vc, 4)
+
+
+def test_a_job_stopped_for_its_gpus_starts_on_others_at_once() -> None:
+    """LAS at 1 s, first-fit on nodes of 1, 2 and 1 GPUs: j2 (2 GPUs) needs the 2-GPU node where j1 runs,
+    so j1 is stopped; GPUs are free on the 1-GPU nodes. The operator's next pass starts j1 there; the
+    simulator, whose pass took j1 as running, left it waiting until the next event."""
+    jobs = [TraceJob("j0", 0, 1, 1), TraceJob("j1", 0, 1, 2), TraceJob("j2", 0, 2, 1), TraceJob("j3", 0, 2, 1)]
+    run = one_vc("las", "first-fit", "none", [1, 2, 1], jobs)
+    assert ("ns/j1", 1, 2) in run.segments
+
+
+def test_a_members_start_that_frees_its_share_lends_it_at_once() -> None:
+    """A cohort: vc (share 2) starts j1 (1 GPU); its waiting j2 (2 GPUs) no longer fits its unused share,
+    which is lent now. va's pass had run first: the operator's next pass started va's j0 on it at 0 s, the
+    simulator only at vc's next event."""
+    vcs = {
+        "va": {"policy": "srtf", "cohort": "c", "quota": {"gpus": 0}},
+        "vb": {"policy": "srtf", "cohort": "c", "quota": {"gpus": 0}},
+        "vc": {"policy": "srtf", "cohort": "c", "quota": {"gpus": 2}},
+    }
+    jobs = [TraceJob("j0", 0, 1, 1, "va"), TraceJob("j1", 0, 1, 1, "vc"), TraceJob("j2", 0, 2, 1, "vc")]
+    run = lockstep(vcs, [1, 1, 1, 1], ["va", "vb", "vc", "vc"], jobs, "consolidate", "none")
+    assert ("ns/j0", 0, 1) in run.segments
+
+
+def test_a_cohort_members_event_is_each_members() -> None:
+    """va's j0 finishes at 1 s: the simulator passes every member of the cohort then, and vc's SRTF sees
+    j1 with 2 s left, as many as j2: j1 runs on. The operator took vc's latest event to be its own (the
+    arrivals at 0 s), j1 had 3 s left, and j2 preempted it."""
+    vcs = {
+        "va": {"policy": "srtf", "cohort": "c", "quota": {"gpus": 3}},
+        "vb": {"policy": "srtf", "cohort": "c", "quota": {"gpus": 0}},
+        "vc": {"policy": "srtf", "cohort": "c", "quota": {"gpus": 1}},
+    }
+    jobs = [TraceJob("j0", 0, 1, 1, "va"), TraceJob("j1", 0, 1, 3, "vc"), TraceJob("j2", 0, 4, 2, "vc")]
+    run = lockstep(vcs, [1, 2, 1, 1], ["va", "va", "vb", "vc"], jobs, "consolidate", "none")
+    assert ("ns/j1", 0, 3) in run.segments
+
+
+def test_the_arrival_of_a_job_that_can_never_start_is_an_event() -> None:
+    """va (LAS) borrows vb's one GPU at most; j2 (2 GPUs) can never start. Its creation at 4 s is an event
+    of the operator's (the DLJob appears and waits Inadmissible) and LAS re-ranks then: j0 (1 s served)
+    takes the GPU from j1 (2 s). The simulator rejected j2 up front and had no event at 4 s."""
+    vcs = {
+        "va": {"policy": "las", "cohort": "c", "quota": {"gpus": 0}},
+        "vb": {"policy": "srtf", "cohort": "c", "quota": {"gpus": 1}},
+    }
+    jobs = [TraceJob("j0", 1, 1, 2, "va"), TraceJob("j1", 2, 1, 3, "va"), TraceJob("j2", 4, 2, 1, "va")]
+    run = lockstep(vcs, [1, 1], ["va", "vb"], jobs, "consolidate", "none")
+    assert ("ns/j0", 4, 5) in run.segments
+
+
+def test_running_jobs_of_equal_keys_are_stopped_in_the_order_they_started() -> None:
+    """RR at 1626 s: j2 and j3 (8 GPUs each) end a turn together and tie; j4 (4 GPUs) waits. The pass
+    stopped the last running job of the caller's list: the simulator's is in start order (j2, started
+    last), the operator's by name (j3). Now the core orders them by start itself."""
+    jobs = [
+        TraceJob("j0", 0, 1, 1),
+        TraceJob("j1", 0, 1, 1),
+        TraceJob("j2", 1, 8, 1219),
+        TraceJob("j3", 1, 8, 1219),
+        TraceJob("j4", 1, 4, 813),
+    ]
+    run = one_vc("rr", "consolidate", "none", [8, 8], jobs)
+    assert ("ns/j3", 813.5, 1219.75) in run.segments
