@@ -32,13 +32,29 @@ VC_LABEL = "qosmos.test/vc"
 
 @dataclass(frozen=True, slots=True)
 class TraceJob:
-    """A DLJob of the trace: created ``submit`` s after T0, asking ``gpus`` GPUs, running ``duration`` s."""
+    """A DLJob of the trace: created ``submit`` s after T0, asking ``gpus`` GPUs, running ``duration`` s;
+    ``gpus_per_node`` > 0 fixes its shape (``spec.gpusPerNode``), ``priority`` is ``spec.priority``."""
 
     name: str
     submit: int
     gpus: int
     duration: int
     vc: str = "default"
+    priority: int = 0
+    gpus_per_node: int = 0
+
+    def job(self) -> Job:
+        """The simulator's Job of this DLJob (namespace ``ns``)."""
+        nodes = self.gpus // self.gpus_per_node if self.gpus_per_node else 0
+        return Job(
+            f"ns/{self.name}",
+            float(self.submit),
+            self.gpus,
+            duration=float(self.duration),
+            vc=self.vc,
+            priority=self.priority,
+            nodes=nodes,
+        )
 
 
 class Oracle(Durations):
@@ -103,7 +119,12 @@ class Passes:
                 "uid": f"uid-{j.name}",
                 "creationTimestamp": rfc3339(T0 + j.submit),
             },
-            "spec": {"virtualCluster": j.vc, "gpus": j.gpus},
+            "spec": {
+                "virtualCluster": j.vc,
+                "gpus": j.gpus,
+                **({"priority": j.priority} if j.priority else {}),
+                **({"gpusPerNode": j.gpus_per_node} if j.gpus_per_node else {}),
+            },
             "status": {},
         }
 

@@ -598,20 +598,43 @@ class _Pass:
                 for r in self.running()
                 if r.job.priority < job.priority and r.allocation is not None and r.job.id not in self.reclaimed
             ]
-            found = self._room(d, victim_order(lower, now), lambda r: True, short)
+            # and the lower-priority jobs this pass started ahead of it (no work lost: the first taken): else
+            # the next pass would preempt what this one just started
+            fresh = {j.id: RunningJob(j, now, e, a) for j, a, e in self.started if j.priority < job.priority and a}
+            found = self._room(
+                d, victim_order([*lower, *fresh.values()], now, lowest_first=True), lambda r: True, short
+            )
             if found is not None:
                 alloc, victims = found
                 for r in victims:
+                    assert r.allocation is not None
+                    self.held_now()
+                    self.held -= r.allocation.gpus
+                    if r.job.id in fresh:
+                        self._unstart(r, job)
+                        continue
                     why = (
                         f"preempted in {self.part.name} for job {job.id} of higher priority "
                         f"({job.priority} > {r.job.priority}): its preemption is LowerPriority"
                     )
                     self._preempt(r, why, LOWER_PRIORITY)
-                    assert r.allocation is not None
-                    self.held_now()
-                    self.held -= r.allocation.gpus
                 return alloc
         return None
+
+    def _unstart(self, r: RunningJob, head: Job) -> None:
+        """Take back this pass's start of ``r``: its GPUs go to the higher-priority ``head``."""
+        assert r.allocation is not None and self.scratch is not None  # the start booked it there
+        self.scratch.release(r.allocation)
+        self.started = [s for s in self.started if s[0].id != r.job.id]
+        self.result.starts = [s for s in self.result.starts if s.job.id != r.job.id]
+        if self.explain:
+            job = r.job
+            needs = _needs(job, None)
+            why = f"left for {head.id} of higher priority ({head.priority} > {job.priority}): the preemption is LowerPriority"
+            pos = self.result.order.index(job.id) if job.id in self.result.order else -1
+            self.result.waiting.append(
+                WaitReason(job, NO_FIT, f"needs {needs} in {job.vc}; {why}", pos, needs, head.id)
+            )
 
     def _room(
         self, d: Decision, order: Sequence[RunningJob], take: Callable[[RunningJob], bool], short: int

@@ -39,8 +39,11 @@ its books first), and the victims go back to their own queues.
 **Priorities.** ``Job.priority`` (higher first) breaks ties of the partition's policy (the policies
 sort stably after a stable sort by descending priority: equal priorities change no order). With
 ``preemption.within_partition`` "LowerPriority", a blocked head may preempt running jobs of its own
-partition with a lower priority, least lost work first (ties: submitted last), as few as the placer
-and the partition's cap need; checked the same way on a scratch copy. Reclaim is tried first.
+partition with a lower priority, the lowest priority first, then least lost work (ties: submitted
+last), as few as the placer and the partition's cap need; checked the same way on a scratch copy
+(stopping a job of priority 0 for one of 1 while a job of -1 runs made the stopped job preempt the -1
+one at once). Jobs the pass itself started ahead of the head are candidates too (their start is taken
+back): else the next pass would preempt what this one started. Reclaim is tried first.
 """
 
 from __future__ import annotations
@@ -172,9 +175,12 @@ def lost_work(r: RunningJob, now: float) -> float:
     return max(now - r.start, 0.0) * gpus
 
 
-def victim_order(candidates: Iterable[RunningJob], now: float) -> list[RunningJob]:
-    """Least lost work first; ties: submitted last first, then the larger id (deterministic)."""
+def victim_order(candidates: Iterable[RunningJob], now: float, lowest_first: bool = False) -> list[RunningJob]:
+    """Least lost work first (``lowest_first``: the lowest priority first, then least lost work); ties:
+    submitted last first, then the larger id (deterministic)."""
     by_id = sorted(candidates, key=lambda r: r.job.id, reverse=True)
+    if lowest_first:
+        return sorted(by_id, key=lambda r: (r.job.priority, lost_work(r, now), -r.job.submit_time))
     return sorted(by_id, key=lambda r: (lost_work(r, now), -r.job.submit_time))
 
 

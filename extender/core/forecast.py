@@ -90,6 +90,14 @@ def forecast(
         work += len(queue)
         res = admit(sim, queue, live, st, t, carry=carry, estimate=estimate, explain=False, cohort=cohort)
         carry = res.carry
+        for pr in res.preemptions:  # a head preempted a lower-priority job (LowerPriority): it waits again
+            gone = next((r for r in live if r.job.id == pr.job.id), None)
+            if gone is None:
+                continue  # another cohort member's: its jobs stay as they are here
+            live.remove(gone)
+            if gone.allocation is not None:
+                st.release(gone.allocation)
+            queue.append(pr.job)
         started = {s.job.id for s in res.starts}
         for s in res.starts:
             eta[s.job.id] = t
@@ -107,6 +115,8 @@ def forecast(
         t = ends[0][0]
         while ends and ends[0][0] == t:  # everything ending at t is released at t
             _, _, r = heapq.heappop(ends)
+            if not any(x is r for x in live):
+                continue  # preempted before its end
             live.remove(r)
             if r.allocation is not None:
                 st.release(r.allocation)

@@ -6,6 +6,7 @@ import math
 
 from qosmos.extender.core.admission import Partition, PartitionRuntime, RunningJob
 from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.cohorts import PreemptionPolicy
 from qosmos.extender.core.forecast import forecast, running_end
 from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant
 
@@ -82,3 +83,20 @@ def test_running_end_rules() -> None:
     assert running_end(r, 0.0, lambda j, e: math.inf) == math.inf  # never ends: never releases
     early = RunningJob(job, 10.0, 50.0, None)  # starts after now (a pass's own start): elapsed 0
     assert running_end(early, 0.0, lambda j, e: 5.0 + e) == 15.0
+
+
+def test_a_head_that_preempts_a_lower_priority_job_in_the_forecast() -> None:
+    """LowerPriority: A (priority 0, 2 GPUs) cannot start now (stopping L frees one GPU; R, of its
+    priority, holds the other). When R ends at 100 s, A preempts L: the forecast booked A on L's
+    GPU still held ("GPU is not free") and the VirtualCluster lost every ETA; now L waits again."""
+    rt = PartitionRuntime(Partition("default", preemption=PreemptionPolicy(within_partition="LowerPriority")))
+    cluster = ClusterState([Node("n0", 2)])
+    low, r = Allocation((NodeGrant(0, (0,)),)), Allocation((NodeGrant(0, (1,)),))
+    cluster.allocate(low)
+    cluster.allocate(r)
+    running = [
+        RunningJob(Job("L", 0.0, 1, priority=-1), 0.0, 1000.0, low),
+        RunningJob(Job("R", 0.0, 1), 0.0, 100.0, r),
+    ]
+    fc = forecast(rt, [Job("A", 1.0, 2)], running, cluster, 10.0, runs)
+    assert fc.starts["A"] == 100.0

@@ -6,6 +6,7 @@ The property found each regression case below; each fails on the code before its
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -37,7 +38,7 @@ def simulated(
     """The simulator's run segments of ``jobs`` with the VirtualClusters ``vcs`` as its partitions."""
     trace = Trace(
         "t",
-        [Job(f"ns/{j.name}", float(j.submit), j.gpus, duration=float(j.duration), vc=j.vc) for j in jobs],
+        [j.job() for j in jobs],
         [Node(f"n{i}", g, vc=v) for i, (g, v) in enumerate(zip(nodes, node_vc, strict=True))],
     )
     parts = []
@@ -51,6 +52,7 @@ def simulated(
                 borrowing_limit=quota.get("borrowingLimit"),
                 lending_limit=quota.get("lendingLimit"),
                 policy=spec["policy"],
+                within_partition=pre.get("withinVirtualCluster", "Never"),
                 reclaim_within_cohort=pre.get("reclaimWithinCohort", "Any"),
             )
         )
@@ -81,12 +83,17 @@ def lockstep(
     return run
 
 
-def one_vc(policy: str, placement: str, backfill: str, nodes: list[int], jobs: list[TraceJob]) -> Passes:
-    return lockstep({"default": {"policy": policy}}, nodes, ["default"] * len(nodes), jobs, placement, backfill)
+def one_vc(
+    policy: str, placement: str, backfill: str, nodes: list[int], jobs: list[TraceJob], lower_priority: bool = False
+) -> Passes:
+    spec: dict[str, Any] = {"policy": policy}
+    if lower_priority:
+        spec["preemption"] = {"withinVirtualCluster": "LowerPriority"}
+    return lockstep({"default": spec}, nodes, ["default"] * len(nodes), jobs, placement, backfill)
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob]]:
+def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], bool]:
     policy = draw(st.sampled_from(POLICIES))
     nodes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))
     # a preemptive policy's turns are quantum / GPUs: binary fractions, exact in a status timestamp
@@ -97,13 +104,30 @@ def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob]]:
     )
     # the simulator's ties go by trace order: the trace in arrival order
     jobs = sorted((TraceJob(f"j{k}", s, g, d) for k, (s, g, d) in enumerate(raw)), key=lambda j: (j.submit, j.name))
-    return policy, draw(st.sampled_from(PLACERS)), draw(st.sampled_from(BACKFILL)), nodes, jobs
+    placement, backfill = draw(st.sampled_from(PLACERS)), draw(st.sampled_from(BACKFILL))
+    return policy, placement, backfill, nodes, draw(shaped(jobs, nodes)), draw(st.booleans())
+
+
+@st.composite
+def shaped(draw: st.DrawFn, jobs: list[TraceJob], nodes: list[int]) -> list[TraceJob]:
+    """Some jobs with a priority (ties of the policy, LowerPriority preemption) or a fixed gpusPerNode."""
+    out = []
+    for j in jobs:
+        gpn = [g for g in (1, 2, 4, 8) if j.gpus % g == 0 and g <= max(nodes)]
+        out.append(
+            dataclasses.replace(
+                j,
+                priority=draw(st.sampled_from([0, 0, 1, 2, -1])),
+                gpus_per_node=draw(st.sampled_from([0, *gpn])) if draw(st.booleans()) else 0,
+            )
+        )
+    return out
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_the_operators_passes_make_the_simulators_decisions(
-    case: tuple[str, str, str, list[int], list[TraceJob]],
+    case: tuple[str, str, str, list[int], list[TraceJob], bool],
 ) -> None:
     one_vc(*case)
 
@@ -114,7 +138,8 @@ Cohort = tuple[dict[str, dict[str, Any]], list[int], list[str], list[TraceJob], 
 @st.composite
 def cohorts(draw: st.DrawFn) -> Cohort:
     """Two or three VirtualClusters of one or two nodes each, in one cohort (nominal shares, borrowing
-    and lending limits, reclaim or not) or each with a quota or none; all preemptive or none."""
+    and lending limits, reclaim or not) or each with a quota or none; all preemptive or none; some
+    preempting lower-priority jobs of their own."""
     names = ["va", "vb", "vc"][: draw(st.integers(2, 3))]
     cohort = draw(st.booleans())
     preemptive = draw(st.booleans())
@@ -150,6 +175,10 @@ def cohorts(draw: st.DrawFn) -> Cohort:
     jobs = sorted(
         (TraceJob(f"j{k}", s, g, d, v) for k, (s, g, d, v) in enumerate(raw)), key=lambda j: (j.submit, j.name)
     )
+    jobs = draw(shaped(jobs, nodes))
+    for spec in vcs.values():
+        if draw(st.booleans()):
+            spec.setdefault("preemption", {})["withinVirtualCluster"] = "LowerPriority"
     placement = draw(st.sampled_from(["consolidate", "best-fit", "first-fit"]))
     return vcs, nodes, node_vc, jobs, placement, "none" if preemptive else draw(st.sampled_from(["none", "easy"]))
 
@@ -293,3 +322,23 @@ def test_running_jobs_of_equal_keys_are_stopped_in_the_order_they_started() -> N
     ]
     run = one_vc("rr", "consolidate", "none", [8, 8], jobs)
     assert ("ns/j3", 813.5, 1219.75) in run.segments
+
+
+def test_a_higher_priority_head_takes_what_this_pass_started_for_a_lower_one() -> None:
+    """FIFO with LowerPriority at 2 s: j4 and j5 (priority -1, older) start, j6 (priority 0) is left as the
+    blocked head with nothing running below it; the next pass preempted j5, just started, for j6. Now the
+    pass leaves j5 waiting and starts j6."""
+    jobs = [TraceJob(f"j{i}", 0, 1, 1) for i in range(5)]
+    jobs += [TraceJob("j5", 0, 1, 1, priority=-1), TraceJob("j6", 1, 1, 1)]
+    run = one_vc("fifo", "consolidate", "none", [2], jobs, lower_priority=True)
+    assert ("ns/j6", 2, 3) in run.segments and ("ns/j5", 3, 4) in run.segments
+
+
+def test_a_higher_priority_head_preempts_the_lowest_priority_first() -> None:
+    """FIFO with LowerPriority at 2 s: j6 (priority 1, 3 GPUs) finds 2 + 2 GPUs free on two nodes. It
+    stopped j5 (priority 0, least lost work), and j5, waiting again, stopped j2 (priority -1) at once.
+    Now it stops j2, the lowest priority, and j5 runs on."""
+    jobs = [TraceJob(f"j{i}", 0, 1, 1) for i in (0, 1, 3, 4)]
+    jobs += [TraceJob("j2", 0, 6, 3, priority=-1), TraceJob("j5", 1, 6, 2), TraceJob("j6", 2, 3, 1, priority=1)]
+    run = one_vc("fifo", "consolidate", "none", [8, 8], sorted(jobs, key=lambda j: (j.submit, j.name)), True)
+    assert ("ns/j5", 1, 3) in run.segments and ("ns/j2", 0, 2) in run.segments
