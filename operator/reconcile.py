@@ -117,6 +117,7 @@ from qosmos.operator.translate import (
     pod_name,
     probe_gang,
     rank0_address,
+    remaining,
     rfc3339,
     running_job,
     segment_start,
@@ -1185,9 +1186,9 @@ class Planner:
         rt.ctx = order_context(rt.partition, cluster, held, 0.0, self.modeldb)
         carry = carry_from_json((meta(vc).get("annotations") or {}).get(ANN_CARRY), cluster, now)
 
-        def estimate(job: Job, alloc: Allocation | None) -> float:
+        def estimate(job: Job, alloc: Allocation | None) -> float:  # a requeued job resumes: the rest of it
             d = job.predicted_duration
-            return math.inf if d is None else d
+            return math.inf if d is None else remaining(d, job)
 
         heads = {d.job.id for d in waiting_dl if d.status.get("queueHead")}  # preempted for a service
         res = admit(

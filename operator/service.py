@@ -159,7 +159,7 @@ def as_of_last_event(
     """The jobs of one partition as the simulator's event loop shows them to ``policy`` at the partition's
     latest event. ``group``: (status, Job from :func:`~qosmos.operator.translate.job_from_dljob`) of
     every DLJob of the partition, finished ones included (their creation and completion are events);
-    ``running``: its admitted ones, ``expected_end - start`` their predicted duration. Running jobs get
+    ``running``: its admitted ones, ``expected_end - start`` the rest of their predicted duration. Running jobs get
     the service of their current segment up to the event and, after a turn end, ``enqueued`` = that
     turn end (the engine's EV_REQUEUE). ``duration`` is the predicted one: the operator's stand-in for
     the simulator's oracle (SRTF's remaining time = predicted duration - executed seconds). ``since``: a
@@ -176,7 +176,8 @@ def as_of_last_event(
     for r in running:
         job = with_service(r.job, t.starts.get(r.job.id), at)
         job.enqueued = t.last_ends.get(job.id, job.enqueued)
-        job.duration = r.expected_end - r.start if math.isfinite(r.expected_end) else None  # the prediction
+        # the prediction: the rest it was expected to run at its start, plus its finished segments
+        job.duration = r.expected_end - r.start + r.job.executed if math.isfinite(r.expected_end) else None
         jobs[job.id] = job
     return View(jobs, at, t.wake)
 

@@ -327,9 +327,15 @@ def book_gang(
 
 
 def running_job(job: Job, start: float, alloc: Allocation | None, predicted: float | None) -> RunningJob:
-    """An admitted DLJob as the pass sees it: expected to end after its predicted run time."""
-    end = start + predicted if predicted is not None else math.inf
+    """An admitted DLJob as the pass sees it: expected to end after the rest of its predicted run time (a
+    requeued job resumes: its finished segments' ``executed`` seconds are done, as in the simulator)."""
+    end = start + remaining(predicted, job) if predicted is not None else math.inf
     return RunningJob(job, start, end, alloc)
+
+
+def remaining(predicted: float, job: Job) -> float:
+    """Run seconds left of ``job`` predicted to run ``predicted`` in all, after its finished segments."""
+    return max(predicted - job.executed, 0.0)
 
 
 # --------------------------------------------------------------------------- carry <-> annotation

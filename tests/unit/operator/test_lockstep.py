@@ -342,3 +342,20 @@ def test_a_higher_priority_head_preempts_the_lowest_priority_first() -> None:
     jobs += [TraceJob("j2", 0, 6, 3, priority=-1), TraceJob("j5", 1, 6, 2), TraceJob("j6", 2, 3, 1, priority=1)]
     run = one_vc("fifo", "consolidate", "none", [8, 8], sorted(jobs, key=lambda j: (j.submit, j.name)), True)
     assert ("ns/j5", 1, 3) in run.segments and ("ns/j2", 0, 2) in run.segments
+
+
+def test_a_requeued_job_is_expected_to_run_the_rest_of_its_time() -> None:
+    """SJF, EASY, LowerPriority: at 2566 s j4 (priority 1) preempts j2 with 2 s left; j2 may backfill behind
+    the head j5 only if it ends by j5's reserved start. The operator estimated it at its whole predicted
+    1910 s (the simulator: the rest, 2 s) and kept it waiting."""
+    jobs = [
+        TraceJob("j0", 0, 1, 1),
+        TraceJob("j1", 35, 1, 2533),
+        TraceJob("j2", 658, 1, 1910),
+        TraceJob("j3", 718, 2, 1848),
+        TraceJob("j4", 1758, 4, 2, priority=1, gpus_per_node=2),
+        TraceJob("j5", 1758, 4, 1),
+        TraceJob("j6", 1758, 1, 1),
+    ]
+    run = one_vc("sjf", "consolidate", "easy", [1, 2, 4], jobs, lower_priority=True)
+    assert ("ns/j2", 2566, 2568) in run.segments
