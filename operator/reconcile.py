@@ -330,6 +330,8 @@ class Memory:
     specs: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)  # (uid, generation) -> that key
     refused: dict[tuple[str, int], str] = field(default_factory=dict)  # (uid, attempt) -> pod refused (422)
     turns: TurnClock = field(default_factory=TurnClock)  # turn ends under preemptive policies (a cache)
+    # VirtualCluster -> its DLJobs not finished at the last pass: one gone since was deleted, an event
+    active: dict[str, set[str]] = field(default_factory=dict)
     forecast_at: dict[str, float] = field(default_factory=dict)  # VirtualCluster -> its last ETA forecast
     drift: tuple[float, float] | None = None  # (time, drift refreshes left to spend then): the bucket
     first: tuple[float, float] | None = None  # (time, first statuses left to spend then): FIRST_WRITES
@@ -528,18 +530,25 @@ class Planner:
 
         # each VirtualCluster's latest event (preemptive policies read service as of it; in a cohort, of
         # any member's), kept in its status: a retired DLJob's finish is not in the working set any more
+        active: dict[str, set[str]] = {}
         for v in vcs:
             name = meta(v)["name"]
+            group = by_vc.get(name, [])
+            since = parse_time((v.get("status") or {}).get("lastEventTime"))
+            active[name] = {d.job.id for d in group if d.phase not in FINISHED}
+            if self.memory.active.get(name, set()) - {d.job.id for d in group}:
+                since = now  # a DLJob deleted before it finished (the simulator's withdrawal): an event now
             at = latest_event(
                 self._runtime(name, vc_specs[name]).policy,
                 self.memory.turns,
-                [(d.status, d.job) for d in by_vc.get(name, [])],
+                [(d.status, d.job) for d in group],
                 running.get(name, []),
                 now,
-                parse_time((v.get("status") or {}).get("lastEventTime")),
+                since,
             )
             if at is not None:
                 self._events[name] = at
+        self.memory.active = active
 
         # 3. admission, one VirtualCluster at a time; a cohort's passes see each other's starts and
         # reclaims (a reclaimed job of another member leaves its ``running`` list and the cluster)

@@ -1215,6 +1215,7 @@ class Simulator:
                         self.queues[qi].first.discard(jobs[i].id)
                         self.state[i] = WITHDRAWN
                         done_count += 1
+                        dirty.add(qi)  # a blocked head withdrawn lets the jobs behind it start now
                     elif self.state[i] == FUTURE and self.recorded:
                         self.state[i] = WITHDRAWN
                         done_count += 1

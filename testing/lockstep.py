@@ -6,15 +6,17 @@ created at their submission, kube-scheduler binds each gang pod where the operat
 runs it for the rest of its job's run time (a preempted job resumes where it stopped, as the simulator's
 do) and ends a deleted pod at once (preemption overhead 0). At every event it runs a pass, then passes
 again as a live operator does after its own writes (pods Running, status echoes) until they write
-nothing, and once between two events (the operator's timer). None of those may preempt (a decision a
-later pass takes back is a thrash); the passes after an event's may start a job the first could not see
-room for (a cohort member's pass ran before another's start left it GPUs to lend; a job stopped for its
-GPUs starts on others), the one between events nothing. Run
+nothing, and once between two events (the operator's timer). The passes after an event's may decide
+what the first could not see (a cohort member's pass ran before another's start left it GPUs to lend; a
+job stopped for its GPUs starts on others, or preempts one of lower priority there), as the simulator
+passes a partition again at the same instant; none may stop a job twice at one instant (a thrash), and
+the pass between events decides nothing. Run
 segments are read from the DLJobs' status writes, to compare with ``SimResult.segments``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from qosmos.operator.translate import parse_time, rfc3339
 from qosmos.testing.fakekube import FakeKube, gpu_node, pinned
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: trace time 0
+FINISHED = ("Succeeded", "Failed")
 MAX_QUIET_PASSES = 6  # passes after an event's until one writes nothing
 VC_LABEL = "qosmos.test/vc"
 
@@ -33,7 +36,8 @@ VC_LABEL = "qosmos.test/vc"
 @dataclass(frozen=True, slots=True)
 class TraceJob:
     """A DLJob of the trace: created ``submit`` s after T0, asking ``gpus`` GPUs, running ``duration`` s;
-    ``gpus_per_node`` > 0 fixes its shape (``spec.gpusPerNode``), ``priority`` is ``spec.priority``."""
+    ``gpus_per_node`` > 0 fixes its shape (``spec.gpusPerNode``), ``priority`` is ``spec.priority``; deleted
+    at ``withdraw`` (the simulator's ``Trace.withdraw_at``)."""
 
     name: str
     submit: int
@@ -42,6 +46,7 @@ class TraceJob:
     vc: str = "default"
     priority: int = 0
     gpus_per_node: int = 0
+    withdraw: int | None = None  # deleted this many s after T0 (kubectl delete), if not finished by then
 
     def job(self) -> Job:
         """The simulator's Job of this DLJob (namespace ``ns``)."""
@@ -110,6 +115,7 @@ class Passes:
         self.segments: list[tuple[str, float, float]] = []  # (job id, start, end) in trace time
         self.wake: float | None = None
         self.passes = 0
+        self.deleted: set[str] = set()
 
     def dljob(self, j: TraceJob) -> dict[str, Any]:
         return {
@@ -129,7 +135,8 @@ class Passes:
         }
 
     def next_event(self) -> float | None:
-        times = [t for t, n in self.arrivals if n not in self.kube.jobs]
+        times = [t for t, n in self.arrivals if n not in self.kube.jobs and n not in self.deleted]
+        times += [T0 + j.withdraw for n, j in self.jobs.items() if j.withdraw is not None and n not in self.deleted]
         times += list(self.ends.values())
         times += [self.wake] if self.wake is not None else []
         return min(times, default=None)
@@ -139,8 +146,17 @@ class Passes:
         self.now = now
         self.passes += 1
         for t, n in self.arrivals:
-            if t <= now and n not in self.kube.jobs:
+            if t <= now and n not in self.kube.jobs and n not in self.deleted:
                 self.kube.add(self.dljob(self.jobs[n]))
+        for n, j in self.jobs.items():
+            if j.withdraw is not None and T0 + j.withdraw <= now and n not in self.deleted:
+                self.deleted.add(n)
+                if n in self.kube.jobs and (self.kube.jobs[n].get("status") or {}).get("phase") not in FINISHED:
+                    self.kube.delete_dljob("ns", n)  # its pods go with it (the garbage collector)
+                    self.kube.terminate()  # at once, before the pass: the simulator's withdrawal frees them
+                    self.ends = {pod: end for pod, end in self.ends.items() if pod in self.kube.pods}
+                    if f"ns/{n}" in self.open:
+                        self.segments.append((f"ns/{n}", self.open.pop(f"ns/{n}") - T0, now - T0))
         for pod, end in list(self.ends.items()):
             if end <= now:
                 st = self.kube.pods[pod]["status"]
@@ -177,14 +193,15 @@ class Passes:
         while t is not None:
             events += 1
             assert events <= max_events, f"more than {max_events} events: the passes do not settle"
-            self.step(t)
+            stopped = Counter(self.step(t)[0])
             for _ in range(MAX_QUIET_PASSES):
                 before = (len(self.kube.status_patches), len(self.kube.pods))
-                again, _ = self.step(t)
-                # A later pass may admit what an earlier one could not see (a cohort member's pass ran
-                # before another's start lent it GPUs; a job stopped for its GPUs may start on others);
-                # it must not stop a job.
-                assert not again, f"a later pass at {t - T0:g} s took back the event's decision: {again}"
+                # A later pass may decide what an earlier one could not see (a cohort member's pass ran
+                # before another's start lent it GPUs; a job stopped for its GPUs starts on others, or
+                # preempts one of lower priority there); no job is stopped twice at one instant.
+                stopped.update(self.step(t)[0])
+                twice = [j for j, n in stopped.items() if n > 1]
+                assert not twice, f"passes at {t - T0:g} s stopped {twice} again after starting them"
                 if (len(self.kube.status_patches), len(self.kube.pods)) == before:
                     break
             nxt = self.next_event()
@@ -199,8 +216,9 @@ def same_segments(
     a: Sequence[tuple[str, float, float]], b: Sequence[tuple[str, float, float]], tolerance: float = 1e-3
 ) -> bool:
     """The same run segments, each start and end within ``tolerance`` s (status times are written to the
-    microsecond; this kubelet writes a pod's exact finish, where a real one writes whole seconds)."""
-    a, b = sorted(a), sorted(b)
+    microsecond; this kubelet writes a pod's exact finish, where a real one writes whole seconds). A job
+    started and stopped at one instant ran nothing: the operator's status never says Running then."""
+    a, b = (sorted(x for x in s if x[2] - x[1] > tolerance) for s in (a, b))
     return len(a) == len(b) and all(
         x[0] == y[0] and abs(x[1] - y[1]) <= tolerance and abs(x[2] - y[2]) <= tolerance
         for x, y in zip(a, b, strict=True)

@@ -40,6 +40,7 @@ def simulated(
         "t",
         [j.job() for j in jobs],
         [Node(f"n{i}", g, vc=v) for i, (g, v) in enumerate(zip(nodes, node_vc, strict=True))],
+        withdraw_at=[None if j.withdraw is None else float(j.withdraw) for j in jobs],
     )
     parts = []
     for name, spec in vcs.items():
@@ -110,7 +111,8 @@ def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], bo
 
 @st.composite
 def shaped(draw: st.DrawFn, jobs: list[TraceJob], nodes: list[int]) -> list[TraceJob]:
-    """Some jobs with a priority (ties of the policy, LowerPriority preemption) or a fixed gpusPerNode."""
+    """Some jobs with a priority (ties of the policy, LowerPriority preemption), a fixed gpusPerNode, or
+    deleted after their creation (waiting, running or finished by then)."""
     out = []
     for j in jobs:
         gpn = [g for g in (1, 2, 4, 8) if j.gpus % g == 0 and g <= max(nodes)]
@@ -119,6 +121,7 @@ def shaped(draw: st.DrawFn, jobs: list[TraceJob], nodes: list[int]) -> list[Trac
                 j,
                 priority=draw(st.sampled_from([0, 0, 1, 2, -1])),
                 gpus_per_node=draw(st.sampled_from([0, *gpn])) if draw(st.booleans()) else 0,
+                withdraw=j.submit + draw(st.integers(1, 4000)) if draw(st.integers(0, 4)) == 0 else None,
             )
         )
     return out
@@ -359,3 +362,12 @@ def test_a_requeued_job_is_expected_to_run_the_rest_of_its_time() -> None:
     ]
     run = one_vc("sjf", "consolidate", "easy", [1, 2, 4], jobs, lower_priority=True)
     assert ("ns/j2", 2566, 2568) in run.segments
+
+
+def test_deleting_a_blocked_head_lets_the_jobs_behind_it_start_at_once() -> None:
+    """FIFO without backfilling: h (8 GPUs) waits behind r and blocks b. kubectl delete h at 100 s: the
+    operator's next pass starts b; the simulator's withdrawal of a waiting job gave its partition no pass,
+    and b waited for r's end at 1000 s."""
+    jobs = [TraceJob("r", 0, 4, 1000), TraceJob("h", 1, 8, 10, withdraw=100), TraceJob("b", 2, 1, 10)]
+    run = one_vc("fifo", "consolidate", "none", [8], jobs)
+    assert ("ns/b", 100, 110) in run.segments
