@@ -77,8 +77,8 @@ BACKFILL_ESTIMATES = ("predicted", "requested", "oracle")
 # job states
 FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED = range(6)
 # event kinds, in the order they apply at one instant
-# from EV_TICK on: no job's event; EV_SEEN: a rejected job's arrival (its partition passes, as the operator's does
-# when the DLJob is created: it then waits Inadmissible)
+# from EV_TICK on: no job's event; EV_SEEN: a rejected job's arrival or withdrawal (its partition passes, as the
+# operator's does when the DLJob is created, and waits Inadmissible, or deleted)
 EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE, EV_SEEN = range(7)
 
 
@@ -1141,6 +1141,9 @@ class Simulator:
             for i in self.order:
                 if self.state[i] == REJECTED and jobs[i].vc in self.vc_index:
                     self._push(jobs[i].submit_time, EV_SEEN, i)
+                    wd = self.withdraw[i]
+                    if wd is not None and wd > jobs[i].submit_time:  # its deletion too
+                        self._push(wd, EV_SEEN, i)
         ev = self.events
         pos = 0
         n_order = len(order)

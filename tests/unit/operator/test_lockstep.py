@@ -371,3 +371,18 @@ def test_deleting_a_blocked_head_lets_the_jobs_behind_it_start_at_once() -> None
     jobs = [TraceJob("r", 0, 4, 1000), TraceJob("h", 1, 8, 10, withdraw=100), TraceJob("b", 2, 1, 10)]
     run = one_vc("fifo", "consolidate", "none", [8], jobs)
     assert ("ns/b", 100, 110) in run.segments
+
+
+def test_deleting_a_job_that_can_never_start_is_an_event() -> None:
+    """LAS on one GPU: j3 (2 GPUs) can never start and is deleted at 2 s. The operator's pass then re-ranks
+    (j2, never served, takes the GPU from j1); the simulator, which rejected j3 up front, had no event."""
+    jobs = [
+        TraceJob("j0", 0, 1, 1, "va"),
+        TraceJob("j1", 0, 1, 2, "va"),
+        TraceJob("j2", 0, 1, 1, "va"),
+        TraceJob("j3", 0, 2, 1, "va", withdraw=2),
+    ]
+    run = lockstep(
+        {"va": {"policy": "las"}, "vb": {"policy": "srtf"}}, [1, 1], ["va", "vb"], jobs, "consolidate", "none"
+    )
+    assert ("ns/j2", 2, 3) in run.segments
