@@ -894,9 +894,10 @@ class Simulator:
             # larger than its member's unused share: that share is lent now): their passes at this
             # instant again, as the operator's next pass makes them
             self.redo.update(j for j in self.mates[qi] if len(self.queues[j]))
-        if res.preemptions:
+        if res.preemptions or res.unstarted:
             # and its own: a job stopped because its GPUs went to another may start on others now (the
-            # pass took it as running; the operator's next pass sees it waiting)
+            # pass took it as running; the operator's next pass sees it waiting), and one whose start
+            # was taken back is the blocked head it now is (its reservation is made at this instant)
             self.redo.add(qi)
         for pr in res.preemptions:
             # a booking pass released them on the books already (a cohort's reclaim)

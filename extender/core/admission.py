@@ -205,6 +205,9 @@ class AdmissionResult:
     carry: Carry = field(default_factory=Carry)
     order: list[str] = field(default_factory=list)  # job ids in policy order (explain only)
     booked: bool = False  # the starts are booked on the caller's ClusterState (admit's ``book``)
+    # starts this pass took back for a higher-priority head (LowerPriority): the jobs wait again, and a
+    # pass at the same instant sees them as the blocked heads they now are (the operator's next pass)
+    unstarted: list[str] = field(default_factory=list)
 
 
 class FitMemo:
@@ -627,6 +630,7 @@ class _Pass:
         self.scratch.release(r.allocation)
         self.started = [s for s in self.started if s[0].id != r.job.id]
         self.result.starts = [s for s in self.result.starts if s.job.id != r.job.id]
+        self.result.unstarted.append(r.job.id)
         if self.explain:
             job = r.job
             needs = _needs(job, None)
@@ -1074,9 +1078,9 @@ def _preemptive(
     """Preemptive policies (SRTF, LAS, RR, MLFQ): order waiting and running jobs together; keep the
     prefix that fits the partition's GPUs; preempt running jobs outside it; start the waiting ones in
     it; then fill what still fits in policy order (work-conserving: fragmentation may keep a desired
-    job out, and its GPUs should not idle until the next event). In that fill a preempted job whose
-    GPUs nobody took keeps running: stopping it freed nothing a job could start on, its GPUs would
-    idle, and the operator's next pass would start it again as a waiting job (then stop it again)."""
+    job out, and its GPUs should not idle until the next event). A running job outside the prefix is
+    stopped only where that lets a job start on its GPUs: stopped for nothing, its GPUs would idle and
+    the operator's next pass would start it again as a waiting job (then stop it again)."""
     p = _Pass(rt, cluster, now, running, estimate, carry, len(waiting), explain, members=cohort)
     # in the order they started (then by id): among running jobs of equal keys the one started last is
     # stopped first, whatever order the caller lists them in (the simulator's by start, the operator's by name)

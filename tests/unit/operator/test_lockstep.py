@@ -386,3 +386,19 @@ def test_deleting_a_job_that_can_never_start_is_an_event() -> None:
         {"va": {"policy": "las"}, "vb": {"policy": "srtf"}}, [1, 1], ["va", "vb"], jobs, "consolidate", "none"
     )
     assert ("ns/j2", 2, 3) in run.segments
+
+
+def test_a_start_taken_back_makes_the_blocked_head_and_its_reservation_at_once() -> None:
+    """FIFO, adaptive backfilling, LowerPriority, one 4-GPU node. At 1192 s j1 starts, then gives its GPUs to
+    j5 (priority 1); the operator's next pass reserved for j1 then (one job waiting), the simulator only at
+    the next arrival (two waiting: twice the slack), and let j3 backfill past the operator's bound."""
+    jobs = [
+        TraceJob("j0", 279, 2, 913),
+        TraceJob("j1", 279, 3, 1),
+        TraceJob("j5", 280, 2, 1663, priority=1),
+        TraceJob("j4", 281, 1, 1),
+        TraceJob("j2", 282, 2, 3402),
+        TraceJob("j3", 1193, 2, 1904),
+    ]
+    run = one_vc("fifo", "consolidate", "adaptive", [4], jobs, lower_priority=True)
+    assert ("ns/j1", 4594, 4595) in run.segments
