@@ -603,7 +603,11 @@ class _Pass:
             ]
             # and the lower-priority jobs this pass started ahead of it (no work lost: the first taken): else
             # the next pass would preempt what this one just started
-            fresh = {j.id: RunningJob(j, now, e, a) for j, a, e in self.started if j.priority < job.priority and a}
+            fresh = {
+                j.id: RunningJob(j, now, e, a)
+                for j, a, e in self.started
+                if j.priority < job.priority and a is not None
+            }
             found = self._room(
                 d, victim_order([*lower, *fresh.values()], now, lowest_first=True), lambda r: True, short
             )

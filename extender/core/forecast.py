@@ -83,6 +83,7 @@ def forecast(
             heapq.heappush(ends, (running_end(r, now), seq, r))
             seq += 1
     eta: dict[str, float] = {}
+    stopped: set[int] = set()  # id() of running jobs a forecast pass preempted: their end is no event
     t = now
     carry = carry or Carry()
     work = 0
@@ -95,6 +96,7 @@ def forecast(
             if gone is None:
                 continue  # another cohort member's: its jobs stay as they are here
             live.remove(gone)
+            stopped.add(id(gone))
             if gone.allocation is not None:
                 st.release(gone.allocation)
             queue.append(pr.job)
@@ -115,7 +117,7 @@ def forecast(
         t = ends[0][0]
         while ends and ends[0][0] == t:  # everything ending at t is released at t
             _, _, r = heapq.heappop(ends)
-            if not any(x is r for x in live):
+            if id(r) in stopped:
                 continue  # preempted before its end
             live.remove(r)
             if r.allocation is not None:
