@@ -37,7 +37,7 @@ from qosmos.extender.core.admission import (
 from qosmos.extender.core.cluster import ClusterState, share
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.ordering import OrderContext, get_policy
+from qosmos.extender.core.ordering import OrderContext, get_policy, model_usage
 from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant, PlacementRequest, Platform
 from qosmos.extender.explain import MAX_ABS_TIME_S, MAX_BATCH, MAX_GPUS_PER_NODE, MAX_ITERS, MAX_NODES
 from qosmos.extender.proto import qosmos_pb2 as pb
@@ -295,9 +295,8 @@ def order_context(
     by_user: dict[str, tuple[int, int]] = {}
     for r in running:  # usage as the simulator keeps it: GPUs held (by type), requested GPUs and CPU (by user)
         j = r.job
-        if j.model:
-            held = r.allocation.gpus if r.allocation is not None and j.gpu_milli == 1000 else j.gpus
-            by_model[j.model] = by_model.get(j.model, 0) + held
+        model, held = model_usage(j, r.allocation)
+        by_model[model] = by_model.get(model, 0) + held
         g, c = by_user.get(j.user, (0, 0))
         by_user[j.user] = (g + j.gpus, c + j.cpu_milli)
     return OrderContext(

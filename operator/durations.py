@@ -75,6 +75,10 @@ class Durations:
         self._saved_at: float | None = None  # when the last write was tried (the pass's clock)
         self._forget()
 
+    @property
+    def name(self) -> str:  # (the core's DurationPredictor protocol)
+        return self.predictor_name
+
     def _forget(self) -> None:
         from qosmos.predictors import make_duration_predictor
         from qosmos.predictors.runtime import SimilarElapsed

@@ -56,6 +56,7 @@ from qosmos.extender.core.admission import (
     WaitReason,
     admit,
 )
+from qosmos.extender.core.backfill import remaining_run
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.cohorts import CohortMember, nominal_of, quota_state
 from qosmos.extender.core.errors import InvalidInput
@@ -63,7 +64,7 @@ from qosmos.extender.core.forecast import Forecast, forecast
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.quota import accounting
 from qosmos.extender.core.services import ServiceReplica, place_services
-from qosmos.extender.core.types import Allocation, Job
+from qosmos.extender.core.types import Allocation, Job, SubmissionPredictions
 from qosmos.operator import metrics
 from qosmos.operator.crds import (
     LABEL_FINISHED,
@@ -117,7 +118,6 @@ from qosmos.operator.translate import (
     pod_name,
     probe_gang,
     rank0_address,
-    remaining,
     rfc3339,
     running_job,
     segment_start,
@@ -357,6 +357,8 @@ class Planner:
     def __init__(self, modeldb: ModelDB | None = None, durations: Durations | None = None) -> None:
         self.modeldb = modeldb or ModelDB.builtin()
         self.durations = durations or Durations(None)
+        # QSSF's run times, predicted when a DLJob is first seen and kept (the simulator's rule)
+        self.predictions = SubmissionPredictions(self.durations)
         self.memory = Memory()
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
         self._node_vc: dict[str, str] = {}  # node -> its VirtualCluster, as of this pass
@@ -409,6 +411,7 @@ class Planner:
         self._waiting = {}
         self._events: dict[str, float] = {}  # VirtualCluster -> its own latest event (status.lastEventTime)
         jobs = [_own(dl) for dl in snap.jobs]
+        self.predictions.retain({dl.uid for dl in jobs if dl.phase not in FINISHED})
         nodes, pods, others = snap.nodes, snap.pods, snap.others
         # nodes where a pod is still terminating (and, as the pass deletes more, those too): a new gang's
         # pods are created there only once they are gone (see _ensure_gang)
@@ -485,9 +488,7 @@ class Planner:
                     bound = _bound_nodes(pods_of.get(dl.job.id, []), attempt_of(dl.status))
                     alloc = book_gang(cluster, gang, dl.spec, bound)
                     start = parse_time(dl.status.get("admittedAt")) or now
-                    running[dl.spec.virtual_cluster].append(
-                        running_job(dl.job, start, alloc, self._predict(dl.job, now))
-                    )
+                    running[dl.spec.virtual_cluster].append(running_job(dl.job, start, alloc, self._predicted(dl, now)))
             book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
             self._services(snap.pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
             # gang pods that hold devices but are no current gang's: terminating ones of a requeued or
@@ -531,6 +532,12 @@ class Planner:
         # each VirtualCluster's latest event (preemptive policies read service as of it; in a cohort, of
         # any member's), kept in its status: a retired DLJob's finish is not in the working set any more
         active: dict[str, set[str]] = {}
+
+        def cohort_of(vc: str) -> str:  # (a VirtualCluster without one is a cohort of its own)
+            return vc_specs[vc].cohort or f"/{vc}"
+
+        waiting = (None, DLJobPhase.QUEUED.value)
+        waits = {cohort_of(n) for n in vc_specs if any(d.phase in waiting for d in by_vc.get(n, []))}
         for v in vcs:
             name = meta(v)["name"]
             group = by_vc.get(name, [])
@@ -538,7 +545,7 @@ class Planner:
             active[name] = {d.job.id for d in group if d.phase not in FINISHED}
             if self.memory.active.get(name, set()) - {d.job.id for d in group}:
                 since = now  # a DLJob deleted before it finished (the simulator's withdrawal): an event now
-            at = latest_event(
+            got = latest_event(
                 self._runtime(name, vc_specs[name]).policy,
                 self.memory.turns,
                 [(d.status, d.job) for d in group],
@@ -546,8 +553,12 @@ class Planner:
                 now,
                 since,
             )
-            if at is not None:
-                self._events[name] = at
+            if got is not None:
+                self._events[name], turn_end = got
+                # a turn end is an event of the whole cohort: a pass is due then where any member has a
+                # job waiting (one with nothing waiting, nor its mates, would decide nothing)
+                if turn_end is not None and cohort_of(name) in waits:
+                    rep.wake(turn_end)
         self.memory.active = active
 
         # 3. admission, one VirtualCluster at a time; a cohort's passes see each other's starts and
@@ -799,7 +810,8 @@ class Planner:
             if self._retire_in_status and dl.spec.ttl_seconds_after_finished is None:
                 done["retired"] = True  # nothing left to do (every pod finished): retired in this write
             self._patch(dl, done)
-            self.durations.observe(dl.job, max(end - start, 0.0), end)
+            # its run time: the finished segments' (preempted, restarted) and this last one
+            self.durations.observe(dl.job, dl.job.executed + max(end - start, 0.0), end)
             self._clean_pods(dl, [cur[n] for n in want if n in cur])
             self._event(dl, "Succeeded", f"all {len(want)} pods succeeded")
             metrics.FINISHED.labels(dl.spec.virtual_cluster, "Succeeded").inc()
@@ -1130,13 +1142,21 @@ class Planner:
             return None
         return due if math.isfinite(due) else None
 
-    def _predict(self, job: Job, now: float, elapsed: float | None = None) -> float | None:
-        """QSSF's run time of ``job`` (queue order, backfilling); with ``elapsed``: the ETA forecast's,
-        given that it has run that long (seed 004 §VI-A, ``Durations.predict_run``)."""
+    def _predicted(self, dl: DL, now: float) -> float | None:
+        """QSSF's run time of a DLJob (queue order, backfilling's estimates, a running job's expected end):
+        predicted when this replica first sees it and kept; after a restart the one its status shows."""
+        shown = dl.status.get("predictedDurationSeconds")
+        if shown is not None:
+            self.predictions.seed(dl.uid, float(shown))
+        return self._predict(dl.job, now, key=dl.uid)
+
+    def _predict(self, job: Job, now: float, elapsed: float | None = None, *, key: str | None = None) -> float | None:
+        """QSSF's run time of ``job`` (:meth:`_predicted`); with ``elapsed``: the ETA forecast's, given
+        that it has run that long (seed 004 §VI-A, ``Durations.predict_run``)."""
         try:
             if elapsed is not None:
                 return self.durations.predict_run(job, now, elapsed)
-            return self.durations.predict(job, now)
+            return self.predictions.predict(job, now, key)
         except Exception:  # the predictor's failure: the job has no prediction (QSSF orders it last)
             metrics.ERRORS.labels("predict").inc()
             log.exception("duration prediction of %s failed", job.id)
@@ -1159,7 +1179,7 @@ class Planner:
         rt = self._runtime(name, spec)
         waiting_dl = [d for d in group if d.phase in (None, DLJobPhase.QUEUED.value)]
         for d in waiting_dl:  # QSSF's order, backfilling's estimates and the ETA forecast read them
-            d.job.predicted_duration = self._predict(d.job, now)
+            d.job.predicted_duration = self._predicted(d, now)
             # a live cluster has no oracle: what SJF reads as the duration is the prediction
             d.job.duration = d.job.predicted_duration
         metrics.QUEUE_LENGTH.labels(name).set(len(waiting_dl))
@@ -1197,7 +1217,7 @@ class Planner:
 
         def estimate(job: Job, alloc: Allocation | None) -> float:  # a requeued job resumes: the rest of it
             d = job.predicted_duration
-            return math.inf if d is None else remaining(d, job)
+            return math.inf if d is None else remaining_run(d, job)
 
         heads = {d.job.id for d in waiting_dl if d.status.get("queueHead")}  # preempted for a service
         res = admit(

@@ -140,12 +140,14 @@ def latest_event(
     running: Sequence[RunningJob],
     now: float,
     since: float | None = None,
-) -> float | None:
-    """A partition's latest event up to ``now`` (see :func:`as_of_last_event`), None when it has none: in a
-    cohort, an event of any member is one of each (the simulator passes every member then)."""
+) -> tuple[float, float | None] | None:
+    """A partition's latest event up to ``now`` (see :func:`as_of_last_event`) and its next turn end after
+    ``now`` (None: none), or None when it has no event: in a cohort, an event of any member is one of each
+    (the simulator passes every member then), its turn ends included."""
     if not group and since is None:
         return None
-    return _at(group, _turns(policy, turns, {job.id: st for st, job in group}, running, now), now, since)
+    t = _turns(policy, turns, {job.id: st for st, job in group}, running, now)
+    return _at(group, t, now, since), t.wake
 
 
 def as_of_last_event(

@@ -27,6 +27,7 @@ from qosmos.extender.cache import (
     require_node_terms,
 )
 from qosmos.extender.core.admission import Carry, HeadReservation, RunningJob
+from qosmos.extender.core.backfill import remaining_run
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant
@@ -329,13 +330,8 @@ def book_gang(
 def running_job(job: Job, start: float, alloc: Allocation | None, predicted: float | None) -> RunningJob:
     """An admitted DLJob as the pass sees it: expected to end after the rest of its predicted run time (a
     requeued job resumes: its finished segments' ``executed`` seconds are done, as in the simulator)."""
-    end = start + remaining(predicted, job) if predicted is not None else math.inf
+    end = start + remaining_run(predicted, job) if predicted is not None else math.inf
     return RunningJob(job, start, end, alloc)
-
-
-def remaining(predicted: float, job: Job) -> float:
-    """Run seconds left of ``job`` predicted to run ``predicted`` in all, after its finished segments."""
-    return max(predicted - job.executed, 0.0)
 
 
 # --------------------------------------------------------------------------- carry <-> annotation

@@ -55,15 +55,23 @@ from qosmos.extender.core.admission import (
     admit,
 )
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
+from qosmos.extender.core.backfill import remaining_run
 from qosmos.extender.core.cluster import FULL, ClusterState
 from qosmos.extender.core.cohorts import CohortMember, PreemptionPolicy, max_cap, nominal_of
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import POLICIES as ORDERING_POLICIES
-from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy, static_key
+from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy, model_usage, reshaped, static_key
 from qosmos.extender.core.placement import get_placer, places_on_empty
 from qosmos.extender.core.services import ServiceReplica, place_services
-from qosmos.extender.core.types import Allocation, DurationPredictor, Job, PlacementRequest, Shape
+from qosmos.extender.core.types import (
+    Allocation,
+    DurationPredictor,
+    Job,
+    PlacementRequest,
+    Shape,
+    SubmissionPredictions,
+)
 from qosmos.predictors.readers import paused_gc
 from qosmos.simulator.partitions import PartitionSpec, check_names
 from qosmos.simulator.services import CPU, GPU, ServiceTimeline
@@ -442,6 +450,9 @@ class Simulator:
         self.supplied = [j.predicted_duration is not None for j in self.jobs]
         self.noise = self._truth_noise()
         self.predictor = self._make_predictor()
+        self.predictions = None if self.predictor is None else SubmissionPredictions(self.predictor)
+        self.unpredicted: set[int] = set()  # unfinished jobs the predictor could not answer yet: asked again
+        self.observed = False  # the predictor observed a finish at this instant
         # inference services (seed 002 §V-D2): replicas live per service and mode, oldest first
         self.services = list(config.services)
         self.svc_live: list[dict[str, list[_Replica]]] = [{GPU: [], CPU: []} for _ in self.services]
@@ -586,6 +597,10 @@ class Simulator:
         for i, j in enumerate(self.jobs):
             if j.vc not in self.vc_index:
                 reason: str | None = f"no nodes in vc {j.vc!r}"
+            elif self._reshaped(j):
+                # its policy chooses its shape (GENIE's table): its request's GPUs are no bound, and the
+                # admission cycle tells, as in the operator, whether the shape it gets can start
+                reason = None
             else:
                 key = (j.vc, j.gpus, j.gpu_models, j.gpu_milli, j.cpu_milli, j.memory_mib, j.nodes)
                 if key in verdicts:
@@ -598,7 +613,7 @@ class Simulator:
                     if reason is None and j.gpus > 0 and j.gpu_milli == 1000:
                         reason = self._fits_empty(i)
                     verdicts[key] = reason
-            if reason is None and j.gpus > self.max_gpus.get(j.vc, j.gpus):
+            if reason is None and j.gpus > self.max_gpus.get(j.vc, j.gpus) and not self._reshaped(j):
                 reason = f"needs {j.gpus} GPUs; its share plus what it may borrow is {self.max_gpus[j.vc]} at most"
             if reason is None and j.duration is None and not j.has_genie_task:
                 reason = "no duration and no GENIE task"
@@ -608,6 +623,10 @@ class Simulator:
                 self.state[i] = REJECTED
                 short = reason.split(";")[0][:80]
                 self.rejected[short] = self.rejected.get(short, 0) + 1
+
+    def _reshaped(self, job: Job) -> bool:
+        """A GENIE task whose partition's policy chooses its shape (the request's GPUs are no bound)."""
+        return reshaped(self.queues[self.vc_index[job.vc]].policy, job)
 
     def _fits_empty(self, i: int) -> str | None:
         """Whole-GPU jobs: would the placer find room on the empty cluster (cpu/memory shares too)?
@@ -663,7 +682,7 @@ class Simulator:
             self.shape[i] = shape
             return full * self.frac_left[i]
         d = job.requested_duration if mode == "requested" else job.predicted_duration
-        return math.inf if d is None else d * self.frac_left[i]
+        return math.inf if d is None else remaining_run(d, job)
 
     # ---- starting and stopping ---------------------------------------------------------------
     def _book(self, i: int, alloc: Allocation, sign: int, booked: bool = False) -> None:
@@ -706,9 +725,9 @@ class Simulator:
                 if st is not None and held - st["nominal_gpus"] > st["max_borrowed_gpus"]:
                     st["max_borrowed_gpus"] = held - st["nominal_gpus"]
         ctx = self.queues[qi].ctx
-        if job.model:  # what it holds (a GENIE task Capacity shrank to its share holds the share)
-            m = ctx.usage_by_model
-            m[job.model] = m.get(job.model, 0) + sign * (alloc.gpus if whole else job.gpus)  # type: ignore[index]
+        model, held = model_usage(job, alloc)
+        m = ctx.usage_by_model
+        m[model] = m.get(model, 0) + sign * held  # type: ignore[index]
         if self.drf:  # DRF from actual usage (SODA §V-C)
             u = ctx.usage_by_user
             g0, c0 = u.get(job.user, (0, 0))
@@ -781,7 +800,11 @@ class Simulator:
             self.end[i] = now
             self.frac_left[i] = 0.0
             if self.predictor is not None:
-                self.predictor.observe(job, self.run_time[i], now)
+                wd = self.withdraw[i]
+                if wd is None or now < wd:  # a job withdrawn while it ran did not finish: not history
+                    self.predictor.observe(job, self.run_time[i], now)
+                    self.observed = True
+                self._forget_prediction(i)
         else:
             seg = self.seg_len[i]
             overhead = self.cfg.preemption_overhead if self.preempt[i] > 0 else 0.0
@@ -795,6 +818,37 @@ class Simulator:
             self.n_waiting += 1
             job.enqueued = now
             self._enqueue(i, q)
+
+    def _forget_prediction(self, i: int) -> None:
+        """Job ``i`` is done (finished or withdrawn): its prediction is not asked for again."""
+        if self.predictions is not None:
+            self.predictions.forget(self.jobs[i].id)
+            self.unpredicted.discard(i)
+
+    def _ask_again(self, now: float, dirty: set[int]) -> None:
+        """The history grew: the jobs without a prediction are asked again (as the operator's next pass
+        asks); a waiting one that gets it takes its place in QSSF's order, a running one's expected end
+        follows, and their partitions pass again."""
+        assert self.predictions is not None
+        jobs = self.jobs
+        for i in sorted(self.unpredicted):
+            p = self.predictions.predict(jobs[i], now)
+            if p is None:
+                continue
+            self.unpredicted.discard(i)
+            qi = self.vc_index.get(jobs[i].vc, 0)
+            q = self.queues[qi]
+            static = self.state[i] == WAITING and q.static
+            if static:  # its key changes: out of the sorted queue, and in again with it
+                self._dequeue(i, q)
+                self.n_waiting += 1
+            jobs[i].predicted_duration = p
+            if static:
+                self._enqueue(i, q)
+            elif self.state[i] == RUNNING and q.rt.partition.backfill != "none":
+                extra = self.cfg.preemption_overhead if self.preempt[i] > 0 else 0.0
+                self.exp_end[i] = self.seg_start[i] + extra + self._estimate(jobs[i], self.alloc[i])
+            dirty.add(qi)
 
     def _sync_progress(self, q: _Queue) -> None:
         """Refresh executed/attained of running jobs before a preemptive policy orders them."""
@@ -1161,7 +1215,7 @@ class Simulator:
         state, gen, queues = self.state, self.gen, self.queues
         svc_pending = self.svc_pending  # mutated in place, never rebound
         self._push_services(jobs[order[0]].submit_time if order else 0.0)
-        predictor, supplied, withdraw = self.predictor, self.supplied, self.withdraw
+        predictions, supplied, withdraw = self.predictions, self.supplied, self.withdraw
         heappop = heapq.heappop
         n_arrivals = 0 if recorded else n_order  # recorded runs start jobs by their recorded-start events
         while True:
@@ -1218,6 +1272,7 @@ class Simulator:
                         self._dequeue(i, self.queues[qi])
                         self.queues[qi].first.discard(jobs[i].id)
                         self.state[i] = WITHDRAWN
+                        self._forget_prediction(i)
                         done_count += 1
                         dirty.add(qi)  # a blocked head withdrawn lets the jobs behind it start now
                     elif self.state[i] == FUTURE and self.recorded:
@@ -1229,14 +1284,20 @@ class Simulator:
                 i = order[pos]
                 pos += 1
                 qi = qidx[i]
-                if predictor is not None and not supplied[i]:
-                    jobs[i].predicted_duration = predictor.predict(jobs[i], t)
+                if predictions is not None and not supplied[i]:
+                    jobs[i].predicted_duration = p = predictions.predict(jobs[i], t)
+                    if p is None:
+                        self.unpredicted.add(i)
                 state[i] = WAITING
                 self.n_waiting += 1
                 self._enqueue(i, queues[qi])
                 if withdraw[i] is not None:
                     self._push(withdraw[i], EV_WITHDRAW, i)  # type: ignore[arg-type]
                 dirty.add(qi)
+            if self.observed:
+                self.observed = False
+                if self.unpredicted:
+                    self._ask_again(t, dirty)
             if finished_q:
                 for qi in finished_q:
                     self._migrate(qi)

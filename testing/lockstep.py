@@ -4,7 +4,8 @@
 apiserver (:class:`~qosmos.testing.fakekube.FakeKube`) and plays the rest of the cluster: DLJobs are
 created at their submission, kube-scheduler binds each gang pod where the operator pinned it, the kubelet
 runs it for the rest of its job's run time (a preempted job resumes where it stopped, as the simulator's
-do) and ends a deleted pod at once (preemption overhead 0). At every event it runs a pass, then passes
+do; a GENIE task's run time is GENIE's latency at the shape it was placed with, Eq. 4, as the simulator's)
+and ends a deleted pod at once (preemption overhead 0). At every event it runs a pass, then passes
 again as a live operator does after its own writes (pods Running, status echoes) until they write
 nothing, and once between two events (the operator's timer). The passes after an event's may decide
 what the first could not see (a cohort member's pass ran before another's start left it GPUs to lend; a
@@ -21,23 +22,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from qosmos.extender.core.types import Job
+from qosmos.extender.core import genie
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.types import Job, QoSClass, Shape
 from qosmos.operator.durations import Durations
 from qosmos.operator.reconcile import Reconciler
-from qosmos.operator.translate import parse_time, rfc3339
+from qosmos.operator.translate import Gang, parse_time, rfc3339
 from qosmos.testing.fakekube import FakeKube, gpu_node, pinned
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: trace time 0
 FINISHED = ("Succeeded", "Failed")
 MAX_QUIET_PASSES = 6  # passes after an event's until one writes nothing
 VC_LABEL = "qosmos.test/vc"
+GPU_MODEL = "V100M32"  # fakekube's nodes'
 
 
 @dataclass(frozen=True, slots=True)
 class TraceJob:
     """A DLJob of the trace: created ``submit`` s after T0, asking ``gpus`` GPUs, running ``duration`` s;
     ``gpus_per_node`` > 0 fixes its shape (``spec.gpusPerNode``), ``priority`` is ``spec.priority``; deleted
-    at ``withdraw`` (the simulator's ``Trace.withdraw_at``)."""
+    at ``withdraw`` (the simulator's ``Trace.withdraw_at``). With ``model``, ``batch`` and ``iters`` it is a
+    GENIE task of QoS class ``qos`` (its run time then follows from its shape, not ``duration``)."""
 
     name: str
     submit: int
@@ -47,15 +52,26 @@ class TraceJob:
     priority: int = 0
     gpus_per_node: int = 0
     withdraw: int | None = None  # deleted this many s after T0 (kubectl delete), if not finished by then
+    model: str = ""
+    batch: int = 0
+    iters: int = 0
+    qos: str = "Normal"
 
     def job(self) -> Job:
-        """The simulator's Job of this DLJob (namespace ``ns``)."""
+        """The simulator's Job of this DLJob (namespace ``ns``: its user, as the operator translates it)."""
         nodes = self.gpus // self.gpus_per_node if self.gpus_per_node else 0
         return Job(
             f"ns/{self.name}",
             float(self.submit),
             self.gpus,
             duration=float(self.duration),
+            user="ns",
+            name=self.name,
+            model=self.model,
+            batch=self.batch,
+            iters=self.iters,
+            qos=QoSClass[self.qos.upper()],
+            category=self.model,
             vc=self.vc,
             priority=self.priority,
             nodes=nodes,
@@ -116,6 +132,7 @@ class Passes:
         self.wake: float | None = None
         self.passes = 0
         self.deleted: set[str] = set()
+        self.modeldb = ModelDB.builtin()
 
     def dljob(self, j: TraceJob) -> dict[str, Any]:
         return {
@@ -130,6 +147,9 @@ class Passes:
                 "gpus": j.gpus,
                 **({"priority": j.priority} if j.priority else {}),
                 **({"gpusPerNode": j.gpus_per_node} if j.gpus_per_node else {}),
+                **({"modelType": j.model} if j.model else {}),
+                **({"globalBatchSize": j.batch, "iterations": j.iters} if j.batch else {}),
+                **({"qosClass": j.qos} if j.qos != "Normal" else {}),
             },
             "status": {},
         }
@@ -180,10 +200,22 @@ class Passes:
             pod["spec"].pop("schedulingGates", None)
             self.kube.bind(name, pinned(pod))
             executed = float(job["status"].get("executedSeconds") or 0.0)
-            self.ends[name] = now + self.duration[f"ns/{job['metadata']['name']}"] - executed
+            self.ends[name] = now + self.run_time(job) - executed
         for pod in [n for n in self.ends if n not in self.kube.pods]:
             del self.ends[pod]  # deleted (preempted): its run stopped
         return rep.preempted, rep.admitted
+
+    def run_time(self, dljob: dict[str, Any]) -> float:
+        """What the job runs in all: its trace duration, or a GENIE task's latency at the shape the operator
+        placed it with (``status.placement``; GENIE Eq. 4, the simulator's ``_full_runtime``)."""
+        tj = self.jobs[dljob["metadata"]["name"]]
+        if not (tj.model and tj.batch and tj.iters):
+            return self.duration[f"ns/{tj.name}"]
+        gang = Gang.of_status(dljob["status"])
+        assert gang is not None, f"{tj.name} runs without a placement"
+        counts = gang.gpus
+        task = genie.Task.from_job(tj.job())
+        return genie.latency(task, Shape(len(counts), max(counts)), self.modeldb.get(tj.model, GPU_MODEL))
 
     def run(self, max_events: int = 1000) -> None:
         """Every event's pass, then the passes after it until they write nothing (asserting that

@@ -54,7 +54,7 @@ from qosmos.extender.core.cohorts import (
     victim_order,
 )
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.ordering import Decision, OrderContext, OrderingPolicy, get_policy, soda_array
+from qosmos.extender.core.ordering import Decision, OrderContext, OrderingPolicy, get_policy, reshaped, soda_array
 from qosmos.extender.core.placement import Placer, default_shape, get_placer, places_on_empty
 from qosmos.extender.core.types import Allocation, Job, PlacementRequest, Shape, shape_text
 
@@ -450,47 +450,67 @@ class _Pass:
             self.part, self.nominal, [(m.partition, nominal_of(m.partition, self.cluster)) for m in self.members]
         )
 
-    def inadmissible(self, job: Job) -> str | None:
+    def inadmissible(self, job: Job, shape: Shape | None = None) -> str | None:
         """Why the job can never start as the partition is (over its ceiling, or never fits its nodes);
-        None when it could. Asked only of a job about to wait: such a job blocks nobody."""
+        None when it could. Asked only of a job about to wait: such a job blocks nobody. A GENIE task
+        whose policy chooses its shape is judged by the shape it was given (``shape``; none: it could)."""
+        if reshaped(self.rt.policy, job):
+            if shape is None:
+                return None
+            gpus, what = shape.gpus, f"its shape {shape_text(shape)}"
+        else:
+            shape, gpus = job.fixed_shape, job.gpus
+            what = "its fixed shape" if shape is not None else "it"
         ceiling = self.ceiling
-        if ceiling is not None and job.gpus > ceiling:  # Kueue's "request > maximum capacity"
+        if ceiling is not None and gpus > ceiling:  # Kueue's "request > maximum capacity"
             part = self.part
             limit = "its GPU quota" if part.cohort is None else _most_held(part, self.nominal, ceiling)
-            why = f"asks {job.gpus} GPUs, more than the {ceiling} {part.name} may ever hold ({limit})"
+            why = f"asks {gpus} GPUs, more than the {ceiling} {part.name} may ever hold ({limit})"
             return f"{why}: it waits for its quota to change"
-        never = self.never_fits(job)
+        never = self.never_fits(job, shape)
         if never is None:
             return None
-        return f"{'its fixed shape' if job.fixed_shape is not None else 'it'} can never fit in {job.vc}: {never}"
+        return f"{what} can never fit in {job.vc}: {never}"
 
     def could_start(self, job: Job) -> bool:
         """Whether some placement could ever hold the job (of this partition or a cohort member's)."""
         return self.never_fits(job) is None
 
-    def never_fits(self, job: Job) -> str | None:
+    def never_fits(self, job: Job, shape: Shape | None = None) -> str | None:
         """Why no placement of the job fits even the partition's empty nodes (its fixed shape, or its
         GPUs in all); None when one could. Such a job neither blocks its queue, takes the head's
         reservation nor keeps a cohort member's share from being lent: it would hold them for ever (the
-        simulator rejects it up front instead)."""
-        key = (job.vc, job.gpus, job.gpu_models, job.gpu_milli, job.cpu_milli, job.memory_mib, job.nodes, job.pool)
+        simulator rejects it up front instead). ``shape``: the one it was given, else its fixed one."""
+        shape = shape if shape is not None else job.fixed_shape
+        key = (
+            job.vc,
+            job.gpus,
+            job.gpu_models,
+            job.gpu_milli,
+            job.cpu_milli,
+            job.memory_mib,
+            job.nodes,
+            job.pool,
+            shape,
+        )
         if key not in self._never:  # a long queue asks the same few requests
-            req = PlacementRequest.for_job(job, job.fixed_shape)
+            req = PlacementRequest.for_job(job, shape)
             why = self.cluster.could_ever_fit(req)
             # could_ever_fit is necessary only: the partition's placer may still never place it (a
             # first-fit gang of 2 x 2 for 3 GPUs whose CPU share no node holds twice); the simulator
             # rejects such a job up front, asking its placer on the empty cluster the same way
-            if why is None and job.gpus and job.gpu_milli == FULL and not self.places_on_empty(job, req):
+            if why is None and job.gpus and job.gpu_milli == FULL and not self.places_on_empty(job, req, shape):
                 why = f"the {self.part.placement} placement finds it no room even on the empty nodes"
             self._never[key] = why
         return self._never[key]
 
-    def places_on_empty(self, job: Job, req: PlacementRequest) -> bool:
-        """Whether the partition's placer finds the job (as ``req``) a placement on its nodes with
-        nothing running (SODA: in one of its GPU arrays, or over the partition's GPU nodes together)."""
+    def places_on_empty(self, job: Job, req: PlacementRequest, shape: Shape | None = None) -> bool:
+        """Whether the partition's placer finds the job (as ``req``, of ``shape``: else its fixed one) a
+        placement on its nodes with nothing running (SODA: in one of its GPU arrays, or over the
+        partition's GPU nodes together)."""
         if self._on_empty(req):
             return True
-        return self.rt.policy.arrays and self._an_array_on_empty(job, job.fixed_shape)
+        return self.rt.policy.arrays and self._an_array_on_empty(job, shape if shape is not None else job.fixed_shape)
 
     def _on_empty(self, req: PlacementRequest) -> bool:
         return places_on_empty(self.rt.placer, req, self.cluster)
@@ -841,11 +861,13 @@ class _Pass:
         return math.inf, None
 
     def reserve(self, d: Decision, pos: int) -> HeadReservation:
-        """The head's reservation: kept (latest start fixed) when it already held one."""
+        """The head's reservation: kept (latest start fixed) when it already held one with a known start.
+        A head that blocked while its start was unknown (what runs had no expected end yet) gets its
+        latest start once the start is known: an infinite bound kept would let every job backfill past it."""
         head = d.job
         start, alloc = self.project(head, d.shape)
         prev = self.result.carry.reservation
-        if prev is not None and prev.job_id == head.id:
+        if prev is not None and prev.job_id == head.id and math.isfinite(prev.latest):
             res = HeadReservation(head.id, start, prev.latest, alloc, prev.backfilled)
         else:
             factor = relax_factor(
@@ -853,7 +875,8 @@ class _Pass:
             )
             # relaxed bound: a fraction of the head's expected wait (004 §VI-B, after Ward et al.)
             slack = factor * max(start - head.submit_time, 0.0) if math.isfinite(start) else 0.0
-            res = HeadReservation(head.id, start, start + slack, alloc)
+            backfilled = prev.backfilled if prev is not None and prev.job_id == head.id else ()
+            res = HeadReservation(head.id, start, start + slack, alloc, backfilled)
         self.result.carry.reservation = res
         return res
 
@@ -941,13 +964,9 @@ def admit(
             raise InvalidInput("presorted", policy.name, "only a static policy's queue can be kept sorted")
         if first:
             waiting = _heads_first(list(waiting), first, lambda j: j.id)
-        decisions: Iterable[Decision] = (Decision(j) for j in waiting)
         n = queue_len if queue_len is not None else -1
     else:
         jobs = list(waiting)
-        decisions = policy.order(jobs, ctx)
-        if first:
-            decisions = _heads_first(list(decisions), first, lambda d: d.job.id)
         n = len(jobs)
     # a job that can never start is no load: it would relax every head's bound for ever (the simulator,
     # whose queues never hold one, counts the same); counted once the pass can tell
@@ -955,6 +974,19 @@ def admit(
     p = _Pass(rt, cluster, now, running, estimate, carry, 0 if recount else max(n, 0), explain, book and not policy.arrays, cohort)  # fmt: skip
     if recount:
         p.count_queue(sum(1 for j in jobs if p.inadmissible(j) is None))
+    if presorted:
+        decisions: Iterable[Decision] = (Decision(j) for j in waiting)
+    else:
+        unstartable: list[Job] = []
+        if policy.tallies:  # its order adds up what the jobs it lets go hold: a job that never starts holds
+            # nothing (it would keep its model type's share from the others; the simulator's queues hold none)
+            unstartable = [j for j in jobs if p.inadmissible(j) is not None]
+            if unstartable:
+                gone = {j.id for j in unstartable}
+                jobs = [j for j in jobs if j.id not in gone]
+        decisions = [*policy.order(jobs, ctx), *(Decision(j) for j in unstartable)]
+        if first:
+            decisions = _heads_first(decisions, first, lambda d: d.job.id)
     backfill = part.backfill != "none"
     if presorted and not (backfill or explain or policy.arrays or p.may_preempt or p.tracks_held):
         # A kept-sorted static order that does not backfill (the simulator's FIFO, SJF, QSSF): the loop
@@ -988,7 +1020,7 @@ def admit(
             continue
         left = p.quota_left()
         if left is not None and job.gpus > left:
-            never = p.inadmissible(job)
+            never = p.inadmissible(job, d.shape)
             if never is not None:  # it preempts nobody and blocks nobody: no GPUs freed would let it start
                 p.wait(d, pos, INADMISSIBLE, never, part.name)
                 continue
@@ -1007,7 +1039,7 @@ def admit(
         alloc = p.place(job, d.shape)
         # before it blocks its queue or takes the head's reservation (and to say so behind a head)
         if alloc is None and (res is None or explain):
-            never = p.inadmissible(job)
+            never = p.inadmissible(job, d.shape)
             if never is not None:
                 p.wait(d, pos, INADMISSIBLE, never)
                 continue

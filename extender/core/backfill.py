@@ -11,8 +11,16 @@ from __future__ import annotations
 import math
 
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.types import Job
 
 MODES = ("none", "easy", "relaxed", "adaptive")
+
+
+def remaining_run(predicted: float, job: Job) -> float:
+    """Run seconds left of ``job``, predicted (or asked by its user) to run ``predicted`` in all, after its
+    finished segments: what a live scheduler knows of a requeued job that resumes (backfilling's estimate,
+    a running job's expected end), in the simulator as in the operator."""
+    return max(predicted - job.executed, 0.0)
 
 
 def relax_factor(mode: str, base: float, queue_len: int, max_queue_len: int) -> float:

@@ -82,6 +82,8 @@ def forecast(
         if math.isfinite(r.expected_end):
             heapq.heappush(ends, (running_end(r, now), seq, r))
             seq += 1
+    # the members as this forecast changes them: a job of theirs it reclaims leaves its GPUs and waits
+    members = [dataclasses.replace(m, running=list(m.running_jobs()), waiting=list(m.waiting)) for m in cohort]
     eta: dict[str, float] = {}
     stopped: set[int] = set()  # id() of running jobs a forecast pass preempted: their end is no event
     t = now
@@ -89,12 +91,13 @@ def forecast(
     work = 0
     for _ in range(max_passes):
         work += len(queue)
-        res = admit(sim, queue, live, st, t, carry=carry, estimate=estimate, explain=False, cohort=cohort)
+        res = admit(sim, queue, live, st, t, carry=carry, estimate=estimate, explain=False, cohort=members)
         carry = res.carry
         for pr in res.preemptions:  # a head preempted a lower-priority job (LowerPriority): it waits again
             gone = next((r for r in live if r.job.id == pr.job.id), None)
-            if gone is None:
-                continue  # another cohort member's: its jobs stay as they are here
+            if gone is None:  # another member's, reclaimed: its GPUs are the start's (its queue is its own)
+                _reclaimed(members, pr.job, st)
+                continue
             live.remove(gone)
             stopped.add(id(gone))
             if gone.allocation is not None:
@@ -123,6 +126,30 @@ def forecast(
             if r.allocation is not None:
                 st.release(r.allocation)
     return Forecast(eta, work)
+
+
+def _reclaimed(members: list[CohortMember], job: Job, st: ClusterState) -> None:
+    """A forecast pass reclaimed ``job`` from the cohort member running it: released on the forecast's
+    books, it waits in that member's queue (its demand then keeps the member's share from being lent)."""
+    for k, m in enumerate(members):
+        running = list(m.running_jobs())
+        gone = next((r for r in running if r.job.id == job.id), None)
+        if gone is None:
+            continue
+        gpus = gone.allocation.gpus if gone.allocation is not None else 0
+        waiting_gpus = None
+        if m.waiting_gpus is not None:
+            waiting_gpus = {**m.waiting_gpus, job.gpus: m.waiting_gpus.get(job.gpus, 0) + 1}
+        members[k] = dataclasses.replace(
+            m,
+            running=[r for r in running if r is not gone],
+            waiting=[*m.waiting, job],
+            held=None if m.held is None else m.held - gpus,
+            waiting_gpus=waiting_gpus,
+        )
+        if gone.allocation is not None:
+            st.release(gone.allocation)
+        return
 
 
 __all__ = ["Forecast", "RunTime", "forecast", "running_end"]

@@ -22,7 +22,7 @@ from typing import Protocol
 from qosmos.extender.core import genie
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.types import Job, JobKind, Platform, Shape, shape_text
+from qosmos.extender.core.types import Allocation, Job, JobKind, Platform, Shape, shape_text
 
 INF = math.inf
 MLFQ_QUANTA = (3250.0, 7200.0, 18000.0)  # AnalySIM §4 (from Tiresias), GPU-seconds per queue
@@ -69,12 +69,27 @@ class OrderingPolicy(Protocol):
     static: bool
     arrays: bool
     uses_genie: bool
+    tallies: bool  # ``order`` adds up the jobs it lets go (Capacity): it is given none that can never start
+    reshapes: bool  # its Decisions give every GENIE task a shape from GENIE's table (SWAF, Tetris)
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]: ...
 
     def key(self, job: Job, ctx: OrderContext) -> float: ...
 
     def requeue_after(self, job: Job) -> float | None: ...
+
+
+def model_usage(job: Job, allocation: Allocation | None) -> tuple[str, int]:
+    """Capacity's usage of a running job: its model type ('' for none, a type of its own, as Capacity's
+    order counts it) and the GPUs it holds (a GENIE task Capacity shrank to its share holds the share)."""
+    held = allocation.gpus if allocation is not None and job.gpu_milli == 1000 else job.gpus
+    return job.model or "", held
+
+
+def reshaped(policy: OrderingPolicy, job: Job) -> bool:
+    """Whether ``policy`` chooses the job's shape from GENIE's table (a GENIE task the user gave no fixed
+    shape): its request's GPU count is then no bound on what it runs with, nor on whether it can start."""
+    return policy.reshapes and job.has_genie_task and job.fixed_shape is None
 
 
 def by_priority(queue: Sequence[Job]) -> Sequence[Job]:
@@ -103,6 +118,8 @@ class _Base:
     static = False
     arrays = False  # SODA: independent job arrays over named node pools, lent and reclaimed
     uses_genie = False  # builds GENIE placement tables (its cost grows with the platform; callers bound it)
+    tallies = False
+    reshapes = False
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         raise NotImplementedError
@@ -321,6 +338,7 @@ class SWAF(_GeniePolicy):
     """Shortest waiting allowance first with CER placements (seed 001 Alg. 1, Eq. 12-13)."""
 
     name = "swaf"
+    reshapes = True
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         out: list[Decision] = []
@@ -364,6 +382,7 @@ class _Tetris(_GeniePolicy):
     """Arrival order; each task placed at the shape maximising one metric (seed 001 §7.1)."""
 
     metric: Callable[[genie.PlacementRow], tuple[float, int, int]]
+    reshapes = True
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         out = []
@@ -400,6 +419,7 @@ class Capacity(_Base):
     """
 
     name = "capacity"
+    tallies = True  # (it reshapes only a task over its type's share: the request binds the others)
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         if ctx.total_gpus <= 0:

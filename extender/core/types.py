@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence, Set
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Protocol, runtime_checkable
@@ -380,3 +380,38 @@ class DurationPredictor(Protocol):
     def observe(self, job: Job, duration: float, end: float) -> None:
         """``job`` finished at ``end`` after running ``duration`` seconds."""
         ...
+
+
+class SubmissionPredictions:
+    """Each job's predicted run time, asked of ``predictor`` when the job is first seen (its submission:
+    Helios predicts a job once, at submission, seed 000 §4.2.2) and kept while it waits, runs, is preempted
+    or restarted. A job the predictor cannot answer yet (no history like it) is asked again at later calls
+    and keeps its first answer. The simulator and the operator both predict through this, so QSSF's order
+    and backfilling's estimates read the same number in both; ``key`` names a job where its id may be
+    reused (the operator: a DLJob's uid)."""
+
+    def __init__(self, predictor: DurationPredictor) -> None:
+        self.predictor = predictor
+        self.known: dict[Hashable, float] = {}
+
+    def predict(self, job: Job, now: float, key: Hashable | None = None) -> float | None:
+        k = job.id if key is None else key
+        got = self.known.get(k)
+        if got is None:
+            got = self.predictor.predict(job, now)
+            if got is not None:
+                self.known[k] = got
+        return got
+
+    def seed(self, key: Hashable, predicted: float) -> None:
+        """A prediction made before (the operator's, read back from a DLJob's status after a restart)."""
+        self.known.setdefault(key, predicted)
+
+    def forget(self, key: Hashable) -> None:
+        """The job is done (finished, withdrawn, deleted): its prediction is no longer asked for."""
+        self.known.pop(key, None)
+
+    def retain(self, keys: Set[Hashable]) -> None:
+        """Keep only the predictions of ``keys`` (the jobs still there)."""
+        for k in [k for k in self.known if k not in keys]:
+            del self.known[k]

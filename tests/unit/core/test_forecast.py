@@ -100,3 +100,25 @@ def test_a_head_that_preempts_a_lower_priority_job_in_the_forecast() -> None:
     ]
     fc = forecast(rt, [Job("A", 1.0, 2)], running, cluster, 10.0, runs)
     assert fc.starts["A"] == 100.0
+
+
+def test_a_forecast_pass_that_reclaims_from_a_cohort_member_starts_on_the_reclaimed_gpus() -> None:
+    """Cohort c: b (b0, b1: nominal 8) runs B0 on b0 until 50 s; a borrows b1 with Y. b's head H (8 GPUs)
+    waits: at 50 s it is within b's share and reclaims Y. The forecast left Y on its books ("its jobs stay
+    as they are"), booked H on Y's GPUs ("GPU is not free") and the VirtualCluster lost every ETA."""
+    from qosmos.extender.core.cohorts import CohortMember
+
+    c = ClusterState([Node(n, 4, vc=n[0]) for n in ("a0", "b0", "b1")])
+
+    def hold(job: Job, node: int, end: float) -> RunningJob:
+        alloc = Allocation((NodeGrant(node, (0, 1, 2, 3)),))
+        c.allocate(alloc)
+        return RunningJob(job, 0.0, end, alloc)
+
+    ra = [hold(Job("A0", 0.0, 4, vc="a"), 0, 1000.0), hold(Job("Y", 1.0, 4, vc="a"), 2, 1000.0)]
+    rb = [hold(Job("B0", 0.0, 4, vc="b", duration=50), 1, 50.0)]
+    rt = PartitionRuntime(Partition("b", cohort="c"))
+    member = CohortMember(Partition("a", cohort="c"), ra, [])
+    fc = forecast(rt, [Job("H", 5.0, 8, vc="b")], rb, c, 10.0, runs, cohort=[member])
+    assert fc.starts == {"H": 50.0}
+    assert c.gpu_free_milli.sum() == 0  # the caller's books untouched

@@ -107,3 +107,43 @@ def test_no_bare_operator_package_is_installed() -> None:
     import qosmos.operator
 
     assert Path(qosmos.operator.__file__).resolve().parent == (ROOT / "operator").resolve()
+
+
+class _Growing:
+    """Predicts each job the number of finishes it has observed (None before any)."""
+
+    name = "growing"
+
+    def __init__(self) -> None:
+        self.finished = 0
+        self.asked: list[str] = []
+
+    def predict(self, job: Job, now: float) -> float | None:
+        self.asked.append(job.id)
+        return float(self.finished) if self.finished else None
+
+    def observe(self, job: Job, duration: float, end: float) -> None:
+        self.finished += 1
+
+
+def test_a_prediction_is_made_once_and_kept_a_job_without_one_is_asked_again() -> None:
+    from qosmos.extender.core.types import SubmissionPredictions
+
+    pred = _Growing()
+    preds = SubmissionPredictions(pred)
+    a, b = Job("a", 0.0, 1), Job("b", 0.0, 1)
+    assert preds.predict(a, 0.0) is None  # no history: nothing yet, asked again later
+    pred.observe(Job("x", 0.0, 1), 10.0, 1.0)
+    assert preds.predict(a, 2.0) == 1.0
+    pred.observe(Job("y", 0.0, 1), 10.0, 3.0)
+    assert preds.predict(a, 4.0) == 1.0  # kept: what it was ranked by from then on
+    assert preds.predict(b, 4.0) == 2.0
+    assert pred.asked == ["a", "a", "b"]
+    # a key other than the id (a DLJob's uid): a re-created job of the same name is predicted anew
+    assert preds.predict(a, 5.0, key="uid-2") == 2.0
+    preds.seed("uid-3", 7.0)  # read back from a status after a restart
+    assert preds.predict(a, 5.0, key="uid-3") == 7.0
+    preds.retain({"a", "uid-3"})
+    assert set(preds.known) == {"a", "uid-3"}
+    preds.forget("a")
+    assert preds.predict(a, 6.0) == 2.0

@@ -19,10 +19,12 @@ from qosmos.operator.translate import parse_time, rfc3339
 from qosmos.simulator.engine import SimConfig, simulate
 from qosmos.simulator.partitions import PartitionSpec
 from qosmos.simulator.traces import Trace
-from qosmos.testing.lockstep import T0, Passes, TraceJob, same_segments
+from qosmos.testing.lockstep import GPU_MODEL, T0, Passes, TraceJob, same_segments
 
 PREEMPTIVE = ("srtf", "las", "rr", "mlfq")
-POLICIES = ("fifo", "sjf", "priority", "wfair", *PREEMPTIVE)
+POLICIES = ("fifo", "sjf", "priority", "wfair", "qssf", *PREEMPTIVE)
+# policies that read no run time: beside QSSF, whose run times are the learned predictor's on both sides
+BLIND = ("fifo", "priority", "wfair")
 PLACERS = ("consolidate", "first-fit", "best-fit", "free-gpu", "cer")
 BACKFILL = ("none", "easy", "relaxed", "adaptive")
 
@@ -34,12 +36,15 @@ def simulated(
     jobs: list[TraceJob],
     placement: str,
     backfill: str,
+    learned: bool = False,
 ) -> list[tuple[str, float, float]]:
-    """The simulator's run segments of ``jobs`` with the VirtualClusters ``vcs`` as its partitions."""
+    """The simulator's run segments of ``jobs`` with the VirtualClusters ``vcs`` as its partitions; run
+    times known (the oracle), or ``learned``: predicted online by QSSF's predictor from the jobs that
+    finished (backfilling's estimates too)."""
     trace = Trace(
         "t",
         [j.job() for j in jobs],
-        [Node(f"n{i}", g, vc=v) for i, (g, v) in enumerate(zip(nodes, node_vc, strict=True))],
+        [Node(f"n{i}", g, vc=v, gpu_model=GPU_MODEL) for i, (g, v) in enumerate(zip(nodes, node_vc, strict=True))],
         withdraw_at=[None if j.withdraw is None else float(j.withdraw) for j in jobs],
     )
     parts = []
@@ -61,7 +66,8 @@ def simulated(
         placement=placement,
         backfill=backfill,
         preemption_overhead=0.0,
-        backfill_estimates="oracle",
+        backfill_estimates="predicted" if learned else "oracle",
+        predictor="qssf",
         partitions=tuple(parts),
     )
     sim = simulate(trace, cfg)
@@ -77,9 +83,12 @@ def lockstep(
     backfill: str,
 ) -> Passes:
     specs = {n: {**spec, "placement": placement, "backfill": backfill} for n, spec in vcs.items()}
-    run = Passes({}, nodes, jobs, vcs=specs, node_vc=node_vc)
+    # QSSF orders by the predictor's run times: the operator's and the simulator's, each trained online on
+    # the jobs that finished (the cases mix it only with policies that read no run time)
+    learned = any(spec["policy"] == "qssf" for spec in vcs.values())
+    run = Passes({}, nodes, jobs, predict=not learned, vcs=specs, node_vc=node_vc)
     run.run()  # asserts that no later pass preempts
-    want = simulated(vcs, nodes, node_vc, jobs, placement, backfill)
+    want = simulated(vcs, nodes, node_vc, jobs, placement, backfill, learned)
     assert same_segments(want, run.segments), f"\nsimulator {want}\noperator  {sorted(run.segments)}"
     return run
 
@@ -135,6 +144,41 @@ def test_the_operators_passes_make_the_simulators_decisions(
     one_vc(*case)
 
 
+GENIE_POLICIES = ("swaf", "tetris-perf", "tetris-cer", "capacity", "minmin", "wfair", "fifo")
+MODELS = ("ResNet50", "BERT", "VGG", "LSTM", "MobileNetV2")
+
+
+@st.composite
+def genie_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob]]:
+    """Mostly GENIE tasks (model, global batch, iterations, QoS class: their run time is GENIE's latency at the
+    shape they get, Eq. 4) under GENIE's policies and placers; no backfilling (the operator's estimates are
+    predictions, the simulator's oracle is the latency) and no preemption (a task resumed on another
+    shape runs the rest of its work, which the harness's kubelet does not model)."""
+    policy = draw(st.sampled_from(GENIE_POLICIES))
+    nodes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))
+    fits = [g for g in (1, 2, 3, 4, 8) if g <= sum(nodes)]
+    raw = draw(
+        st.lists(st.tuples(st.integers(0, 3000), st.sampled_from(fits), st.integers(1, 4000)), min_size=1, max_size=7)
+    )
+    jobs = sorted((TraceJob(f"j{k}", s, g, d) for k, (s, g, d) in enumerate(raw)), key=lambda j: (j.submit, j.name))
+    out = []
+    for j in draw(shaped(jobs, nodes)):
+        if draw(st.integers(0, 4)):
+            model, batch = draw(st.sampled_from(MODELS)), draw(st.sampled_from([32, 64, 128, 256]))
+            qos = draw(st.sampled_from(["Urgent", "Prior", "Normal"]))
+            j = dataclasses.replace(j, model=model, batch=batch, iters=draw(st.integers(100, 5000)), qos=qos)
+        out.append(j)
+    return policy, draw(st.sampled_from(PLACERS)), "none", nodes, out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(genie_cases())
+def test_genie_tasks_get_the_simulators_shapes_and_starts(
+    case: tuple[str, str, str, list[int], list[TraceJob]],
+) -> None:
+    one_vc(*case)
+
+
 Cohort = tuple[dict[str, dict[str, Any]], list[int], list[str], list[TraceJob], str, str]
 
 
@@ -146,6 +190,7 @@ def cohorts(draw: st.DrawFn) -> Cohort:
     names = ["va", "vb", "vc"][: draw(st.integers(2, 3))]
     cohort = draw(st.booleans())
     preemptive = draw(st.booleans())
+    static = (*BLIND, "qssf") if draw(st.booleans()) else (*BLIND, "sjf")
     nodes: list[int] = []
     node_vc: list[str] = []
     for n in names:
@@ -155,7 +200,7 @@ def cohorts(draw: st.DrawFn) -> Cohort:
     vcs: dict[str, dict[str, Any]] = {}
     for n in names:
         own = sum(g for g, v in zip(nodes, node_vc, strict=True) if v == n)
-        spec: dict[str, Any] = {"policy": draw(st.sampled_from(PREEMPTIVE if preemptive else POLICIES[:4]))}
+        spec: dict[str, Any] = {"policy": draw(st.sampled_from(PREEMPTIVE if preemptive else static))}
         if cohort:
             quota: dict[str, int] = {"gpus": draw(st.integers(0, own))}
             if draw(st.booleans()):
@@ -402,3 +447,85 @@ def test_a_start_taken_back_makes_the_blocked_head_and_its_reservation_at_once()
     ]
     run = one_vc("fifo", "consolidate", "adaptive", [4], jobs, lower_priority=True)
     assert ("ns/j1", 4594, 4595) in run.segments
+
+
+def test_a_job_submitted_before_any_history_is_predicted_at_the_next_finish() -> None:
+    """QSSF with the learned predictor on two 1-GPU nodes: j0, j1 (2 GPUs) and j2 arrive together, before
+    anything finished: no prediction. At j0's finish the operator's pass predicted j2 from it and started
+    it first; the simulator predicted only at arrival and kept arrival order (j1, then j2)."""
+    jobs = [TraceJob("j0", 0, 1, 1), TraceJob("j1", 0, 2, 1), TraceJob("j2", 0, 1, 1)]
+    run = one_vc("qssf", "consolidate", "none", [1, 1], jobs)
+    assert ("ns/j2", 1, 2) in run.segments
+
+
+def test_a_preempted_jobs_history_is_its_whole_run_time() -> None:
+    """QSSF, LowerPriority, three 1-GPU nodes: j2 (priority 1) preempts j0 at 111 s; j0 resumes at 201 s
+    and ends at 202 s. The operator learnt j0's run as its last segment (1 s, from its last start), the
+    simulator as all it ran (112 s): their predictions of the jobs like it parted (j6 ran before j3)."""
+    jobs = [
+        TraceJob("j0", 0, 1, 112),
+        TraceJob("j1", 111, 1, 189),
+        TraceJob("j2", 111, 3, 90, priority=1),
+        TraceJob("j3", 111, 3, 11),
+        TraceJob("j5", 111, 2, 2, withdraw=112),
+        TraceJob("j6", 213, 3, 188),
+        TraceJob("j4", 399, 2, 1),
+    ]
+    run = one_vc("qssf", "consolidate", "none", [1, 1, 1], jobs, lower_priority=True)
+    assert ("ns/j3", 390, 401) in run.segments
+
+
+def test_a_turn_end_in_a_cohort_members_queue_is_an_event_of_every_member() -> None:
+    """LAS in a cohort: va (4 GPUs) runs j4 (2 GPUs) with nothing waiting; vb (1 GPU) runs j3 while j2 waits.
+    j4's turn ends at 1626 s (3,250 GPU-s on 2 GPUs): the simulator passes the cohort then and vb's LAS
+    gives the GPU to j2 (1 s served against j3's 1,625). The operator woke only for turn ends of a
+    VirtualCluster with a job waiting, ran no pass then, and kept j3 to its end."""
+    vcs = {
+        "va": {"policy": "las", "cohort": "c", "quota": {"gpus": 3}, "preemption": {"reclaimWithinCohort": "Any"}},
+        "vb": {"policy": "las", "cohort": "c", "quota": {"gpus": 0}, "preemption": {"reclaimWithinCohort": "Any"}},
+    }
+    jobs = [
+        TraceJob("j0", 0, 1, 1, "va"),
+        TraceJob("j1", 0, 1, 1, "va"),
+        TraceJob("j2", 0, 1, 2, "vb"),
+        TraceJob("j3", 0, 1, 1626, "vb"),
+        TraceJob("j4", 0, 2, 1626, "va"),
+    ]
+    run = lockstep(vcs, [4, 1], ["va", "vb"], jobs, "consolidate", "none")
+    assert ("ns/j2", 1626, 1627) in run.segments
+
+
+def test_a_job_that_can_never_start_holds_no_share_of_its_model_type() -> None:
+    """Capacity on three nodes (1, 1, 2 GPUs): j0 asks 4 nodes of 1 GPU, which can never fit, and j1 one GPU.
+    The policy's order counted j0's 4 GPUs against model type ''s share (all 4), and j1 waited for ever
+    (Policy); the simulator, whose queue never holds j0, ran j1 at once."""
+    jobs = [TraceJob("j0", 0, 4, 1, gpus_per_node=1), TraceJob("j1", 0, 1, 1)]
+    run = one_vc("capacity", "consolidate", "none", [1, 1, 2], jobs)
+    assert run.segments == [("ns/j1", 0, 1)]
+
+
+def test_a_genie_task_whose_request_fits_no_node_runs_on_the_shape_its_policy_gives_it() -> None:
+    """SWAF, first-fit, nodes of 1 and 2 GPUs: j2, an urgent ResNet-50 task asking 3 GPUs, which first-fit
+    places nowhere. SWAF gives it GENIE's shape 1x1 and the operator ran it; the simulator rejected it up
+    front by its request, which SWAF does not hold it to."""
+    jobs = [
+        TraceJob("j0", 0, 1, 1),
+        TraceJob("j1", 0, 1, 1),
+        TraceJob("j2", 0, 3, 1, model="ResNet50", batch=32, iters=100, qos="Urgent"),
+    ]
+    run = one_vc("swaf", "first-fit", "none", [1, 2], jobs)
+    assert [s[0] for s in sorted(run.segments)] == ["ns/j0", "ns/j1", "ns/j2"]
+
+
+def test_jobs_without_a_model_type_hold_their_share_of_capacity_between_passes() -> None:
+    """Capacity on three 1-GPU nodes: j0 and j1 (no model type: the type '') and j2 (ResNet-50) share the GPUs
+    half and half (1 GPU each). The order counted '' against its share, but the running jobs' usage counted
+    only named types: the operator's next pass saw '' holding nothing and started j1 beside j0; the
+    simulator, passing once, kept j1 for j0's end."""
+    jobs = [
+        TraceJob("j0", 0, 1, 1),
+        TraceJob("j1", 0, 1, 1),
+        TraceJob("j2", 0, 1, 1, model="ResNet50", batch=32, iters=100),
+    ]
+    run = one_vc("capacity", "consolidate", "none", [1, 1, 1], jobs)
+    assert ("ns/j1", 1, 2) in run.segments

@@ -532,3 +532,32 @@ def test_the_plans_copy_of_a_job_is_equal_and_independent() -> None:
     own.job.predicted_duration = 42.0
     own.status["phase"] = "Queued"
     assert dl.job.predicted_duration is None and dl.status == {}
+
+
+def test_a_dljob_is_predicted_when_first_seen_and_keeps_it_a_restart_reads_it_from_its_status() -> None:
+    """QSSF predicts a job at its submission (seed 000 §4.2.2), as the simulator does: a queued DLJob keeps
+    the run time it was first predicted (its place in QSSF's order) while the history grows; a later DLJob
+    gets the newer history's. The operator predicted every queued job again at every pass (re-ranking jobs
+    the simulator had ranked once). A restarted operator ranks it by the prediction its status shows."""
+    from qosmos.extender.core.types import Job
+
+    jobs = [dljob("q0", created=1.0), dljob("q1", created=2.0)]
+    planner = Planner(durations=Durations(None))
+    planner.durations.observe(Job("team/done", T0, gpus=8, user="team", name="done"), 300.0, T0 + 50)
+    planner.plan(snapshot(*jobs, nodes=1), T0 + 100)
+    first = dict(planner.predictions.known)
+    assert set(first) == {"uid-q0", "uid-q1"} and first["uid-q1"] > 0
+    planner.durations.observe(Job("team/done2", T0, gpus=8, user="team", name="done2"), 3000.0, T0 + 150)
+    jobs.append(dljob("q2", created=160.0))
+    planner.plan(snapshot(*jobs, nodes=1), T0 + 200)
+    known = planner.predictions.known
+    assert known["uid-q1"] == first["uid-q1"]  # kept
+    assert known["uid-q2"] > first["uid-q1"]  # the newer history's
+    jobs.pop(0)  # q0 gone: its prediction is forgotten
+    planner.plan(snapshot(*jobs, nodes=1), T0 + 201)
+    assert set(planner.predictions.known) == {"uid-q1", "uid-q2"}
+
+    restarted = Planner(durations=Durations(None))  # a history that would predict otherwise (none)
+    jobs[0]["status"] = {"predictedDurationSeconds": 123.4}
+    restarted.plan(snapshot(*jobs, nodes=1), T0 + 300)
+    assert restarted.predictions.known == {"uid-q1": 123.4}

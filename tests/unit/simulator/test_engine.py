@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -177,6 +178,52 @@ def test_finished_jobs_enter_history_at_their_simulated_end(tiny) -> None:  # ty
     )
     assert rec.seen == pytest.approx({"A": 100, "B": 110})
     assert res.end[1] == pytest.approx(110)
+
+
+class _Table:
+    """Predicts each job its value in ``table`` once anything finished (None before: no history)."""
+
+    name = "table"
+
+    def __init__(self, table: dict[str, float]) -> None:
+        self.table, self.finished = table, 0
+
+    def predict(self, job, now):  # type: ignore[no-untyped-def]
+        return self.table[job.id] if self.finished else None
+
+    def observe(self, job, duration, end):  # type: ignore[no-untyped-def]
+        self.finished += 1
+
+
+def test_a_job_submitted_before_any_history_is_predicted_at_the_next_finish(tiny) -> None:  # type: ignore[no-untyped-def]
+    # One GPU: A runs 0-100; B (1) and C (2) arrive with no history, so no prediction. A's finish gives
+    # them one (as the operator's next pass asks again): C, predicted shorter, goes first.
+    trace = load_native(tiny("id,submit,gpus,duration\nA,0,1,100\nB,1,1,10\nC,2,1,50"))
+    res = simulate(trace, SimConfig(policy="qssf", predictor=_Table({"A": 1, "B": 500, "C": 5})))
+    assert res.start == pytest.approx([0, 150, 100])
+
+
+def test_a_head_blocked_while_its_start_was_unknown_is_protected_once_it_is_known(tiny) -> None:  # type: ignore[no-untyped-def]
+    # EASY on two 1-GPU nodes: A and L start with no history, so no expected end; D (2 GPUs) blocks at 1
+    # with an unknown start. A's finish predicts L's end (100): D's reservation, and its latest start,
+    # are known from then on, and B, predicted to run past it, waits. The latest start fixed at D's
+    # first block was infinite and kept: B backfilled at 11 and delayed D to 161.
+    nodes = "name,gpus\nn0,1\nn1,1"
+    jobs = "id,submit,gpus,duration\nA,0,1,10\nL,0,1,100\nD,1,2,10\nB,11,1,150"
+    res = simulate(
+        load_native(tiny(jobs, nodes)),
+        SimConfig(policy="fifo", backfill="easy", predictor=_Table({"A": 10, "L": 100, "D": 10, "B": 150})),
+    )
+    assert res.start == pytest.approx([0, 0, 100, 110])
+
+
+def test_a_job_withdrawn_while_it_runs_is_not_history(tiny) -> None:  # type: ignore[no-untyped-def]
+    # W is withdrawn at 30 while it runs: it did not finish (a deleted DLJob is no observation either)
+    rec = _Recorder()
+    trace = load_native(tiny("id,submit,gpus,duration\nW,0,1,100\nB,1,1,10"))
+    trace = dataclasses.replace(trace, withdraw_at=[30.0, None])
+    simulate(trace, SimConfig(policy="qssf", predictor=rec))
+    assert rec.seen == pytest.approx({"B": 40})
 
 
 def test_soda_gpu_job_reclaims_cores_a_cpu_job_borrowed(tiny) -> None:  # type: ignore[no-untyped-def]
