@@ -1019,7 +1019,8 @@ def admit(
             p.wait(d, pos, BEHIND, f"behind {blocked_sub[d.queue]} (the queue does not backfill)", blocked_sub[d.queue])
             continue
         left = p.quota_left()
-        if left is not None and job.gpus > left:
+        gpus = d.shape.gpus if d.shape is not None else job.gpus  # (a GENIE shape its policy gave it)
+        if left is not None and gpus > left:
             never = p.inadmissible(job, d.shape)
             if never is not None:  # it preempts nobody and blocks nobody: no GPUs freed would let it start
                 p.wait(d, pos, INADMISSIBLE, never, part.name)
@@ -1027,7 +1028,7 @@ def admit(
             room = None
             if p.may_preempt and res is None and d.queue not in heads_tried:
                 heads_tried.add(d.queue)
-                room = p.make_room(d, job.gpus - left)
+                room = p.make_room(d, gpus - left)
             if room is not None:
                 p.start(job, room, d.shape, False)
                 continue

@@ -529,3 +529,13 @@ def test_jobs_without_a_model_type_hold_their_share_of_capacity_between_passes()
     ]
     run = one_vc("capacity", "consolidate", "none", [1, 1, 1], jobs)
     assert ("ns/j1", 1, 2) in run.segments
+
+
+def test_a_genie_task_its_policy_shapes_within_the_quota_starts() -> None:
+    """SWAF on a 4-GPU node, VirtualCluster quota 2: j0 asks 3 GPUs; SWAF gives it GENIE's shape 1x2. The
+    quota was checked against its request (3 > 2): it waited for ever, in the operator and the simulator
+    alike; it is checked against the shape it runs with."""
+    jobs = [TraceJob("j0", 0, 3, 1, model="ResNet50", batch=64, iters=500)]
+    run = lockstep({"default": {"policy": "swaf", "quota": {"gpus": 2}}}, [4], ["default"], jobs, "consolidate", "none")
+    assert [s[0] for s in run.segments] == ["ns/j0"]
+    assert run.kube.jobs["j0"]["status"]["placement"]["shape"] == "1x2"
