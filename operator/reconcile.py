@@ -536,8 +536,7 @@ class Planner:
         def cohort_of(vc: str) -> str:  # (a VirtualCluster without one is a cohort of its own)
             return vc_specs[vc].cohort or f"/{vc}"
 
-        waiting = (None, DLJobPhase.QUEUED.value)
-        waits = {cohort_of(n) for n in vc_specs if any(d.phase in waiting for d in by_vc.get(n, []))}
+        waits = {cohort_of(n) for n in vc_specs if self._waiting_jobs(n, by_vc)}
         for v in vcs:
             name = meta(v)["name"]
             group = by_vc.get(name, [])

@@ -972,18 +972,19 @@ def admit(
     # whose queues never hold one, counts the same); counted once the pass can tell
     recount = part.backfill == "adaptive" and not presorted
     p = _Pass(rt, cluster, now, running, estimate, carry, 0 if recount else max(n, 0), explain, book and not policy.arrays, cohort)  # fmt: skip
+    tallies = policy.tallies and not presorted
+    unstartable = [j for j in jobs if p.inadmissible(j) is not None] if recount or tallies else []
     if recount:
-        p.count_queue(sum(1 for j in jobs if p.inadmissible(j) is None))
+        p.count_queue(len(jobs) - len(unstartable))
     if presorted:
         decisions: Iterable[Decision] = (Decision(j) for j in waiting)
     else:
-        unstartable: list[Job] = []
-        if policy.tallies:  # its order adds up what the jobs it lets go hold: a job that never starts holds
+        if not tallies:
+            unstartable = []
+        elif unstartable:  # its order adds up what the jobs it lets go hold: a job that never starts holds
             # nothing (it would keep its model type's share from the others; the simulator's queues hold none)
-            unstartable = [j for j in jobs if p.inadmissible(j) is not None]
-            if unstartable:
-                gone = {j.id for j in unstartable}
-                jobs = [j for j in jobs if j.id not in gone]
+            gone = {j.id for j in unstartable}
+            jobs = [j for j in jobs if j.id not in gone]
         decisions = [*policy.order(jobs, ctx), *(Decision(j) for j in unstartable)]
         if first:
             decisions = _heads_first(decisions, first, lambda d: d.job.id)

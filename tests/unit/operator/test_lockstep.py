@@ -103,17 +103,22 @@ def one_vc(
 
 
 @st.composite
+def trace_jobs(draw: st.DrawFn, sizes: list[int]) -> list[TraceJob]:
+    """One to seven jobs of ``sizes`` GPUs, submitted in the first 3,000 s, running up to 4,000 s."""
+    raw = draw(
+        st.lists(st.tuples(st.integers(0, 3000), st.sampled_from(sizes), st.integers(1, 4000)), min_size=1, max_size=7)
+    )
+    # the simulator's ties go by trace order: the trace in arrival order
+    return sorted((TraceJob(f"j{k}", s, g, d) for k, (s, g, d) in enumerate(raw)), key=lambda j: (j.submit, j.name))
+
+
+@st.composite
 def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], bool]:
     policy = draw(st.sampled_from(POLICIES))
     nodes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))
     # a preemptive policy's turns are quantum / GPUs: binary fractions, exact in a status timestamp
     sizes = (1, 2, 4, 8, 16) if policy in PREEMPTIVE else (1, 2, 3, 4, 6, 8, 16)
-    fits = [g for g in sizes if g <= sum(nodes)]
-    raw = draw(
-        st.lists(st.tuples(st.integers(0, 3000), st.sampled_from(fits), st.integers(1, 4000)), min_size=1, max_size=7)
-    )
-    # the simulator's ties go by trace order: the trace in arrival order
-    jobs = sorted((TraceJob(f"j{k}", s, g, d) for k, (s, g, d) in enumerate(raw)), key=lambda j: (j.submit, j.name))
+    jobs = draw(trace_jobs([g for g in sizes if g <= sum(nodes)]))
     placement, backfill = draw(st.sampled_from(PLACERS)), draw(st.sampled_from(BACKFILL))
     return policy, placement, backfill, nodes, draw(shaped(jobs, nodes)), draw(st.booleans())
 
@@ -156,11 +161,7 @@ def genie_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJo
     shape runs the rest of its work, which the harness's kubelet does not model)."""
     policy = draw(st.sampled_from(GENIE_POLICIES))
     nodes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))
-    fits = [g for g in (1, 2, 3, 4, 8) if g <= sum(nodes)]
-    raw = draw(
-        st.lists(st.tuples(st.integers(0, 3000), st.sampled_from(fits), st.integers(1, 4000)), min_size=1, max_size=7)
-    )
-    jobs = sorted((TraceJob(f"j{k}", s, g, d) for k, (s, g, d) in enumerate(raw)), key=lambda j: (j.submit, j.name))
+    jobs = draw(trace_jobs([g for g in (1, 2, 3, 4, 8) if g <= sum(nodes)]))
     out = []
     for j in draw(shaped(jobs, nodes)):
         if draw(st.integers(0, 4)):
