@@ -346,7 +346,9 @@ def received_mbit(p: subprocess.Popen[str]) -> float:
     return float(doc["end"]["sum_received"]["bits_per_second"]) / 1e6
 
 
-LINK_MBIT = 200
+# Low enough that the HTB, not the node's CPU, is the bottleneck: under gVisor on 2 shared cores the veth
+# pair carried only ~175 Mbit/s in CI (a 200 Mbit/s ceiling was then never reached, by either flow).
+LINK_MBIT = 100
 
 
 def test_htb_split_between_gpu_and_cpu_jobs(node: Node, agent: Any) -> None:
