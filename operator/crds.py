@@ -656,6 +656,13 @@ class DLJobStatus(_Model):
     executed_seconds: float | None = Field(
         None, ge=0, description="seconds its finished run segments ran (SRTF: predicted duration minus this)"
     )
+    work_left: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="fraction of a GENIE task's work its finished run segments left to do, as GENIE's model "
+        "counts it (Eq. 4 at each segment's shape): its expected run on its next shape; unset: all of it",
+    )
     queued_since: datetime | None = Field(
         None, description="when it last went back to its queue (preempted or reclaimed); unset: its creation"
     )

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 from qosmos.extender.admission_api import order_context
-from qosmos.extender.cache import PodInfo, pod_info
+from qosmos.extender.cache import LABEL_GPU_MODEL, PodInfo, pod_info
 from qosmos.extender.core import genie
 from qosmos.extender.core.admission import (
     AdmissionResult,
@@ -56,7 +56,7 @@ from qosmos.extender.core.admission import (
     WaitReason,
     admit,
 )
-from qosmos.extender.core.backfill import remaining_run
+from qosmos.extender.core.backfill import expected_run, task_latency
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.cohorts import CohortMember, nominal_of, quota_state
 from qosmos.extender.core.errors import InvalidInput
@@ -119,7 +119,6 @@ from qosmos.operator.translate import (
     probe_gang,
     rank0_address,
     rfc3339,
-    running_job,
     segment_start,
     service_status,
     taints_narrow,
@@ -150,6 +149,9 @@ ACTIVE = (DLJobPhase.ADMITTED.value, DLJobPhase.RUNNING.value)
 FINISHED = (DLJobPhase.SUCCEEDED.value, DLJobPhase.FAILED.value)
 ALLOWANCE_STEP_S = 10  # a waiting allowance is rewritten when it moved by this much (it moves every second)
 OLDEST_WAIT_STEP_S = 10
+# a pass due when a waiting job's decision changes with time alone (AdmissionResult.revisit_at) runs this
+# much after that instant: the core's times are relative to the pass, and Unix times round to ~2e-7 s
+REVISIT_AFTER = 1e-5
 MAX_FORECAST_JOBS = 500  # queues longer than this get no ETA (the forecast is a pass per event)
 FORECAST_WORK = 20_000  # job decisions one forecast may make (queue length summed over its passes)
 # ... and all of a pass's forecasts together: the VirtualClusters forecast longest ago go first, the
@@ -362,6 +364,7 @@ class Planner:
         self.memory = Memory()
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
         self._node_vc: dict[str, str] = {}  # node -> its VirtualCluster, as of this pass
+        self._gpu_model: dict[str, str] = {}  # node -> its GPU model, as of this pass
         self._w = Recorder()
         self._deleted: set[str] = set()  # pods deleted in the current plan (each once)
         self._leaving: set[str] = set()  # nodes with a pod terminating (as of the pass, and its deletions)
@@ -436,6 +439,10 @@ class Planner:
 
         # 2. admitted gangs: each writes only its own DLJob and pods (sequences side by side)
         by_name = {str(meta(n)["name"]): n for n in nodes}
+        # a GENIE task's work left is counted on the GPU model of the node it ran on
+        self._gpu_model = {
+            name: str((meta(n).get("labels") or {}).get(LABEL_GPU_MODEL, "")) for name, n in by_name.items()
+        }
         gone = {dl.job.id for dl in jobs if self._run_policy(dl, pods_of.get(dl.job.id, []), now, rep)}
         jobs = [dl for dl in jobs if dl.job.id not in gone]
         for dl in jobs:
@@ -488,7 +495,8 @@ class Planner:
                     bound = _bound_nodes(pods_of.get(dl.job.id, []), attempt_of(dl.status))
                     alloc = book_gang(cluster, gang, dl.spec, bound)
                     start = parse_time(dl.status.get("admittedAt")) or now
-                    running[dl.spec.virtual_cluster].append(running_job(dl.job, start, alloc, self._predicted(dl, now)))
+                    run = expected_run(dl.job, alloc, self._predicted(dl, now), cluster, self.modeldb)
+                    running[dl.spec.virtual_cluster].append(RunningJob(dl.job, start, start + run, alloc))
             book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
             self._services(snap.pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
             # gang pods that hold devices but are no current gang's: terminating ones of a requeued or
@@ -1071,13 +1079,21 @@ class Planner:
         self._event(dl, reason, why, "Warning")
         rep.preempted.append(dl.job.id)
 
-    @staticmethod
-    def _fold(dl: DL, now: float) -> dict[str, float]:
-        """The status fields that fold the run segment ending now into the job's service; the pass's Job
-        follows (a job restarted and then preempted in one pass keeps both segments)."""
-        served = service_status(dl.job, segment_start(dl.status), now)
+    def _fold(self, dl: DL, now: float) -> dict[str, float]:
+        """The status fields that fold the run segment ending now into the job's service (and a GENIE
+        task's work left); the pass's Job follows (a job restarted and then preempted in one pass keeps
+        both segments)."""
+        start = segment_start(dl.status)
+        served = service_status(dl.job, start, now)
         dl.job.attained = served["attainedServiceGpuSeconds"]
         dl.job.executed = served["executedSeconds"]
+        gang = Gang.of_status(dl.status)
+        if start is not None and gang is not None and dl.job.has_genie_task:
+            shape = genie.run_shape(gang.per_node())  # the segment's shape on its first node's GPU model
+            lat = task_latency(dl.job, shape, self._gpu_model.get(gang.node_names[0], ""), self.modeldb)
+            if lat is not None:
+                dl.job.work_left = genie.work_left_after(dl.job.work_left, max(now - start, 0.0), lat)
+                served["workLeft"] = round(dl.job.work_left, 9)
         return served
 
     @staticmethod
@@ -1215,13 +1231,14 @@ class Planner:
         carry = carry_from_json((meta(vc).get("annotations") or {}).get(ANN_CARRY), cluster, now)
 
         def estimate(job: Job, alloc: Allocation | None) -> float:  # a requeued job resumes: the rest of it
-            d = job.predicted_duration
-            return math.inf if d is None else remaining_run(d, job)
+            return expected_run(job, alloc, job.predicted_duration, cluster, self.modeldb)
 
         heads = {d.job.id for d in waiting_dl if d.status.get("queueHead")}  # preempted for a service
         res = admit(
             rt, waiting, held, cluster, 0.0, carry=carry, estimate=estimate, explain=True, first=heads, cohort=members
         )
+        if math.isfinite(res.revisit_at):  # a SWAF task's waiting allowance runs out: it is chosen anew then
+            rep.wake(now + res.revisit_at + REVISIT_AFTER)
 
         def etas(max_work: int, books: ClusterState) -> Forecast:
             """Predicted starts of the jobs left waiting: the core's admission cycle run forward from
@@ -1235,11 +1252,11 @@ class Planner:
             rest = [j for j in waiting if j.id not in started]
 
             def run_time(job: Job, elapsed: float) -> float | None:  # running jobs: given their elapsed time
-                return self._predict(job, now, elapsed)
+                # a GENIE task's is its model's (Eq. 4 at its shape: its expected end), not the history's
+                return None if job.has_genie_task else self._predict(job, now, elapsed)
 
             def eta_estimate(job: Job, alloc: Allocation | None) -> float:
-                d = run_time(job, 0.0)
-                return math.inf if d is None else d
+                return expected_run(job, alloc, self._predict(job, now, 0.0), books, self.modeldb)
 
             try:
                 return forecast(
@@ -1299,7 +1316,8 @@ class Planner:
                 continue
             if s.allocation is not None:
                 cluster.allocate(s.allocation)
-            running.append(running_job(dl.job, now, s.allocation, dl.job.predicted_duration))
+            run = expected_run(dl.job, s.allocation, dl.job.predicted_duration, cluster, self.modeldb)
+            running.append(RunningJob(dl.job, now, now + run, s.allocation))
             # the gangs are independent: their write sequences run side by side (each in its own order)
             self._start_gang(dl, gang, s.backfilled, now)
             rep.admitted.append(dl.job.id)

@@ -26,8 +26,7 @@ from qosmos.extender.cache import (
     node_from_object,
     require_node_terms,
 )
-from qosmos.extender.core.admission import Carry, HeadReservation, RunningJob
-from qosmos.extender.core.backfill import remaining_run
+from qosmos.extender.core.admission import Carry, HeadReservation
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant
@@ -90,7 +89,7 @@ def job_from_dljob(
 ) -> Job:
     """A DLJob as the core's Job: GENIE's task, QoS class, GPUs (with gpusPerNode: that many nodes),
     CPU and memory of the whole gang (every pod's), submitted at its creation; the namespace is the user (tenant).
-    The service of its finished run segments (``attained``, ``executed``) and when it last went back
+    The service of its finished run segments (``attained``, ``executed``, a GENIE task's ``work_left``) and when it last went back
     to its queue (``enqueued``) come from its status; the current segment is :func:`with_service`'s.
     ``spec``: the object's spec, already validated."""
     m = meta(obj)
@@ -124,6 +123,7 @@ def job_from_dljob(
         category=spec.model_type or "",
         executed=float(st.get("executedSeconds") or 0.0),
         attained=float(st.get("attainedServiceGpuSeconds") or 0.0),
+        work_left=1.0 if st.get("workLeft") is None else float(st["workLeft"]),
         enqueued=math.nan if requeued is None else requeued,
         priority=spec.priority,  # Kueue's workload priority: ties of the VC's policy, LowerPriority preemption
     )
@@ -273,6 +273,13 @@ class Gang:
             shape=f"{len(self.node_names)}x{gpn}" if gpn is not None else "+".join(map(str, self.gpus)),
         )
 
+    def per_node(self) -> list[int]:
+        """GPUs of each node the gang is on, in the order of its pods (a node's pods summed: ``split``)."""
+        by_node: dict[str, int] = {}
+        for node, g in zip(self.node_names, self.gpus, strict=True):
+            by_node[node] = by_node.get(node, 0) + g
+        return list(by_node.values())
+
     @classmethod
     def of_status(cls, status: Mapping[str, Any] | None) -> Gang | None:
         p = (status or {}).get("placement") or {}
@@ -325,13 +332,6 @@ def book_gang(
     if not grants:
         return None
     return Allocation(tuple(grants), cluster.cross_switch([g.node for g in grants]))
-
-
-def running_job(job: Job, start: float, alloc: Allocation | None, predicted: float | None) -> RunningJob:
-    """An admitted DLJob as the pass sees it: expected to end after the rest of its predicted run time (a
-    requeued job resumes: its finished segments' ``executed`` seconds are done, as in the simulator)."""
-    end = start + remaining_run(predicted, job) if predicted is not None else math.inf
-    return RunningJob(job, start, end, alloc)
 
 
 # --------------------------------------------------------------------------- carry <-> annotation
@@ -788,7 +788,6 @@ __all__ = [
     "rank0_address",
     "rendezvous_env",
     "rfc3339",
-    "running_job",
     "segment_start",
     "selects",
     "service_name",

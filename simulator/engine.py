@@ -55,7 +55,7 @@ from qosmos.extender.core.admission import (
     admit,
 )
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
-from qosmos.extender.core.backfill import remaining_run
+from qosmos.extender.core.backfill import allocation_latency, expected_run, remaining_run
 from qosmos.extender.core.cluster import FULL, ClusterState
 from qosmos.extender.core.cohorts import CohortMember, PreemptionPolicy, max_cap, nominal_of
 from qosmos.extender.core.errors import InvalidInput
@@ -86,8 +86,9 @@ BACKFILL_ESTIMATES = ("predicted", "requested", "oracle")
 FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED = range(6)
 # event kinds, in the order they apply at one instant
 # from EV_TICK on: no job's event; EV_SEEN: a rejected job's arrival or withdrawal (its partition passes, as the
-# operator's does when the DLJob is created, and waits Inadmissible, or deleted)
-EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE, EV_SEEN = range(7)
+# operator's does when the DLJob is created, and waits Inadmissible, or deleted); EV_REVISIT: partition i's
+# policy decides otherwise for a waiting job with time alone (SWAF: a waiting allowance runs out)
+EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE, EV_SEEN, EV_REVISIT = range(8)
 
 
 @dataclass
@@ -196,6 +197,7 @@ class _Queue:
         "name",
         "policy",
         "preemptive",
+        "revisit",
         "rt",
         "running",
         "static",
@@ -216,6 +218,7 @@ class _Queue:
         self.max_len = 0
         self.first: set[str] = set()  # waiting jobs preempted for a service: the head of the queue
         self.gpu_hist: dict[int, int] = {}  # GPUs asked -> waiting jobs asking that many (cohorts only)
+        self.revisit = math.inf  # when its EV_REVISIT pending is due
 
     def __len__(self) -> int:
         return len(self.items) if self.static else len(self.waiting)
@@ -657,8 +660,7 @@ class Simulator:
         job = self.jobs[i]
         multi = alloc is not None and len(alloc.grants) > 1
         if job.model and alloc is not None and job.has_genie_task:
-            counts = [len(g.gpu_ids) for g in alloc.grants]
-            shape = Shape(len(counts), max(max(counts), 1))
+            shape = genie.run_shape([len(g.gpu_ids) for g in alloc.grants])
             self.shape[i] = (shape.d_node, shape.d_gpn)
             cl = self.cluster  # the profile of the GPU model the job runs on (the first grant's node)
             gpu_model = cl.gpu_models[cl.model_id[alloc.grants[0].node]]
@@ -681,8 +683,10 @@ class Simulator:
             full = self._full_runtime(i, alloc)
             self.shape[i] = shape
             return full * self.frac_left[i]
-        d = job.requested_duration if mode == "requested" else job.predicted_duration
-        return math.inf if d is None else remaining_run(d, job)
+        if mode == "requested":
+            d = job.requested_duration
+            return math.inf if d is None else remaining_run(d, job)
+        return expected_run(job, alloc, job.predicted_duration, self.cluster, self.modeldb)
 
     # ---- starting and stopping ---------------------------------------------------------------
     def _book(self, i: int, alloc: Allocation, sign: int, booked: bool = False) -> None:
@@ -811,6 +815,9 @@ class Simulator:
             useful = max(0.0, ran - overhead)
             work = max(seg - overhead, 1e-12)
             self.frac_left[i] *= max(0.0, 1.0 - useful / work)
+            if job.has_genie_task:  # the work left as GENIE's model (not the noise) counts it: the estimates'
+                lat = allocation_latency(job, alloc, self.cluster, self.modeldb)
+                job.work_left = job.work_left if lat is None else genie.work_left_after(job.work_left, useful, lat)
             job.executed = self.base_exec[i] + useful
             job.attained = self.base_att[i] + useful * job.gpus
             self.preempt[i] += 1
@@ -942,6 +949,10 @@ class Simulator:
             cohort=cohort,
         )
         q.carry = res.carry
+        if self.now < res.revisit_at < math.inf and not self.now < q.revisit <= res.revisit_at:
+            q.revisit = res.revisit_at  # (one pending before it: its pass asks again)
+            self.seq += 1
+            heapq.heappush(self.events, (res.revisit_at, EV_REVISIT, self.seq, qi, 0))
         idx = self._idx_of
         if res.starts or res.preemptions:
             # what its members hold and still ask changed their caps (a start can leave a waiting job
@@ -1244,6 +1255,10 @@ class Simulator:
                             self._push(t + self.cfg.tick, EV_TICK, -1)
                     elif kind == EV_SEEN:
                         dirty.add(qidx[i])
+                    elif kind == EV_REVISIT:
+                        dirty.add(i)
+                        if self.queues[i].revisit == t:
+                            self.queues[i].revisit = math.inf
                     else:  # service i's g-th timeline point
                         self._scale_service(i, g, dirty)
                     continue

@@ -4,7 +4,8 @@
 apiserver (:class:`~qosmos.testing.fakekube.FakeKube`) and plays the rest of the cluster: DLJobs are
 created at their submission, kube-scheduler binds each gang pod where the operator pinned it, the kubelet
 runs it for the rest of its job's run time (a preempted job resumes where it stopped, as the simulator's
-do; a GENIE task's run time is GENIE's latency at the shape it was placed with, Eq. 4, as the simulator's)
+do; a GENIE task's run time is GENIE's latency at the shape it was placed with, Eq. 4, as the simulator's,
+and one resumed on another shape runs the rest of its work there)
 and ends a deleted pod at once (preemption overhead 0). At every event it runs a pass, then passes
 again as a live operator does after its own writes (pods Running, status echoes) until they write
 nothing, and once between two events (the operator's timer). The passes after an event's may decide
@@ -24,7 +25,7 @@ from typing import Any
 
 from qosmos.extender.core import genie
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.types import Job, QoSClass, Shape
+from qosmos.extender.core.types import Job, QoSClass
 from qosmos.operator.durations import Durations
 from qosmos.operator.reconcile import Reconciler
 from qosmos.operator.translate import Gang, parse_time, rfc3339
@@ -128,6 +129,8 @@ class Passes:
         self.arrivals = sorted((T0 + j.submit, j.name) for j in jobs)
         self.ends: dict[str, float] = {}  # pod -> when it finishes its run
         self.open: dict[str, float] = {}  # job -> start of its current segment
+        self.work_left: dict[str, float] = {}  # GENIE task -> the fraction of its work left (the truth here)
+        self.latency: dict[str, float] = {}  # GENIE task -> its whole run at its current segment's shape
         self.segments: list[tuple[str, float, float]] = []  # (job id, start, end) in trace time
         self.wake: float | None = None
         self.passes = 0
@@ -192,30 +195,37 @@ class Passes:
                 self.open[key] = parse_time(patch["startTime"]) or now
             elif patch.get("phase") in ("Queued", "Succeeded") and key in self.open:
                 end = parse_time(patch.get("completionTime")) or now
-                self.segments.append((key, self.open.pop(key) - T0, end - T0))
+                start = self.open.pop(key)
+                self.segments.append((key, start - T0, end - T0))
+                if key in self.latency:  # a GENIE task stopped: the rest of its work is left (0 when it finished)
+                    self.work_left[key] = genie.work_left_after(
+                        self.work_left.get(key, 1.0), end - start, self.latency[key]
+                    )
         self.kube.terminate()  # preempted pods leave at once
         for pod in [p for p in self.kube.pods.values() if not p["spec"].get("nodeName")]:
             name = pod["metadata"]["name"]
             job = self.kube.jobs[pod["metadata"]["labels"]["qosmos.io/job"]]
             pod["spec"].pop("schedulingGates", None)
             self.kube.bind(name, pinned(pod))
-            executed = float(job["status"].get("executedSeconds") or 0.0)
-            self.ends[name] = now + self.run_time(job) - executed
+            self.ends[name] = now + self.run_left(job)
         for pod in [n for n in self.ends if n not in self.kube.pods]:
             del self.ends[pod]  # deleted (preempted): its run stopped
         return rep.preempted, rep.admitted
 
-    def run_time(self, dljob: dict[str, Any]) -> float:
-        """What the job runs in all: its trace duration, or a GENIE task's latency at the shape the operator
-        placed it with (``status.placement``; GENIE Eq. 4, the simulator's ``_full_runtime``)."""
+    def run_left(self, dljob: dict[str, Any]) -> float:
+        """What the job runs from now: the rest of its trace duration (after the seconds its earlier segments
+        ran), or the rest of a GENIE task's work at the shape the operator placed it with
+        (``status.placement``; GENIE Eq. 4, the simulator's ``_full_runtime`` times its ``frac_left``)."""
         tj = self.jobs[dljob["metadata"]["name"]]
+        key = f"ns/{tj.name}"
         if not (tj.model and tj.batch and tj.iters):
-            return self.duration[f"ns/{tj.name}"]
+            return self.duration[key] - float(dljob["status"].get("executedSeconds") or 0.0)
         gang = Gang.of_status(dljob["status"])
         assert gang is not None, f"{tj.name} runs without a placement"
-        counts = gang.gpus
         task = genie.Task.from_job(tj.job())
-        return genie.latency(task, Shape(len(counts), max(counts)), self.modeldb.get(tj.model, GPU_MODEL))
+        lat = genie.latency(task, genie.run_shape(gang.per_node()), self.modeldb.get(tj.model, GPU_MODEL))
+        self.latency[key] = lat
+        return lat * self.work_left.get(key, 1.0)
 
     def run(self, max_events: int = 1000) -> None:
         """Every event's pass, then the passes after it until they write nothing (asserting that

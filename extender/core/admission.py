@@ -208,6 +208,9 @@ class AdmissionResult:
     # starts this pass took back for a higher-priority head (LowerPriority): the jobs wait again, and a
     # pass at the same instant sees them as the blocked heads they now are (the operator's next pass)
     unstarted: list[str] = field(default_factory=list)
+    # when a job left waiting gets another decision from its policy (SWAF: a waiting allowance runs
+    # out, ``Decision.choice_until``): the partition is due a pass then though nothing else happens
+    revisit_at: float = math.inf
 
 
 class FitMemo:
@@ -894,7 +897,10 @@ class _Pass:
         if start > res.latest + 1e-9:
             return False
         if start > res.start:  # allowed, and the head now starts later (still by its latest start)
-            res.start, res.allocation = start, head_alloc
+            res.start = start
+        # where the head now goes: the next job is placed away from these GPUs (``avoid``), as in a pass
+        # that finds this job running (it kept the placement projected before this start)
+        res.allocation = head_alloc
         return True
 
     def avoid(self, res: HeadReservation, job: Job, shape: Shape | None) -> Allocation | None:
@@ -1093,6 +1099,9 @@ def admit(
         )
         p.wait(head, head_pos, HEAD, f"head of the queue; {when}")
         p.result.waiting.insert(head_at, p.result.waiting.pop())
+    if policy.revisits and not presorted:
+        started = {s.job.id for s in p.result.starts}
+        p.result.revisit_at = min((d.choice_until for d in decisions if d.job.id not in started), default=math.inf)
     return p.result
 
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import math
 
+from qosmos.extender.core import genie
+from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.types import Job
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.types import Allocation, Job, Shape
 
 MODES = ("none", "easy", "relaxed", "adaptive")
 
@@ -21,6 +24,40 @@ def remaining_run(predicted: float, job: Job) -> float:
     finished segments: what a live scheduler knows of a requeued job that resumes (backfilling's estimate,
     a running job's expected end), in the simulator as in the operator."""
     return max(predicted - job.executed, 0.0)
+
+
+def task_latency(job: Job, shape: Shape, gpu_model: str, modeldb: ModelDB) -> float | None:
+    """The whole of ``job``'s run at ``shape`` on ``gpu_model``'s profile (GENIE Eq. 4) when it is a GENIE
+    task whose model type has a profile; None otherwise."""
+    if not job.has_genie_task:
+        return None
+    try:
+        profile = modeldb.get(job.model, gpu_model)
+    except InvalidInput:  # a model type without a profile: its run time is the predictor's
+        return None
+    return genie.latency(genie.Task.from_job(job), shape, profile)
+
+
+def allocation_latency(job: Job, alloc: Allocation | None, cluster: ClusterState, modeldb: ModelDB) -> float | None:
+    """:func:`task_latency` at ``alloc``'s shape on the GPU model of its first node (what it runs on)."""
+    if alloc is None or not alloc.grants:
+        return None
+    node = alloc.grants[0].node
+    shape = genie.run_shape([len(g.gpu_ids) for g in alloc.grants])
+    return task_latency(job, shape, cluster.gpu_models[cluster.model_id[node]], modeldb)
+
+
+def expected_run(
+    job: Job, alloc: Allocation | None, predicted: float | None, cluster: ClusterState, modeldb: ModelDB
+) -> float:
+    """Run seconds ``job`` has left on ``alloc`` as a live scheduler expects them (backfilling's estimates, a
+    running job's expected end), in the simulator as in the operator: a GENIE task's latency at that shape
+    (Eq. 4) times the work it has left; another job's ``predicted`` run time less what it ran; inf when
+    neither is known."""
+    lat = allocation_latency(job, alloc, cluster, modeldb)
+    if lat is not None:
+        return lat * job.work_left
+    return math.inf if predicted is None else remaining_run(predicted, job)
 
 
 def relax_factor(mode: str, base: float, queue_len: int, max_queue_len: int) -> float:

@@ -2,7 +2,7 @@
 
 From the cluster as it is, running jobs end at their expected ends (:func:`running_end`: with a
 ``run_time`` predictor, start + the run time predicted given the time already run, seed 004 §VI-A),
-each end is an event, and at each event the partition's queue gets one pass of :func:`admit` — the
+each end is an event (so is the instant a waiting job's decision changes, ``AdmissionResult.revisit_at``), and at each event the partition's queue gets one pass of :func:`admit` — the
 same function the simulator's event loop and the operator call — whose starts are booked to end after
 their estimated run time. A job's ETA is the time of the pass that starts it. Nothing arrives in the
 forecast (only the current queue), and jobs without an expected end never release what they hold:
@@ -115,9 +115,11 @@ def forecast(
                 seq += 1
         if started:
             queue = [j for j in queue if j.id not in started]
-        if not queue or not ends or work >= max_work:
+        # the next event: an end, or the instant a waiting job's decision changes (SWAF's allowance runs out)
+        t_next = min(ends[0][0] if ends else math.inf, res.revisit_at)
+        if not queue or not math.isfinite(t_next) or work >= max_work:
             break
-        t = ends[0][0]
+        t = t_next
         while ends and ends[0][0] == t:  # everything ending at t is released at t
             _, _, r = heapq.heappop(ends)
             if id(r) in stopped:

@@ -212,6 +212,19 @@ def latency(task: Task, shape: Shape, profile: ThroughputProfile) -> float:
     return task.batch * task.iters / pr + profile.nu
 
 
+def run_shape(gpus_by_node: Sequence[int]) -> Shape:
+    """The ⟨d_node, d_gpn⟩ a gang of these GPUs per node runs at: as many nodes, its widest node's GPUs."""
+    return Shape(len(gpus_by_node), max(max(gpus_by_node), 1))
+
+
+def work_left_after(work_left: float, ran: float, lat: float) -> float:
+    """The fraction of a task's work left after it ran ``ran`` seconds at a shape where the whole task
+    takes ``lat`` (Eq. 4): a task stopped and resumed, on that shape or another, runs the rest of it."""
+    if not 0 < lat < math.inf:
+        return work_left
+    return min(max(work_left - ran / lat, 0.0), 1.0)
+
+
 def cost(shape: Shape, platform: Platform, theta: float = DEFAULT_THETA) -> float:
     """Cost(s) = d_node d_gpn / (N G) + θ d_node / N (Eq. 10)."""
     if not math.isfinite(theta) or theta < 0:
@@ -242,6 +255,19 @@ def deadline(task: Task, profile: ThroughputProfile) -> float:
 def is_feasible(lat: float, now: float, task_deadline: float) -> bool:
     """A placement guarantees QoS when l + t_curr <= e (Eq. 12); a placement that never finishes never does."""
     return math.isfinite(lat) and lat + now <= task_deadline
+
+
+def feasible_until(lat: float, task_deadline: float) -> float:
+    """The first instant at which a placement of latency ``lat`` no longer meets the deadline (Eq. 12):
+    its waiting allowance is spent (Eq. 13): e - l, moved past it by the rounding of l + t (steps of the
+    sum's float spacing: two or three at most). Never for a deadline at infinity."""
+    t = task_deadline - lat
+    if not math.isfinite(t):
+        return math.inf if t > 0 or math.isnan(t) else -math.inf
+    step = math.ulp(max(abs(task_deadline), abs(lat), abs(t)))
+    while is_feasible(lat, t, task_deadline):
+        t += step
+    return t
 
 
 def waiting_allowance(task_deadline: float, lat: float, now: float) -> float:

@@ -53,6 +53,9 @@ class Decision:
     waiting_allowance: float | None = None
     blocked: str | None = None  # why this job may not start now (e.g. over its capacity share)
     queue: str = ""
+    # when the policy would decide otherwise for the job if it still waits (SWAF: its chosen placement
+    # stops meeting the deadline, Eq. 12, and another is chosen): a pass is due then
+    choice_until: float = INF
 
 
 class OrderingPolicy(Protocol):
@@ -71,6 +74,7 @@ class OrderingPolicy(Protocol):
     uses_genie: bool
     tallies: bool  # ``order`` adds up the jobs it lets go (Capacity): it is given none that can never start
     reshapes: bool  # its Decisions give every GENIE task a shape from GENIE's table (SWAF, Tetris)
+    revisits: bool  # its Decisions change with time alone (``Decision.choice_until``: SWAF)
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]: ...
 
@@ -120,6 +124,7 @@ class _Base:
     uses_genie = False  # builds GENIE placement tables (its cost grows with the platform; callers bound it)
     tallies = False
     reshapes = False
+    revisits = False
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         raise NotImplementedError
@@ -339,6 +344,7 @@ class SWAF(_GeniePolicy):
 
     name = "swaf"
     reshapes = True
+    revisits = True
 
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         out: list[Decision] = []
@@ -349,7 +355,8 @@ class SWAF(_GeniePolicy):
             task, profile, ranked = self.ranked(job, ctx)
             dl = genie.deadline(task, profile)
             row = genie.choose(ranked, ctx.now, dl)
-            out.append(Decision(job, row.shape, genie.waiting_allowance(dl, row.lat, ctx.now)))
+            until = genie.feasible_until(row.lat, dl) if genie.is_feasible(row.lat, ctx.now, dl) else INF
+            out.append(Decision(job, row.shape, genie.waiting_allowance(dl, row.lat, ctx.now), choice_until=until))
         order = genie.swaf_order(d.waiting_allowance for d in out)  # type: ignore[misc]
         return [out[i] for i in order]
 

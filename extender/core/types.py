@@ -83,7 +83,8 @@ class Job:
     ``predicted_duration`` comes from a predictor (QSSF) and never from the oracle;
     ``requested_duration`` is the user's own estimate (a time limit), when the trace has one.
     ``executed`` and ``attained`` are runtime state (seconds run, GPU-seconds of service)
-    kept by whoever runs the job, for SRTF and LAS; ``enqueued`` is when it last entered
+    kept by whoever runs the job, for SRTF and LAS; ``work_left`` is the fraction of a GENIE task's
+    work still to do as GENIE's model counts it (a task resumed on another shape runs the rest); ``enqueued`` is when it last entered
     its queue (arrival, preemption, an MLFQ demotion or a round-robin turn), NaN = submit.
     ``pool`` confines the job to a named node subset of the cluster (``ClusterState.define_pool``,
     e.g. the nodes a DLJob's pod template may run on); None: any node of its VC.
@@ -114,6 +115,7 @@ class Job:
     end_state: JobEnd = JobEnd.COMPLETED
     executed: float = 0.0
     attained: float = 0.0
+    work_left: float = 1.0
     enqueued: float = math.nan
     pool: str | None = None
     priority: int = 0
@@ -134,6 +136,7 @@ class Job:
         _require(self.memory_mib >= 0, "memory_mib", self.memory_mib, "must be >= 0")
         _require(0 < self.gpu_milli <= 1000, "gpu_milli", self.gpu_milli, "must be in (0, 1000]")
         _require(isinstance(self.nodes, int) and self.nodes >= 0, "nodes", self.nodes, "must be an integer >= 0")
+        _require(_finite(self.work_left) and 0 <= self.work_left <= 1, "work_left", self.work_left, "must be in [0, 1]")
         _require(
             isinstance(self.priority, int) and not isinstance(self.priority, bool),
             "priority",

@@ -8,7 +8,9 @@ from qosmos.extender.core.admission import Partition, PartitionRuntime, RunningJ
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.cohorts import PreemptionPolicy
 from qosmos.extender.core.forecast import forecast, running_end
-from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.ordering import OrderContext
+from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant, Platform
 
 
 def setup(backfill: str = "none", policy: str = "fifo") -> tuple[PartitionRuntime, ClusterState, list[RunningJob]]:
@@ -122,3 +124,23 @@ def test_a_forecast_pass_that_reclaims_from_a_cohort_member_starts_on_the_reclai
     fc = forecast(rt, [Job("H", 5.0, 8, vc="b")], rb, c, 10.0, runs, cohort=[member])
     assert fc.starts == {"H": 50.0}
     assert c.gpu_free_milli.sum() == 0  # the caller's books untouched
+
+
+def test_swaf_forecasts_a_task_when_its_waiting_allowance_runs_out() -> None:
+    """SWAF on one 4-GPU node at 1447 s: J3 holds 3 GPUs until 1460 s, J5 the fourth until 1464.4 s. T4 waits
+    for its best-CER 4-GPU shape, which meets its deadline only if it starts by about 1460.07 s; then SWAF
+    takes a smaller one, which fits: T4 (and S behind it) are forecast to start then, not at J5's end."""
+    cluster = ClusterState([Node("n0", 4, vc="p", gpu_model="V100M32")])
+    a3, a5 = Allocation((NodeGrant(0, (0, 1, 2)),)), Allocation((NodeGrant(0, (3,)),))
+    cluster.allocate(a3)
+    cluster.allocate(a5)
+    running = [
+        RunningJob(Job("J3", 0.0, 3, vc="p", duration=1459), 1.0, 1460.0, a3),
+        RunningJob(Job("J5", 1447.0, 1, vc="p", duration=17.4), 1447.0, 1464.4, a5),
+    ]
+    rt = PartitionRuntime(Partition("p", policy="swaf", placement="consolidate"))
+    rt.ctx = OrderContext(platform=Platform(1, 4), modeldb=ModelDB.builtin())
+    t4 = Job("T4", 1212.0, 1, vc="p", model="MobileNetV2", batch=256, iters=2048, duration=90)
+    s = Job("S", 1447.0, 1, vc="p", duration=1)
+    starts = forecast(rt, [t4, s], running, cluster, 1447.0, runs).starts
+    assert 1460.0 < starts["T4"] < 1461.0 and starts["S"] == starts["T4"]

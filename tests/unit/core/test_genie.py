@@ -229,3 +229,14 @@ def test_a_platform_of_unlike_nodes_offers_only_the_shapes_they_hold() -> None:
     assert not Platform.of([0, 4]).holds(Shape(2, 1)) and Platform.of([0, 4]).holds(Shape(1, 4))
     with pytest.raises(InvalidInput, match="nodes_with"):
         Platform(2, 2, nodes_with=(1, 2))
+
+
+def test_feasible_until_is_the_first_instant_past_the_deadline_minus_the_latency() -> None:
+    """Eq. 12 holds up to e - l inclusive; the waiting allowance (Eq. 13) is spent within a float of it
+    (also where l is nearly e, and never for a deadline at infinity)."""
+    for lat, dl in [(17.39, 1000.0), (0.1, 0.3), (88.07, 1548.13926), (1e-3, 1.767e9), (1000 - 1e-10, 1000.0)]:
+        t = genie.feasible_until(lat, dl)
+        assert not genie.is_feasible(lat, t, dl)
+        assert genie.is_feasible(lat, dl - lat - 4 * math.ulp(dl), dl) or dl - lat < 4 * math.ulp(dl)
+        assert t - (dl - lat) <= 4 * math.ulp(max(dl, lat))
+    assert genie.feasible_until(10.0, math.inf) == math.inf

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from qosmos.extender.core import genie
-from qosmos.extender.core.backfill import relax_factor
+from qosmos.extender.core.backfill import expected_run, relax_factor
+from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import POLICIES, OrderContext, get_policy, mlfq_level, mlfq_next_demotion
-from qosmos.extender.core.types import Job, JobKind, Platform, Shape
+from qosmos.extender.core.types import Allocation, Job, JobKind, Node, NodeGrant, Platform, Shape
 
 DB = ModelDB.builtin()
 
@@ -72,6 +75,10 @@ def test_swaf_orders_by_waiting_allowance_and_places_by_cer() -> None:
         expected = genie.evaluate_placements(genie.Task.from_job(d.job), DB.get("ResNet50"), ctx.platform, 20)
         assert d.shape == expected.chosen.shape
         assert d.waiting_allowance == pytest.approx(expected.waiting_allowance)
+        # a task within its allowance is decided anew when it runs out (an urgent one's has: never again)
+        spent = expected.waiting_allowance < 0
+        assert d.choice_until == (math.inf if spent else genie.feasible_until(expected.chosen.lat, expected.deadline))
+    assert out[-1].choice_until < math.inf
 
 
 def test_minmin_wfair_tetris() -> None:
@@ -163,3 +170,40 @@ def test_relax_factor_modes() -> None:
     assert relax_factor("adaptive", 0.1, 50, 100) == pytest.approx(0.05)  # 004 §VI-B formula (1)
     with pytest.raises(InvalidInput):
         relax_factor("aggressive", 0.1, 1, 1)
+
+
+def test_a_genie_tasks_estimate_is_its_latency_at_the_allocation_times_its_work_left() -> None:
+    """Backfilling's estimate (the simulator's and the operator's): a GENIE task runs Eq. 4's latency at the
+    shape it is given, on the GPU model of its node, for the work it has left; the predictor is not asked.
+    A job GENIE cannot model (no model type, or one without a profile) gets its prediction less what it ran."""
+    cl = ClusterState([Node("a", 4, gpu_model="V100M32"), Node("b", 4, gpu_model="A100")])
+    task = Job("t", 0, gpus=2, model="ResNet50", batch=64, iters=1000, predicted_duration=5.0)
+    on_a = Allocation((NodeGrant(0, (0, 1)),))
+    on_b = Allocation((NodeGrant(1, (0, 1)),))
+    two_nodes = Allocation((NodeGrant(0, (0,)), NodeGrant(1, (0,))))
+    full_a = genie.latency(genie.Task.from_job(task), Shape(1, 2), DB.get("ResNet50", "V100M32"))
+    assert expected_run(task, on_a, 5.0, cl, DB) == pytest.approx(full_a)
+    assert expected_run(task, on_b, 5.0, cl, DB) == pytest.approx(
+        genie.latency(genie.Task.from_job(task), Shape(1, 2), DB.get("ResNet50", "A100"))
+    )
+    assert expected_run(task, two_nodes, 5.0, cl, DB) != pytest.approx(full_a)  # 2 x 1 on V100: another shape
+    task.work_left, task.executed = 0.25, 123.0
+    assert expected_run(task, on_a, 5.0, cl, DB) == pytest.approx(full_a / 4)
+    plain = Job("p", 0, gpus=2, predicted_duration=100.0, executed=30.0)
+    assert expected_run(plain, on_a, 100.0, cl, DB) == 70.0
+    assert expected_run(plain, on_a, None, cl, DB) == math.inf
+    unknown = Job("u", 0, gpus=2, model="NoSuchNet", batch=64, iters=10, predicted_duration=9.0)
+    assert expected_run(unknown, on_a, 9.0, cl, DB) == 9.0
+    assert expected_run(task, None, 500.0, cl, DB) == 500.0 - 123.0  # no allocation to model: the prediction
+
+
+def test_work_left_after_a_segment_counts_it_at_that_shapes_latency() -> None:
+    """A task stopped after a quarter of its latency at one shape has three quarters of its work left,
+    which it runs at whatever shape it resumes on; never below 0 or above what it had."""
+    assert genie.work_left_after(1.0, 25.0, 100.0) == 0.75
+    assert genie.work_left_after(0.75, 50.0, 200.0) == 0.5
+    assert genie.work_left_after(0.1, 500.0, 100.0) == 0.0
+    assert genie.work_left_after(0.5, 10.0, math.inf) == 0.5  # a shape that never ends it did no work
+    assert genie.run_shape([2, 2]) == Shape(2, 2) and genie.run_shape([4, 1]) == Shape(2, 4)
+    with pytest.raises(InvalidInput, match="work_left"):
+        Job("x", 0, work_left=1.5)

@@ -10,6 +10,7 @@ import dataclasses
 import math
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from qosmos.extender.core.admission import FitMemo, Partition, PartitionRuntime, RunningJob, admit
@@ -154,11 +155,11 @@ MODELS = ("ResNet50", "BERT", "VGG", "LSTM", "MobileNetV2")
 
 
 @st.composite
-def genie_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob]]:
+def genie_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], bool]:
     """Mostly GENIE tasks (model, global batch, iterations, QoS class: their run time is GENIE's latency at the
-    shape they get, Eq. 4) under GENIE's policies and placers; no backfilling (the operator's estimates are
-    predictions, the simulator's oracle is the latency) and no preemption (a task resumed on another
-    shape runs the rest of its work, which the harness's kubelet does not model)."""
+    shape they get, Eq. 4) under GENIE's policies and placers, backfilled on that latency (the operator's
+    estimate and the simulator's oracle alike), some preempted for a higher priority (a task resumed on
+    another shape runs the rest of its work: ``status.workLeft`` and the simulator's ``frac_left``)."""
     policy = draw(st.sampled_from(GENIE_POLICIES))
     nodes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))
     jobs = draw(trace_jobs([g for g in (1, 2, 3, 4, 8) if g <= sum(nodes)]))
@@ -169,13 +170,13 @@ def genie_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJo
             qos = draw(st.sampled_from(["Urgent", "Prior", "Normal"]))
             j = dataclasses.replace(j, model=model, batch=batch, iters=draw(st.integers(100, 5000)), qos=qos)
         out.append(j)
-    return policy, draw(st.sampled_from(PLACERS)), "none", nodes, out
+    return policy, draw(st.sampled_from(PLACERS)), draw(st.sampled_from(BACKFILL)), nodes, out, draw(st.booleans())
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(genie_cases())
 def test_genie_tasks_get_the_simulators_shapes_and_starts(
-    case: tuple[str, str, str, list[int], list[TraceJob]],
+    case: tuple[str, str, str, list[int], list[TraceJob], bool],
 ) -> None:
     one_vc(*case)
 
@@ -540,3 +541,49 @@ def test_a_genie_task_its_policy_shapes_within_the_quota_starts() -> None:
     run = lockstep({"default": {"policy": "swaf", "quota": {"gpus": 2}}}, [4], ["default"], jobs, "consolidate", "none")
     assert [s[0] for s in run.segments] == ["ns/j0"]
     assert run.kube.jobs["j0"]["status"]["placement"]["shape"] == "1x2"
+
+
+def test_a_genie_task_is_backfilled_on_its_latency() -> None:
+    """FIFO, EASY, one 4-GPU node: R holds 2 GPUs until 1000 s and the head H needs all 4. G is a GENIE task
+    whose Eq. 4 latency on one GPU is about 17 s: both backfill it at once. The operator estimated it by its
+    predicted run time (here the trace's 5000 s) and kept it behind H."""
+    g = TraceJob("g", 2, 1, 5000, model="ResNet50", batch=32, iters=100)
+    run = one_vc("fifo", "consolidate", "easy", [4], [TraceJob("r", 0, 2, 1000), TraceJob("h", 1, 4, 10), g])
+    assert [s for s in run.segments if s[0] == "ns/g" and s[1] == 2]
+
+
+def test_a_preempted_genie_task_says_the_work_it_has_left() -> None:
+    """LowerPriority on one GPU: p (priority 1) stops the GENIE task g at 5 s. g's status says the fraction
+    of its work left (``workLeft``: 5 s of its latency done), and it runs the rest after p."""
+    g = TraceJob("g", 0, 1, 5000, priority=-1, model="ResNet50", batch=32, iters=100)
+    run = one_vc("fifo", "consolidate", "none", [1], [g, TraceJob("p", 5, 1, 1, priority=1)], lower_priority=True)
+    lat = run.latency["ns/g"]
+    left = [p["workLeft"] for n, p in run.kube.status_patches if n == "g" and p.get("workLeft") is not None]
+    assert left == [pytest.approx(1 - 5 / lat)]
+    assert ("ns/g", 6, pytest.approx(1 + lat)) in run.segments
+
+
+def test_a_swaf_task_whose_waiting_allowance_runs_out_is_placed_then() -> None:
+    """SWAF on one 4-GPU node: j3 holds 3 GPUs until 1460 s, the Urgent j5 takes the fourth at 1447 s. j4
+    waits for the 4-GPU shape of best CER, which meets its deadline only if it starts by about 1460.07 s;
+    then SWAF chooses a smaller one, which fits: both start it then. The simulator passed only at j5's
+    end (1464.4 s) and the operator at whichever pass came next (its timer's)."""
+    jobs = [TraceJob(f"j{k}", 0, 1, 1) for k in range(3)] + [
+        TraceJob("j3", 0, 3, 1459),
+        TraceJob("j4", 1212, 1, 1, model="MobileNetV2", batch=256, iters=2048),
+        TraceJob("j5", 1447, 1, 1, model="ResNet50", batch=32, iters=100, qos="Urgent"),
+        TraceJob("j6", 1447, 1, 1),
+    ]
+    run = one_vc("swaf", "consolidate", "none", [4], jobs)
+    start = next(s for j, s, _ in run.segments if j == "ns/j4")
+    assert 1460 < start < 1461
+
+
+def test_a_backfill_moves_the_heads_reservation_for_the_next_candidate() -> None:
+    """FIFO, EASY, first-fit on two 4-GPU nodes: the head j1 (6 GPUs, 3 + 3) is reserved GPUs 0-2 of each node
+    at 337 s. At 336 s j2 backfills onto n0's GPU 2, which moves the head to n0's GPU 3: j3 then fits on
+    n1's GPU 3, away from it. The pass kept the reservation's old GPUs, placed j3 on n0's GPU 3 and refused
+    it; the operator's next pass, reading the new projection, started it (the simulator only at 337 s)."""
+    jobs = [TraceJob("j0", 0, 2, 337), TraceJob("j1", 0, 6, 1), TraceJob("j2", 336, 1, 2), TraceJob("j3", 336, 1, 2)]
+    run = one_vc("fifo", "first-fit", "easy", [4, 4], jobs)
+    assert ("ns/j3", 336, 338) in run.segments

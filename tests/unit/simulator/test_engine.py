@@ -6,10 +6,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from qosmos.extender.core import genie
+from qosmos.extender.core.modeldb import ModelDB
+from qosmos.extender.core.types import Job, Node, Shape
 from qosmos.simulator.engine import DONE, SimConfig, simulate
 from qosmos.simulator.gym_env import SchedulingEnv
 from qosmos.simulator.metrics import recorded_stats, summarize
-from qosmos.simulator.traces import load_helios, load_native, load_trace
+from qosmos.simulator.traces import Trace, load_helios, load_native, load_trace
 
 from .conftest import write
 from .test_loaders import HELIOS
@@ -340,3 +343,33 @@ def test_capacity_shares_follow_the_model_types_still_there(tiny) -> None:  # ty
     res = simulate(load_native(tiny(jobs, nodes)), SimConfig(policy="capacity", placement="cer"))
     assert res.state == [DONE, DONE, DONE]
     assert res.start[2] == pytest.approx(max(res.end[0], res.end[1]))
+
+
+def _genie_trace(jobs: list[Job], gpus: int = 4) -> Trace:
+    return Trace("t", jobs, [Node("n0", gpus, gpu_model="V100M32")])
+
+
+def test_a_genie_task_is_backfilled_on_its_latency_not_on_a_prediction() -> None:
+    """FIFO, EASY on predicted estimates, one 4-GPU node: R holds 2 GPUs until 1000 s, the head H needs all 4.
+    G, a small GENIE task, is predicted to run 5000 s (what the trace supplies: a history of long jobs),
+    but GENIE's Eq. 4 says it ends long before 1000 s at the shape it gets: it is backfilled at once (on
+    the prediction it waited for H)."""
+    g = Job("G", 2.0, 1, model="ResNet50", batch=32, iters=100, duration=5000.0, predicted_duration=5000.0)
+    r = Job("R", 0.0, 2, duration=1000.0, predicted_duration=1000.0)
+    tr = _genie_trace([r, Job("H", 1.0, 4, duration=10.0, predicted_duration=10.0), g])
+    lat = genie.latency(genie.Task.from_job(g), Shape(1, 1), ModelDB.builtin().get("ResNet50", "V100M32"))
+    assert lat < 500
+    res = simulate(tr, SimConfig(backfill="easy", backfill_estimates="predicted"))
+    assert res.backfilled[2] and res.start[2] == 2.0 and res.end[2] == pytest.approx(2.0 + lat)
+    assert res.start[1] == pytest.approx(1000.0)
+
+
+def test_a_preempted_genie_task_keeps_the_work_it_has_left() -> None:
+    """SRTF: B (1 s) preempts the GENIE task A at 5 s; A's work left is what 5 s of its latency did not do
+    (``Job.work_left``, backfilling's estimate of it on any shape), and it ends after the rest of it."""
+    a = Job("A", 0.0, 1, model="ResNet50", batch=32, iters=100, duration=1000.0)
+    tr = _genie_trace([a, Job("B", 5.0, 1, duration=1.0)], gpus=1)
+    lat = genie.latency(genie.Task.from_job(a), Shape(1, 1), ModelDB.builtin().get("ResNet50", "V100M32"))
+    res = simulate(tr, SimConfig(policy="srtf", preemption_overhead=0.0))
+    assert res.preemptions[0] == 1 and a.work_left == pytest.approx(1 - 5.0 / lat)
+    assert res.end[0] == pytest.approx(lat + 1.0)
