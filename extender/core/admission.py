@@ -1198,12 +1198,32 @@ def _preemptive(
         started.add(d.job.id)
         return True
 
+    def fits(d: Decision) -> bool:
+        left = p.quota_left()
+        return (left is None or d.job.gpus <= left) and p.place(d.job, d.shape) is not None
+
     def start(d: Decision, stoppable: list[RunningJob]) -> None:
         if try_start(d) or not stoppable:
             return
-        rebook(stoppable, -1)
-        if not try_start(d):
-            rebook(stoppable, +1)  # stopping them starts nothing: they run on
+        low = sorted(stoppable, key=lambda r: -rank[r.job.id])  # the lowest-ranked first
+        rebook(low, -1)
+        if not fits(d):
+            try_start(d)  # (says why it waits)
+            rebook(low, +1)  # stopping them starts nothing: they run on
+            return
+        # Stop the fewest lowest-ranked jobs that let it start (a binary search: stopping more never
+        # hurts), not whichever the placement finds among all of them: the GPU ids each job holds, which
+        # the simulator and the operator's books number apart, decide nothing.
+        lo, hi = 1, len(low)  # stopping low[:hi] lets it start
+        while lo < hi:
+            mid = (lo + hi) // 2
+            rebook(low[mid:hi], +1)
+            if fits(d):
+                hi = mid
+            else:
+                rebook(low[mid:hi], -1)
+                lo = mid + 1
+        try_start(d)  # (those of low[:hi] whose GPUs it does not take run on: ``resume``)
 
     def resume(r: RunningJob) -> None:
         """A stopped job whose GPUs nobody took runs on (within the cap)."""

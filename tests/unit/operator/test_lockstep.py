@@ -587,3 +587,19 @@ def test_a_backfill_moves_the_heads_reservation_for_the_next_candidate() -> None
     jobs = [TraceJob("j0", 0, 2, 337), TraceJob("j1", 0, 6, 1), TraceJob("j2", 336, 1, 2), TraceJob("j3", 336, 1, 2)]
     run = one_vc("fifo", "first-fit", "easy", [4, 4], jobs)
     assert ("ns/j3", 336, 338) in run.segments
+
+
+def test_a_waiting_job_stops_the_lowest_ranked_job_that_lets_it_start() -> None:
+    """LAS on a 1-GPU and a 4-GPU node: at 243 s j4 (no service) needs one GPU, all taken. Stopping j1
+    (484 GPU-s, ranked last) or j2 (244) would free it. The pass released both and stopped whichever the
+    placement took GPUs from: in the simulator's books j2 (which then took j1's GPUs back at once, a run
+    split at one instant), in the operator's, which number a running gang's GPUs apart, j1."""
+    jobs = [
+        TraceJob("j0", 0, 2, 122, gpus_per_node=1),
+        TraceJob("j1", 1, 2, 243),
+        TraceJob("j2", 121, 2, 123),
+        TraceJob("j3", 121, 1, 123),
+        TraceJob("j4", 243, 1, 1),
+    ]
+    run = one_vc("las", "consolidate", "none", [1, 4], jobs)
+    assert ("ns/j2", 121, 244) in run.segments and ("ns/j1", 1, 243) in run.segments
