@@ -364,7 +364,7 @@ class Planner:
         self.memory = Memory()
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
         self._node_vc: dict[str, str] = {}  # node -> its VirtualCluster, as of this pass
-        self._gpu_model: dict[str, str] = {}  # node -> its GPU model, as of this pass
+        self._nodes: Mapping[str, Mapping[str, Any]] = {}  # node name -> the Node, as of this pass
         self._w = Recorder()
         self._deleted: set[str] = set()  # pods deleted in the current plan (each once)
         self._leaving: set[str] = set()  # nodes with a pod terminating (as of the pass, and its deletions)
@@ -439,10 +439,7 @@ class Planner:
 
         # 2. admitted gangs: each writes only its own DLJob and pods (sequences side by side)
         by_name = {str(meta(n)["name"]): n for n in nodes}
-        # a GENIE task's work left is counted on the GPU model of the node it ran on
-        self._gpu_model = {
-            name: str((meta(n).get("labels") or {}).get(LABEL_GPU_MODEL, "")) for name, n in by_name.items()
-        }
+        self._nodes = by_name  # (a GENIE task's work left is counted on its node's GPU model: _fold)
         gone = {dl.job.id for dl in jobs if self._run_policy(dl, pods_of.get(dl.job.id, []), now, rep)}
         jobs = [dl for dl in jobs if dl.job.id not in gone]
         for dl in jobs:
@@ -495,8 +492,8 @@ class Planner:
                     bound = _bound_nodes(pods_of.get(dl.job.id, []), attempt_of(dl.status))
                     alloc = book_gang(cluster, gang, dl.spec, bound)
                     start = parse_time(dl.status.get("admittedAt")) or now
-                    run = expected_run(dl.job, alloc, self._predicted(dl, now), cluster, self.modeldb)
-                    running[dl.spec.virtual_cluster].append(RunningJob(dl.job, start, start + run, alloc))
+                    predicted = self._predicted(dl, now)
+                    running[dl.spec.virtual_cluster].append(self._running(dl.job, start, alloc, predicted, cluster))
             book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
             self._services(snap.pending, {i.key for i in infos}, jobs, running, cluster, now, rep)
             # gang pods that hold devices but are no current gang's: terminating ones of a requeued or
@@ -1079,6 +1076,13 @@ class Planner:
         self._event(dl, reason, why, "Warning")
         rep.preempted.append(dl.job.id)
 
+    def _running(
+        self, job: Job, start: float, alloc: Allocation | None, predicted: float | None, cluster: ClusterState
+    ) -> RunningJob:
+        """An admitted DLJob as the pass sees it: expected to end after the rest of its run
+        (``core.backfill.expected_run``: a requeued job resumes, as in the simulator)."""
+        return RunningJob(job, start, start + expected_run(job, alloc, predicted, cluster, self.modeldb), alloc)
+
     def _fold(self, dl: DL, now: float) -> dict[str, float]:
         """The status fields that fold the run segment ending now into the job's service (and a GENIE
         task's work left); the pass's Job follows (a job restarted and then preempted in one pass keeps
@@ -1090,7 +1094,8 @@ class Planner:
         gang = Gang.of_status(dl.status)
         if start is not None and gang is not None and dl.job.has_genie_task:
             shape = genie.run_shape(gang.per_node())  # the segment's shape on its first node's GPU model
-            lat = task_latency(dl.job, shape, self._gpu_model.get(gang.node_names[0], ""), self.modeldb)
+            labels = meta(self._nodes.get(gang.node_names[0]) or {}).get("labels") or {}
+            lat = task_latency(dl.job, shape, str(labels.get(LABEL_GPU_MODEL, "")), self.modeldb)
             if lat is not None:
                 dl.job.work_left = genie.work_left_after(dl.job.work_left, max(now - start, 0.0), lat)
                 served["workLeft"] = round(dl.job.work_left, 9)
@@ -1316,8 +1321,7 @@ class Planner:
                 continue
             if s.allocation is not None:
                 cluster.allocate(s.allocation)
-            run = expected_run(dl.job, s.allocation, dl.job.predicted_duration, cluster, self.modeldb)
-            running.append(RunningJob(dl.job, now, now + run, s.allocation))
+            running.append(self._running(dl.job, now, s.allocation, dl.job.predicted_duration, cluster))
             # the gangs are independent: their write sequences run side by side (each in its own order)
             self._start_gang(dl, gang, s.backfilled, now)
             rep.admitted.append(dl.job.id)

@@ -89,8 +89,8 @@ def job_from_dljob(
 ) -> Job:
     """A DLJob as the core's Job: GENIE's task, QoS class, GPUs (with gpusPerNode: that many nodes),
     CPU and memory of the whole gang (every pod's), submitted at its creation; the namespace is the user (tenant).
-    The service of its finished run segments (``attained``, ``executed``, a GENIE task's ``work_left``) and when it last went back
-    to its queue (``enqueued``) come from its status; the current segment is :func:`with_service`'s.
+    The service of its finished run segments (``attained``, ``executed``, a GENIE task's ``work_left``) and
+    when it last went back to its queue (``enqueued``) come from its status; the current segment is :func:`with_service`'s.
     ``spec``: the object's spec, already validated."""
     m = meta(obj)
     st = obj.get("status") or {}

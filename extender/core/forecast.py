@@ -2,7 +2,8 @@
 
 From the cluster as it is, running jobs end at their expected ends (:func:`running_end`: with a
 ``run_time`` predictor, start + the run time predicted given the time already run, seed 004 §VI-A),
-each end is an event (so is the instant a waiting job's decision changes, ``AdmissionResult.revisit_at``), and at each event the partition's queue gets one pass of :func:`admit` — the
+each end is an event (so is the instant a waiting job's decision changes, ``AdmissionResult.revisit_at``),
+and at each event the partition's queue gets one pass of :func:`admit` — the
 same function the simulator's event loop and the operator call — whose starts are booked to end after
 their estimated run time. A job's ETA is the time of the pass that starts it. Nothing arrives in the
 forecast (only the current queue), and jobs without an expected end never release what they hold:
