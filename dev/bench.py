@@ -30,15 +30,19 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from qosmos.dev.cluster import DevOptions, Progress, _Quiet, down, up
+from qosmos.dev.controlplane import new_api_client
 from qosmos.dev.fakenodes import ALL_NODE_CSV, OPENB_DIR, shared_dir
 from qosmos.dev.kwok import RUN_DURATION_ANNOTATION
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.operator.crds import LABEL_JOB
 from qosmos.operator.translate import parse_time
+
+if TYPE_CHECKING:
+    from urllib3 import BaseHTTPResponse
 
 GROUP, VERSION = "qosmos.io", "v1alpha1"
 NAMESPACE = "bench"
@@ -126,7 +130,7 @@ class DLJobWatch:
 
     def _run(self) -> None:
         from kubernetes import watch
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         rv = self._list()
         self._ready.set()
@@ -294,13 +298,11 @@ def dljob_manifest(
 @contextlib.contextmanager
 def dev_cluster(opts: DevOptions, progress: Progress) -> Iterator[tuple[Any, dict[str, Any]]]:
     """A ``qosmos dev`` cluster with its operator, torn down afterwards: (API client, state as JSON)."""
-    from kubernetes import config
-
     state, _ = up(opts, progress)
     try:
         if not state.operator.get("started"):
             raise RuntimeError(f"the operator did not start: {state.operator.get('reason')}")
-        yield config.new_client_from_config(config_file=state.kubeconfig), state.to_json()
+        yield new_api_client(state.kubeconfig), state.to_json()
     finally:
         down(opts.dir, grace=5)
 
@@ -308,7 +310,7 @@ def dev_cluster(opts: DevOptions, progress: Progress) -> Iterator[tuple[Any, dic
 def wait_service_account(core: Any, namespace: str = NAMESPACE, timeout: float = 60.0) -> None:
     """Until the namespace's "default" ServiceAccount exists (kube-controller-manager makes it): the
     ServiceAccount admission plugin refuses pods before it."""
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     deadline = time.monotonic() + timeout
     while True:
@@ -338,7 +340,7 @@ def bare_cluster(prefix: str, nodes: int = 4, pool: int = 64) -> Iterator[tuple[
         cfg.connection_pool_maxsize = pool
         api = client.ApiClient(cfg)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        core.create_namespace({"metadata": {"name": NAMESPACE}})  # type: ignore[arg-type]  # validate_call: a V1Namespace
         wait_service_account(core)
         yield api, core, custom
     finally:
@@ -355,7 +357,8 @@ def _prepare(api_client: Any, policy: str, placement: str, backfill: str, gpus: 
     t0 = time.monotonic()
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    # the client's validate_call turns the dict into the V1Namespace it is typed to take
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})  # type: ignore[arg-type]
     custom.create_cluster_custom_object(
         GROUP,
         VERSION,
@@ -371,7 +374,7 @@ def _prepare(api_client: Any, policy: str, placement: str, backfill: str, gpus: 
     def ready() -> bool:
         with contextlib.suppress(Exception):
             core.read_namespaced_service_account("default", NAMESPACE)  # pods need it
-            vc = custom.get_cluster_custom_object(GROUP, VERSION, "virtualclusters", VC_NAME)
+            vc = cast("dict[str, Any]", custom.get_cluster_custom_object(GROUP, VERSION, "virtualclusters", VC_NAME))
             st = vc.get("status") or {}
             ok = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
             return ok and int((st.get("gpus") or {}).get("total") or 0) == gpus
@@ -424,8 +427,9 @@ def labelled_pods(api_client: Any, namespace: str, label: str) -> Iterator[dict[
     core = client.CoreV1Api(api_client)
     cont: str | None = None
     while True:
-        resp = core.list_namespaced_pod(namespace, label_selector=label, limit=1000, _continue=cont,
-                                        _preload_content=False)  # fmt: skip
+        # _preload_content=False returns the raw urllib3 response (the client types the decoded V1PodList)
+        resp = cast("BaseHTTPResponse", core.list_namespaced_pod(namespace, label_selector=label, limit=1000,
+                                                                 _continue=cont, _preload_content=False))  # fmt: skip
         data = json.loads(resp.data)
         yield from data.get("items") or []
         cont = (data.get("metadata") or {}).get("continue")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -271,6 +272,7 @@ def bench_operator_cmd(
         raise _fail("--jobs must be >= 1, --nodes in [1, 1523], --run-seconds and --timeout > 0", 2)
     if against not in ("", "kueue"):
         raise _fail(f"invalid against={against!r}: the only controller measured beside qosmos is kueue", 2)
+    run: Callable[..., dict[str, Any]]
     run, label = bench_operator, "DLJobs finished"
     if against == "kueue":
         from qosmos.dev.kueue import bench_against_kueue

@@ -24,16 +24,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from qosmos.dev.binaries import DEV_BINARIES, ControlPlaneError, repo_root, require_binaries
-from qosmos.dev.controlplane import ControlPlane
+from qosmos.dev.controlplane import ControlPlane, new_api_client
 from qosmos.dev.fakenodes import create_nodes, fake_node_manifest, spread_sample, synthetic_nodes
 from qosmos.dev.kwok import start_kwok
 from qosmos.dev.pki import PKI, write_private
 from qosmos.dev.process import LOOPBACK, Component, ProcessRef, free_port, port_in_use, stop_all
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.schedconfig import SCHEDULER_NAME, ExtenderClientTLS, qosmos_scheduler_config
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1ObjectMeta
 
 STATE_FILE = "state.json"
 MARKER_FILE = ".qosmos-dev"  # a folder holding it was made by `qosmos dev up`: `up` may clear it
@@ -108,7 +111,7 @@ class NodeSpec:
             return synthetic_nodes(self.nodes or DEFAULT_NODES, self.gpus_per_node, self.gpu_model)
         from qosmos.simulator.traces import load_openb_nodes  # the one openb node-list reader
 
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"sn": n.name, "cpu_milli": n.cpu_milli, "memory_mib": n.memory_mib, "gpu": n.gpus, "model": n.gpu_model}
             for n in load_openb_nodes(self.node_list)
         ]
@@ -155,7 +158,7 @@ def add_nodes(kubeconfig: Path, spec: NodeSpec) -> list[str]:
     if not kubeconfig.is_file():
         raise InvalidInput("kubeconfig", str(kubeconfig), "no such file")
     try:
-        api = config.new_client_from_config(config_file=str(kubeconfig))
+        api = new_api_client(str(kubeconfig))
     except (config.ConfigException, ValueError, KeyError, TypeError) as exc:
         raise InvalidInput("kubeconfig", str(kubeconfig), f"not a usable kubeconfig ({exc})") from None
     return create_nodes(api, spec.node_manifests(rows))
@@ -492,7 +495,8 @@ def _leased(api: Any, names: Sequence[str]) -> bool:
     from kubernetes import client
 
     leases = client.CoordinationV1Api(api).list_namespaced_lease("kube-node-lease").items
-    return set(names) <= {lease.metadata.name for lease in leases}
+    # the apiserver sets the metadata of every object it lists
+    return set(names) <= {cast("V1ObjectMeta", lease.metadata).name for lease in leases}
 
 
 def _default_service_account(api: Any) -> bool:

@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 from qosmos.dev.binaries import ControlPlaneError, k8s_bin_dir
@@ -27,10 +27,21 @@ from qosmos.dev.pki import PKI, kubeconfig, pem_cert, pem_key, write_private
 from qosmos.dev.process import LOOPBACK, Component, free_port
 from qosmos.extender.schedconfig import scheduler_config
 
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"
 WORKDIR_PREFIX = "qosmos-k8s-"
 OWNER_FILE = "owner.pid"
+
+
+def new_api_client(config_file: str) -> ApiClient:
+    """The client of the kubeconfig ``config_file`` (``kubernetes.config.new_client_from_config``)."""
+    from kubernetes import config
+
+    api: ApiClient = config.new_client_from_config(config_file=config_file)
+    return api
 
 
 def _sweep_stale_workdirs() -> None:
@@ -161,11 +172,9 @@ class ControlPlane:
         else:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def api_client(self) -> Any:
+    def api_client(self) -> ApiClient:
         """A new ``kubernetes.client.ApiClient`` with cluster-admin credentials."""
-        from kubernetes import config
-
-        return config.new_client_from_config(config_file=str(self.kubeconfig_path))
+        return new_api_client(str(self.kubeconfig_path))
 
     def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this cluster."""

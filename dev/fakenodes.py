@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -40,14 +40,16 @@ def shared_dir() -> Path:
     return Path.cwd().parent / "shared"
 
 
-def openb_nodes(path: str | Path | None = None, limit: int | None = None, all_nodes: bool = False) -> list[dict]:
+def openb_nodes(
+    path: str | Path | None = None, limit: int | None = None, all_nodes: bool = False
+) -> list[dict[str, Any]]:
     """Rows of the openb node list as dicts ``{sn, cpu_milli, memory_mib, gpu, model}``.
 
     Defaults to the GPU-node list (1,213 nodes); ``all_nodes=True`` reads the full list
     (1,523 nodes, CPU-only ones have ``gpu == 0`` and ``model == ""``).
     """
     p = Path(path) if path else shared_dir() / OPENB_DIR / (ALL_NODE_CSV if all_nodes else GPU_NODE_CSV)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     with open(p, newline="") as f:
         for r in csv.DictReader(f):
             rows.append(
@@ -70,7 +72,7 @@ def synthetic_nodes(
     gpu_model: str,
     cpu_milli: int = SYNTHETIC_CPU_MILLI,
     memory_mib: int = SYNTHETIC_MEMORY_MIB,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """``n`` identical rows named ``node-0`` ... ``node-(n-1)`` in the shape of :func:`openb_nodes`."""
     return [
         {
@@ -84,7 +86,7 @@ def synthetic_nodes(
     ]
 
 
-def spread_sample(rows: Sequence[dict], n: int) -> list[dict]:
+def spread_sample(rows: Sequence[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     """``n`` rows evenly spread over ``rows`` (deterministic; mixes models and GPU counts)."""
     if n >= len(rows):
         return list(rows)
@@ -93,7 +95,7 @@ def spread_sample(rows: Sequence[dict], n: int) -> list[dict]:
 
 
 def fake_node_manifest(
-    row: dict,
+    row: Mapping[str, Any],
     index: int,
     num_vcs: int = 1,
     vc_names: Sequence[str] | None = None,
@@ -167,7 +169,7 @@ def fake_node_manifest(
     }
 
 
-def fake_node_manifests(rows: Iterable[dict], **kw: Any) -> list[dict[str, Any]]:
+def fake_node_manifests(rows: Iterable[Mapping[str, Any]], **kw: Any) -> list[dict[str, Any]]:
     """``fake_node_manifest`` over ``rows`` with consecutive indexes."""
     return [fake_node_manifest(r, i, **kw) for i, r in enumerate(rows)]
 
@@ -185,16 +187,16 @@ def create_nodes(api_client: Any, manifests: Sequence[dict[str, Any]], workers: 
     Returns the node names.
     """
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     v1 = client.CoreV1Api(api_client)
     now = _now()
 
     def one(m: dict[str, Any]) -> str:
-        name = m["metadata"]["name"]
+        name: str = m["metadata"]["name"]
         body = {k: v for k, v in m.items() if k != "status"}
         try:
-            v1.create_node(body, _preload_content=False)
+            v1.create_node(body, _preload_content=False)  # type: ignore[arg-type]  # validate_call turns the dict into a V1Node
         except ApiException as e:
             if e.status != 409:
                 raise
@@ -218,7 +220,7 @@ def create_nodes(api_client: Any, manifests: Sequence[dict[str, Any]], workers: 
 def delete_nodes(api_client: Any, names: Iterable[str], workers: int = 8) -> None:
     """Delete nodes by name, ignoring ones already gone."""
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     v1 = client.CoreV1Api(api_client)
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -740,7 +740,8 @@ def _wait_vcs_ready(api_client: Any, queues: list[ScenarioQueue], timeout: float
     deadline = time.monotonic() + timeout
     pending: list[str] = list(want)
     while time.monotonic() < deadline:
-        items = custom.list_cluster_custom_object(GROUP, VERSION, "virtualclusters").get("items") or []
+        listed = cast("dict[str, Any]", custom.list_cluster_custom_object(GROUP, VERSION, "virtualclusters"))
+        items = listed.get("items") or []
         ready = set()
         for vc in items:
             st = vc.get("status") or {}
@@ -947,15 +948,16 @@ def bench_scenario(
         try:
             if not state.operator.get("started"):
                 raise RuntimeError(f"the operator did not start: {state.operator.get('reason')}")
-            from kubernetes import config
+            from qosmos.dev.controlplane import new_api_client
 
-            api_client = config.new_client_from_config(config_file=state.kubeconfig)
+            api_client = new_api_client(state.kubeconfig)
             core = client.CoreV1Api(api_client)
             custom = client.CustomObjectsApi(api_client)
             op, me = ProcStats(int(state.operator["pid"])), ProcStats(os.getpid())
             cpu0, me0 = op.cpu_s(), me.cpu_s()
             use = ControlPlaneUse(api_client, state.pids())
-            core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+            # the client's validate_call turns the dict into the V1Namespace it is typed to take
+            core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})  # type: ignore[arg-type]
             with DLJobWatch(api_client, NAMESPACE) as watch:
                 t0 = time.time()  # Kueue's wall time runs from minimalkueue's start: queues are made in it
                 for q in sc.queues:
@@ -1059,7 +1061,7 @@ def bench_kueue_jobs(
     run by the job controller, kube-scheduler and KWOK."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kubernetes import client, config
+    from kubernetes import client
     from qosmos.dev.bench import (
         PAUSE_IMAGE,
         ProcStats,
@@ -1071,6 +1073,7 @@ def bench_kueue_jobs(
     )
     from qosmos.dev.binaries import require_binaries
     from qosmos.dev.cluster import _Quiet, down, up
+    from qosmos.dev.controlplane import new_api_client
     from qosmos.dev.kwok import RUN_DURATION_ANNOTATION
     from qosmos.dev.process import Component, free_port
 
@@ -1090,7 +1093,7 @@ def bench_kueue_jobs(
     try:
         state, _ = up(opts, progress or _Quiet())
         try:
-            api_client = config.new_client_from_config(config_file=state.kubeconfig)
+            api_client = new_api_client(state.kubeconfig)
             core = client.CoreV1Api(api_client)
             kc = [str(require_binaries(opts.bin_dir, ("kubectl",)) / "kubectl"), "--kubeconfig", state.kubeconfig]
             for cmd in (
@@ -1101,7 +1104,8 @@ def bench_kueue_jobs(
                 if r.returncode != 0:
                     raise ControlPlaneError(f"kubectl {cmd[0]} of Kueue's CRDs failed: {r.stderr.strip()[-500:]}")
             for ns in ("kueue-system", NAMESPACE):
-                core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+                # the client's validate_call turns the dict into the V1Namespace it is typed to take
+                core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})  # type: ignore[arg-type]
             mgr = Component(
                 "kueue",
                 [str(b.manager), f"--config={kdir / 'config.yaml'}", f"--kubeconfig={state.kubeconfig}"],
@@ -1149,7 +1153,7 @@ def bench_kueue_jobs(
                 ]
 
                 def create(body: dict[str, Any]) -> None:
-                    batch.create_namespaced_job(NAMESPACE, body)
+                    batch.create_namespaced_job(NAMESPACE, body)  # type: ignore[arg-type]  # validate_call: a V1Job
                     watch.created(body["metadata"]["name"], time.time())
 
                 with ThreadPoolExecutor(16) as pool:
@@ -1196,7 +1200,9 @@ def _wait_cq_active(api_client: Any, timeout: float) -> None:
     custom = client.CustomObjectsApi(api_client)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        cq = custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", "bench")
+        cq = cast(
+            "dict[str, Any]", custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", "bench")
+        )
         conds = (cq.get("status") or {}).get("conditions") or []
         if any(c.get("type") == "Active" and c.get("status") == "True" for c in conds):
             return

@@ -7,12 +7,16 @@ import datetime as dt
 import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+    from cryptography.x509 import Certificate, GeneralName
 
-def pem_key(key: Any) -> bytes:
+
+def pem_key(key: PrivateKeyTypes) -> bytes:
     """A private key as unencrypted PKCS#8 PEM."""
     from cryptography.hazmat.primitives import serialization
 
@@ -21,7 +25,7 @@ def pem_key(key: Any) -> bytes:
     )
 
 
-def pem_cert(cert: Any) -> bytes:
+def pem_cert(cert: Certificate) -> bytes:
     """A certificate as PEM."""
     from cryptography.hazmat.primitives import serialization
 
@@ -88,7 +92,7 @@ class PKI:
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         )
         if server:
-            sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+            sans: list[GeneralName] = [x509.DNSName(d) for d in dns]
             sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
             b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         return pem_cert(b.sign(self.ca_key, self._hashes.SHA256())), pem_key(key)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from google.protobuf import json_format
 from qosmos.extender.core import genie
@@ -443,6 +443,10 @@ def _carry_spec(carry: Carry, cluster: ClusterState) -> pb.CarrySpec:
     return out
 
 
+@overload
+def _allowance(x: float) -> float: ...
+@overload
+def _allowance(x: None) -> None: ...
 def _allowance(x: float | None) -> float | None:
     # GENIE gives NaN for jobs it cannot model: they may wait forever
     return None if x is None else (math.inf if math.isnan(x) else x)

@@ -26,10 +26,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 import orjson
+
+if TYPE_CHECKING:
+    # what the client returns for a call with _preload_content=False, whatever its annotation says
+    from urllib3 import HTTPResponse
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -74,7 +78,9 @@ def openb_gpu_pods(limit: int | None = None, path: str | Path | None = None) -> 
     return rows
 
 
-def pod_manifest(row: dict[str, Any], scheduler: str, uid: str | None = None, namespace: str = "default") -> dict:
+def pod_manifest(
+    row: dict[str, Any], scheduler: str, uid: str | None = None, namespace: str = "default"
+) -> dict[str, Any]:
     """A Pod object for one openb pod row (its GPU-model list becomes our annotation)."""
     from qosmos.dev.fakenodes import gpu_pod_manifest
 
@@ -253,6 +259,12 @@ def bench_extender(nodes: int = 1523, requests: int = 2000, warmup: int = 200, a
 
 
 # ---- end-to-end scheduling ------------------------------------------------------------------
+class _SchedulerOptions(TypedDict, total=False):
+    """The options of ``qosmos_scheduler_config`` a benchmark overrides."""
+
+    percentage_of_nodes_to_score: int
+
+
 def _bench_scheduler_config(name: str, extender_url: str | None, percentage: int | None = None) -> str:
     """The shipped qosmos-scheduler config (or the default profile alone), renamed ``name``.
 
@@ -262,7 +274,7 @@ def _bench_scheduler_config(name: str, extender_url: str | None, percentage: int
     from qosmos.extender.schedconfig import qosmos_scheduler_config, scheduler_config
 
     if extender_url:
-        kw = {} if percentage is None else {"percentage_of_nodes_to_score": percentage}
+        kw: _SchedulerOptions = {} if percentage is None else {"percentage_of_nodes_to_score": percentage}
         cfg = yaml.safe_load(qosmos_scheduler_config(extender_url, scheduler_name=name, **kw))
     else:
         cfg = yaml.safe_load(scheduler_config(name))
@@ -273,7 +285,7 @@ def _bench_scheduler_config(name: str, extender_url: str | None, percentage: int
 
 def start_extender_process(
     kubeconfig: Path, log_path: Path, http_port: int, grpc_port: int = 0, extra_args: Sequence[str] = ()
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     """``qosmos extender serve`` as a child process: plaintext on loopback (``--insecure``) unless
     ``extra_args`` carries the ``--tls-*`` files."""
     log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the child
@@ -334,15 +346,16 @@ def _server_side_ms(url: str) -> dict[str, float]:
     }
 
 
-def _create_pods(api: Any, namespace: str, manifests: list[dict], workers: int = 16) -> None:
+def _create_pods(api: Any, namespace: str, manifests: list[dict[str, Any]], workers: int = 16) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from kubernetes import client
 
     v1 = client.CoreV1Api(api)
 
-    def one(m: dict) -> None:
-        v1.create_namespaced_pod(namespace, m, _preload_content=False)
+    def one(m: dict[str, Any]) -> None:
+        # a dict body: the client's validate_call builds the V1Pod from it
+        v1.create_namespaced_pod(namespace, m, _preload_content=False)  # type: ignore[arg-type]
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, manifests))
@@ -367,14 +380,14 @@ def _bound_times(
     def quiet() -> bool:
         return bool(seen) and time.monotonic() - max(seen.values()) > idle
 
-    def note(obj: dict) -> None:
+    def note(obj: dict[str, Any]) -> None:
         if (obj.get("spec") or {}).get("nodeName"):
             seen.setdefault(obj["metadata"]["name"], time.monotonic())
 
     rv = None
     while len(seen) < expected and time.monotonic() < deadline and not quiet():
         if rv is None:  # list once (and again only if the watch expires), then resume the watch
-            data = orjson.loads(v1.list_namespaced_pod(namespace, _preload_content=False).data)
+            data = orjson.loads(cast("HTTPResponse", v1.list_namespaced_pod(namespace, _preload_content=False)).data)
             for it in data["items"]:
                 note(it)
             rv = data["metadata"]["resourceVersion"]
@@ -433,10 +446,11 @@ def _packing(api: Any, namespace: str) -> dict[str, Any]:
     v1 = client.CoreV1Api(api)
     cap = {
         n["metadata"]["name"]: int(n["status"]["capacity"].get(GPU_RESOURCE, 0))
-        for n in orjson.loads(v1.list_node(_preload_content=False).data)["items"]
+        for n in orjson.loads(cast("HTTPResponse", v1.list_node(_preload_content=False)).data)["items"]
     }
     used: dict[str, int] = {}
-    for p in orjson.loads(v1.list_namespaced_pod(namespace, _preload_content=False).data)["items"]:
+    pods = orjson.loads(cast("HTTPResponse", v1.list_namespaced_pod(namespace, _preload_content=False)).data)
+    for p in pods["items"]:
         node = p["spec"].get("nodeName")
         if node:
             req = p["spec"]["containers"][0]["resources"].get("limits", {}).get(GPU_RESOURCE, "0")
@@ -469,18 +483,19 @@ def _run_one(
     api: Any,
     scheduler: str,
     extender_url: str | None,
-    pods: list[dict],
+    pods: list[dict[str, Any]],
     timeout: float,
     extra_pids: dict[str, int] | None = None,
     percentage: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     import uuid
 
     from kubernetes import client
 
     v1 = client.CoreV1Api(api)
     ns = f"bench-{uuid.uuid4().hex[:8]}"
-    v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    # a dict body: the client's validate_call builds the V1Namespace from it
+    v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})  # type: ignore[arg-type]
     for _ in range(150):
         try:
             v1.read_namespaced_service_account("default", ns)
@@ -541,8 +556,9 @@ def bench_scheduling(
     """
     import tempfile
 
-    from qosmos.dev.controlplane import ControlPlane, free_port
+    from qosmos.dev.controlplane import ControlPlane
     from qosmos.dev.fakenodes import create_nodes
+    from qosmos.dev.process import free_port
     from qosmos.extender.schedconfig import PERCENTAGE_OF_NODES_TO_SCORE
 
     rows = openb_gpu_pods(pods)
@@ -557,8 +573,8 @@ def bench_scheduling(
         nodes_s = time.monotonic() - t0
         port = free_port()
         log_path = Path(tempfile.mkdtemp(prefix="qosmos-bench-")) / "extender.log"
-        extra = () if shortlist is None else ("--shortlist", str(shortlist))
-        ext = start_extender_process(cp.kubeconfig_path, log_path, port, extra_args=extra)
+        ext_args = () if shortlist is None else ("--shortlist", str(shortlist))
+        ext = start_extender_process(cp.kubeconfig_path, log_path, port, extra_args=ext_args)
         try:
             wait_http_ok(f"http://127.0.0.1:{port}/readyz", 120)
             with_ext = _run_one(

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from kubernetes.utils import parse_quantity as k8s_parse_quantity
 from qosmos.extender.core.cluster import ClusterState
@@ -42,6 +42,7 @@ ANN_GPU_MODELS = "qosmos.io/gpu-models"
 DEFAULT_ASSUME_TTL = 30.0
 
 _MAX_QUANTITY = Decimal(2**62)
+_T = TypeVar("_T")
 
 
 def parse_quantity(value: object, field: str = "quantity") -> Decimal:
@@ -52,7 +53,7 @@ def parse_quantity(value: object, field: str = "quantity") -> Decimal:
     if isinstance(value, bool) or not isinstance(value, str | int | float) or len(str(value)) > 64:
         raise InvalidInput(field, value, "expected a Kubernetes quantity string")
     try:
-        out = k8s_parse_quantity(value)
+        out: Decimal = k8s_parse_quantity(value)
     except (ValueError, TypeError, ArithmeticError):
         raise InvalidInput(field, value, "expected a Kubernetes quantity string") from None
     if not out.is_finite() or out < 0:
@@ -583,10 +584,11 @@ class KubeWatcher:
         import orjson
 
         resp = fn(**params, _preload_content=False, _request_timeout=60)
-        return orjson.loads(resp.data)
+        data: dict[str, Any] = orjson.loads(resp.data)
+        return data
 
     def _watch(
-        self, fn: Callable[..., Any], params: dict[str, Any], rv: str, on_event: Callable[[str, dict], None]
+        self, fn: Callable[..., Any], params: dict[str, Any], rv: str, on_event: Callable[[str, dict[str, Any]], None]
     ) -> str:
         """Stream watch events until timeout or stop; returns the last resourceVersion ('' to relist)."""
         import orjson
@@ -632,13 +634,13 @@ class KubeWatcher:
         self,
         list_fn: Callable[..., Any],
         selector: dict[str, Any],
-        parse: Callable[[dict], Any],
-        replace: Callable[[list], None],
-        on_event: Callable[[str, dict], None],
+        parse: Callable[[dict[str, Any]], _T],
+        replace: Callable[[list[_T]], None],
+        on_event: Callable[[str, dict[str, Any]], None],
     ) -> None:
         """List (replacing the cache's view), then watch from that resourceVersion until stopped."""
         data = self._list(list_fn, selector)
-        items = []
+        items: list[_T] = []
         for obj in data.get("items") or []:
             try:
                 items.append(parse(obj))
@@ -655,7 +657,7 @@ class KubeWatcher:
         list_nodes = client.CoreV1Api(self.api_client).list_node
         self._sync(list_nodes, {}, node_from_object, self.cache.replace_nodes, self._on_node)
 
-    def _on_node(self, kind: str, obj: dict) -> None:
+    def _on_node(self, kind: str, obj: dict[str, Any]) -> None:
         try:
             node = node_from_object(obj)
         except InvalidInput as exc:
@@ -676,7 +678,7 @@ class KubeWatcher:
         list_pods = client.CoreV1Api(self.api_client).list_pod_for_all_namespaces
         self._sync(list_pods, self._POD_SELECTOR, pod_info, self.cache.replace_pods, self._on_pod)
 
-    def _on_pod(self, kind: str, obj: dict) -> None:
+    def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         try:
             pod = pod_info(obj)
         except InvalidInput as exc:

@@ -116,7 +116,8 @@ def explain(
         raise InvalidInput("rows", rows, "must be >= 0 (0: all)")
     profiles = load_profiles(db) if model is not None else None
     profile, provenance = resolve_profile(model, _coeffs(coeffs), gamma, lam, nu, profiles, gpu_model)
-    task = genie.Task(model or "custom", batch, iters, kind, qos, submit)
+    # kind and qos by name: Task.__post_init__ parses them (JobKind.parse, QoSClass.parse)
+    task = genie.Task(model or "custom", batch, iters, kind, qos, submit)  # type: ignore[arg-type]
     platform = Platform(nodes, gpus_per_node, gpu_model)
     result = explain_task(task, profile, platform, submit if now is None else now, theta, provenance)
     if as_json:

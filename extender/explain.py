@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from qosmos.extender.core import genie
 from qosmos.extender.core.errors import InvalidInput
@@ -27,6 +27,14 @@ MAX_NODES = 100_000  # platform N
 MAX_GPUS_PER_NODE = 32  # platform G (DGX/HGX nodes hold 8 or 16)
 MAX_LATENCY_S = 366 * 86400.0  # a task that needs more than a year on its fastest placement
 MAX_ABS_TIME_S = 1e12  # submit / now, seconds
+
+
+class _CommOverrides(TypedDict, total=False):
+    """Comm's γ, λ and ν where given: they replace the profile's own."""
+
+    gamma: float
+    lam: float
+    nu: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +84,8 @@ def resolve_profile(
     """
     if (model is None) == (coeffs is None):
         raise InvalidInput("model/coeffs", (model, coeffs), "give exactly one of --model or --coeffs")
-    overrides = {k: v for k, v in (("gamma", gamma), ("lam", lam), ("nu", nu)) if v is not None}
+    # a _CommOverrides: the keys are the field names spelled out here
+    overrides = cast(_CommOverrides, {k: v for k, v in (("gamma", gamma), ("lam", lam), ("nu", nu)) if v is not None})
     if model is not None:
         profiles = profiles or Profiles.builtin()
         found = profiles.db.lookup(model, gpu_model)

@@ -16,9 +16,9 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import grpc
 import orjson
@@ -49,6 +49,7 @@ from qosmos.extender.tls import ClientPolicy, TLSFiles, is_loopback
 log = logging.getLogger("qosmos.extender.grpc")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Extender"].full_name
 DEFAULT_POLICY = "swaf"
+_R = TypeVar("_R")
 
 
 def _opt(msg: Any, field: str) -> Any:
@@ -64,7 +65,7 @@ def explain_dict(
         raise InvalidInput("coeffs", list(coeffs), "expected k0,k1,k2")
     profile, provenance = resolve_profile(
         _opt(req, "model"),
-        coeffs,  # type: ignore[arg-type]
+        coeffs,
         _opt(req, "gamma"),
         _opt(req, "lam"),
         _opt(req, "nu"),
@@ -73,7 +74,12 @@ def explain_dict(
     )
     model = _opt(req, "model")
     task = genie.Task(
-        model or "custom", int(req.batch), int(req.iters), req.kind or "training", req.qos or "normal", req.submit
+        model or "custom",
+        int(req.batch),
+        int(req.iters),
+        req.kind or "training",  # type: ignore[arg-type]  # by name: Task.__post_init__ parses it
+        req.qos or "normal",  # type: ignore[arg-type]  # likewise
+        req.submit,
     )
     platform = Platform(req.nodes or 4, req.gpus_per_node or 4, req.gpu_model)
     theta = req.theta if req.HasField("theta") else genie.DEFAULT_THETA
@@ -231,7 +237,9 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
         """PERMISSION_DENIED unless the client's certificate CN is one the ``api`` group allows."""
         if self.clients.api is None:
             return
-        names = context.auth_context().get("x509_common_name") or []
+        # types-grpcio has auth_context() -> Mapping[str, bytes]; grpc gives each property's values as a list
+        auth = cast("Mapping[str, Sequence[bytes]]", context.auth_context())
+        names = auth.get("x509_common_name") or []
         cn = names[0].decode() if names else None
         if not self.clients.allows("api", cn):
             if self.service is not None:
@@ -241,7 +249,7 @@ class ExtenderServicer(pb_grpc.ExtenderServicer):
                 grpc.StatusCode.PERMISSION_DENIED, f"client {cn or 'unknown'} may not call {method} (--api-clients)"
             )
 
-    def _run(self, context: grpc.ServicerContext, fn: Callable[[Callable[[], None]], Any]) -> Any:
+    def _run(self, context: grpc.ServicerContext, fn: Callable[[Callable[[], None]], _R]) -> _R:
         """Call ``fn(cancel)``; bad input becomes INVALID_ARGUMENT, a deadline DEADLINE_EXCEEDED."""
         self._authorise(context, fn.__name__)
         cancel = self._cancel_for(context)

@@ -15,7 +15,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from aiohttp import web
@@ -142,7 +142,8 @@ class ExtenderHTTP:
                 if n not in frags:
                     frags[n] = b'{"Host":' + orjson.dumps(n) + b',"Score":'
             parts = list(map(frags.__getitem__, names))
-        return b"[" + b",".join(map(bytes.__add__, parts, map(_SCORES.__getitem__, scores))) + b"]"
+        full = cast("list[bytes]", parts)  # no None left: every name has its fragment by now
+        return b"[" + b",".join(map(bytes.__add__, full, map(_SCORES.__getitem__, scores))) + b"]"
 
 
 _SCORES = [str(i).encode() + b"}" for i in range(11)]

@@ -85,7 +85,8 @@ def make_binder(api: Any) -> Any:
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        v1.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+        # a dict body: the client's validate_call builds the V1Binding from it
+        v1.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)  # type: ignore[arg-type]
 
     return bind
 

@@ -19,6 +19,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from qosmos.extender.cache import ClusterCache, PodInfo, pod_info
 from qosmos.extender.core import scoring
+from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.placement import get_placer
 from qosmos.extender.core.types import Allocation
@@ -140,7 +141,7 @@ class ExtenderService:
         self._memo: OrderedDict[str, _Decision] = OrderedDict()
         self._seen: dict[str, PodInfo] = {}
         self._parsed: dict[tuple[str, str], PodInfo] = {}
-        self._names_memo: list[tuple[Any, list[str], np.ndarray]] = []
+        self._names_memo: list[tuple[ClusterState, Sequence[str], np.ndarray]] = []
 
     # ---- decisions ---------------------------------------------------------------------
     def _decide(self, pod: PodInfo) -> _Decision:
@@ -254,10 +255,10 @@ class ExtenderService:
                 # /prioritize comes next with exactly these names
                 self._names_memo = [(st, keep, idx[kept]), (st, names, idx)]
                 node_names = self._node_names(st)
-                for groups, out in ((res.failed, failed), (res.unresolvable, unresolvable)):
+                for groups, reasons in ((res.failed, failed), (res.unresolvable, unresolvable)):
                     for arr, why in groups:
                         for i in arr.tolist():
-                            out[node_names[i]] = why
+                            reasons[node_names[i]] = why
                 if not known.all():
                     for j in np.flatnonzero(~known).tolist():
                         failed[names[j]] = NOT_IN_CACHE

@@ -1,4 +1,4 @@
-"""Keeps the layers (issue 9 §6): import-linter contracts on the whole package, mypy --strict on the pure core.
+"""Keeps the layers (issue 9 §6): import-linter contracts and mypy --strict on the whole package.
 
     python hack/layers.py imports [lint-imports options]   # pyproject.toml [tool.importlinter]
     python hack/layers.py types [mypy options]             # pyproject.toml [tool.mypy]

@@ -42,7 +42,7 @@ fi
 
 # Layers (issue 9 §6; pyproject.toml [tool.importlinter], [tool.mypy]): a broken contract or type error fails the run.
 python3 hack/layers.py imports  # core <- predictors <- simulator; no k8s/RPC/HTTP there; no qosmos.testing in production
-python3 hack/layers.py types    # mypy --strict on the pure core, extender/core
+python3 hack/layers.py types    # mypy --strict on the whole package
 
 set +e
 pytest "$@"

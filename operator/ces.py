@@ -49,7 +49,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
@@ -57,13 +57,14 @@ from qosmos.extender.cache import GPU_RESOURCE
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.operator import metrics
 from qosmos.operator.crds import DLJobPhase, DLJobSpec
-from qosmos.operator.kube import BOUND, Kube
+from qosmos.operator.kube import BOUND, Kube, Raw
 from qosmos.operator.translate import Gang, assign_nodes, key_of, meta, nodes_of, parse_time, rfc3339
 from qosmos.predictors.ces import (
     HORIZON,
     SLOT_MIN,
     CESConfig,
     CESForecaster,
+    Series,
     busy_nodes,
     choose_knobs,
     future_nodes_trend,
@@ -422,7 +423,7 @@ def plan_wakes(
 
 
 def plan_sleep(
-    view: Sequence[PowerNode], history: Sequence[float], prediction: Sequence[float], running: int, config: CESConfig
+    view: Sequence[PowerNode], history: Series, prediction: Series, running: int, config: CESConfig
 ) -> list[str]:
     """PeriodicCheck (``nodes_to_sleep``) over the whole cluster: which idle awake nodes sleep (the last
     by name first). ``running`` is C_R, the nodes busy at any minute of the last period."""
@@ -660,12 +661,12 @@ class EnergySaver:
 
     # ---- reads ---------------------------------------------------------------------------------
     def _bound_pods(self) -> list[dict[str, Any]]:
-        resp = self.kube.core.list_pod_for_all_namespaces(field_selector=BOUND, _preload_content=False)
+        resp = cast(Raw, self.kube.core.list_pod_for_all_namespaces(field_selector=BOUND, _preload_content=False))
         return list(json.loads(resp.data).get("items") or [])
 
     def _pods_on(self, node: str) -> list[dict[str, Any]]:
         sel = f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
-        resp = self.kube.core.list_pod_for_all_namespaces(field_selector=sel, _preload_content=False)
+        resp = cast(Raw, self.kube.core.list_pod_for_all_namespaces(field_selector=sel, _preload_content=False))
         return [p for p in json.loads(resp.data).get("items") or [] if holds_node(p)]
 
     def _stored(self, data: dict[str, str] | None) -> History:
@@ -762,13 +763,13 @@ class EnergySaver:
             {"op": "add", "path": "/spec/taints", "value": taints},
             {"op": "add", "path": "/spec/unschedulable", "value": state != AWAKE},
         ]
-        resp = self.kube.core.patch_node(m["name"], ops, _preload_content=False)
+        resp = cast(Raw, self.kube.core.patch_node(m["name"], ops, _preload_content=False))
         resp.read()
         resp.release_conn()
 
     def _patch(self, name: str, state: str, now: float, ready_at: float | None = None) -> bool:
         """Read the node and patch it; a node changed in between (a heartbeat, a label) is read again."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         for _ in range(3):
             try:
@@ -784,10 +785,11 @@ class EnergySaver:
 
     def _node(self, name: str) -> dict[str, Any]:
         """The node as it is now (a list by name: the verbs the operator holds already)."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         sel = f"metadata.name={name}"
-        items = json.loads(self.kube.core.list_node(field_selector=sel, _preload_content=False).data).get("items")
+        resp = cast(Raw, self.kube.core.list_node(field_selector=sel, _preload_content=False))
+        items = json.loads(resp.data).get("items")
         if not items:
             raise ApiException(status=404, reason=f"node {name} not found")
         return dict(items[0])
@@ -847,8 +849,8 @@ class EnergySaver:
 
         # woken nodes whose latency passed (and, with a real driver, that report Ready) serve again
         for n in view:
-            due = n.state == WAKING and (n.ready_at is None or n.ready_at <= now)
-            if due and (self.opts.driver.kind == "none" or n.ready) and self._patch(n.name, AWAKE, now):
+            is_due = n.state == WAKING and (n.ready_at is None or n.ready_at <= now)
+            if is_due and (self.opts.driver.kind == "none" or n.ready) and self._patch(n.name, AWAKE, now):
                 by_name[n.name] = PowerNode(n.name, AWAKE, n.busy, n.partition, n.gpus)
                 log.info("CES: %s awake", n.name)
         view = sorted(by_name.values(), key=lambda n: n.name)

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 from qosmos.extender.cache import parse_quantity
 from qosmos.extender.core import genie
 from qosmos.extender.core.admission import Partition
@@ -103,9 +104,9 @@ for _name, _default, _allowed in (
         raise ImportError(f"default {_name} {_default!r} is not in the core registry {_allowed}")
 
 
-def cel(rule: str, message: str, field_path: str | None = None, reason: str | None = None) -> dict[str, str]:
+def cel(rule: str, message: str, field_path: str | None = None, reason: str | None = None) -> JsonDict:
     """One ``x-kubernetes-validations`` entry; ``field_path`` is what the apiserver's error names."""
-    out = {"rule": rule, "message": message}
+    out: JsonDict = {"rule": rule, "message": message}
     if field_path:
         out["fieldPath"] = field_path
     if reason:
@@ -113,7 +114,7 @@ def cel(rule: str, message: str, field_path: str | None = None, reason: str | No
     return out
 
 
-def _validations(*rules: dict[str, str]) -> dict[str, Any]:
+def _validations(*rules: JsonDict) -> dict[str, Any]:
     return {"x-kubernetes-validations": list(rules)}
 
 
@@ -247,24 +248,29 @@ class VirtualClusterSpec(_Model):
             cel(f"!('{LABEL_VC}' in self)", f"must not select on {LABEL_VC}: the operator writes that label"),
         ),
     )
-    policy: PolicyName = Field(DEFAULT_POLICY, description="ordering policy of its queue (the core's registry)")
-    placement: PlacementName = Field(DEFAULT_PLACEMENT, description="placer choosing a starting job's nodes and GPUs")
+    policy: PolicyName = Field(default=DEFAULT_POLICY, description="ordering policy of its queue (the core's registry)")
+    placement: PlacementName = Field(
+        default=DEFAULT_PLACEMENT, description="placer choosing a starting job's nodes and GPUs"
+    )
     backfill: BackfillMode = Field(
-        DEFAULT_BACKFILL,
+        default=DEFAULT_BACKFILL,
         description="backfilling behind a blocked head: none, easy, relaxed (slack = relaxFactor x the head's "
         "expected wait) or adaptive (slack scaled by the queue length)",
     )
     relax_factor: float | None = Field(
-        None, ge=0, description="relaxed/adaptive backfilling factor (the core's default when unset)"
+        default=None, ge=0, description="relaxed/adaptive backfilling factor (the core's default when unset)"
     )
     theta: float = Field(
-        genie.DEFAULT_THETA, ge=0, description="weight of the nodes used against the GPUs used in a placement's cost"
+        default=genie.DEFAULT_THETA,
+        ge=0,
+        description="weight of the nodes used against the GPUs used in a placement's cost",
     )
     quota: Quota | None = Field(
-        None, description="GPU quota; without one its nodes are its limit (in a cohort: its nodes' GPUs its share)"
+        default=None,
+        description="GPU quota; without one its nodes are its limit (in a cohort: its nodes' GPUs its share)",
     )
     cohort: str | None = Field(
-        None,
+        default=None,
         max_length=63,
         pattern=DNS_LABEL_PATTERN,
         description="VirtualClusters of one cohort place on the union of their nodes, each within its quota plus "
@@ -276,14 +282,14 @@ class VirtualClusterSpec(_Model):
         json_schema_extra={"default": {}},  # the apiserver fills in the fields' defaults
     )
     start_timeout_seconds: int = Field(
-        DEFAULT_START_TIMEOUT_S,
+        default=DEFAULT_START_TIMEOUT_S,
         ge=1,
         description="its DLJobs' default start deadline: an admitted gang not all Running this long after its pods "
         "were created is stopped and requeued at the head of the queue (reason StartTimeout, with its pods' "
         "waiting reasons), avoiding the nodes it did not start on; Failed after backoffLimit such requeues",
     )
     node_lost_seconds: int = Field(
-        DEFAULT_NODE_LOST_S,
+        default=DEFAULT_NODE_LOST_S,
         ge=0,
         description="its DLJobs' default grace for a node that stops being Ready: a gang on it longer than this "
         "is requeued (reason NodeLost, not counted as a failure)",
@@ -765,14 +771,16 @@ class InferenceForecast(_Model):
     """Switching ahead of the load (issue 23 §3): the operator keeps the observed rates (per period, in
     memory), forecasts the upper band over the replicas' start-up plus one period and plans for it."""
 
-    enabled: bool = Field(True, description="plan for the forecast band; false: the observed rate alone")
+    enabled: bool = Field(default=True, description="plan for the forecast band; false: the observed rate alone")
     period_seconds: float = Field(
-        DEFAULT_FORECAST_PERIOD_S, gt=0, description="slot of the rate history the forecaster learns from"
+        default=DEFAULT_FORECAST_PERIOD_S, gt=0, description="slot of the rate history the forecaster learns from"
     )
     ready_seconds: float = Field(
-        DEFAULT_READY_S, ge=0, description="seconds from asking for a replica until it is Ready (its start-up time)"
+        default=DEFAULT_READY_S,
+        ge=0,
+        description="seconds from asking for a replica until it is Ready (its start-up time)",
     )
-    quantile: float = Field(0.95, ge=0.5, lt=1, description="the band's quantile")
+    quantile: float = Field(default=0.95, ge=0.5, lt=1, description="the band's quantile")
 
 
 class InferenceServiceSpec(_Model):
@@ -935,7 +943,7 @@ class InferenceService(_Model):
 MUTABLE_AFTER_ADMISSION = ("suspend", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
 
 
-def _immutable_after_admission(fields: list[str]) -> list[dict[str, str]]:
+def _immutable_after_admission(fields: list[str]) -> list[JsonDict]:
     """One root transition rule: the spec may change only while the DLJob has no phase or is Queued,
     but for its run policy (``MUTABLE_AFTER_ADMISSION``).
 
@@ -1000,7 +1008,7 @@ class Resource:
     model: type[_Model]
     columns: tuple[PrinterColumn, ...]
     name_label: str  # the label whose value is the object's name, so names are at most 63 characters
-    root_rules: tuple[dict[str, str], ...] = field(default=())
+    root_rules: tuple[JsonDict, ...] = field(default=())
     selectable_fields: tuple[str, ...] = ()  # JSON paths list and watch requests may select on
     name_max: int = 63
     name_pattern: str | None = None  # what else the name names asks of it (a Service, hostnames)

@@ -245,7 +245,7 @@ def parse_prometheus(body: bytes) -> float:
     if not isinstance(doc, dict) or doc.get("status") != "success":
         err = doc.get("error") if isinstance(doc, dict) else None
         raise LoadError(f"Prometheus: {err or 'status is not success'}")
-    data = doc.get("data") or {}
+    data: Any = doc.get("data") or {}  # JSON as sent: a malformed result is refused below
     kind, result = data.get("resultType"), data.get("result")
     try:
         if kind == "scalar":
@@ -453,7 +453,7 @@ def soda_prefers_gpu(
         st = j.get("status") or {}
         if (j.get("spec") or {}).get("kind") != "cpu" or st.get("phase") not in (None, "Queued"):
             continue
-        cond = next((c for c in st.get("conditions") or [] if c.get("type") == "Admitted"), {})
+        cond: Mapping[str, Any] = next((c for c in st.get("conditions") or [] if c.get("type") == "Admitted"), {})
         waiting += cond.get("reason") in RESOURCE_WAITS
     return waiting >= CPU_JOBS_QUEUED_FOR_GPU and idle_gpus(nodes(), pods()) > 0
 
@@ -648,7 +648,7 @@ class InferenceController:
 
     # ---- reads ----------------------------------------------------------------------------------
     def _services(self) -> list[dict[str, Any]]:
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
             services = self.kube.inference_services()
@@ -770,7 +770,7 @@ class InferenceController:
         prefer_gpu: bool,
         rep: InferenceReport,
     ) -> None:
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         m = meta(obj)
         ns, name = str(m.get("namespace", "default")), str(m["name"])
@@ -871,7 +871,7 @@ class InferenceController:
         if todo.retired:
             msg = f"{len(todo.retired)} replica(s) removed: {state.replicas} {state.mode} replica(s) are Ready"
             self.kube.event(obj, "Retired", msg, KIND)
-        was = next((c for c in have.get("conditions") or [] if c.get("type") == "LoadObserved"), {})
+        was: Mapping[str, Any] = next((c for c in have.get("conditions") or [] if c.get("type") == "LoadObserved"), {})
         if load.qps is None and was.get("status") != "False":
             self.kube.event(obj, "LoadUnavailable", load.error, KIND, "Warning")
 

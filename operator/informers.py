@@ -53,7 +53,7 @@ OnEvent = Callable[[str, str, Obj], None]  # (store name, event type, object)
 
 def version(obj: Obj) -> int | None:
     """The object's resourceVersion as etcd's revision; None when it is not an integer."""
-    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    rv: Any = (obj.get("metadata") or {}).get("resourceVersion")  # JSON: a string, or anything
     try:
         return int(rv)
     except (TypeError, ValueError):
@@ -571,7 +571,7 @@ class CachedKube(Kube):
 
     def inference_services(self) -> list[Obj]:
         if self.informers.services.absent:
-            from kubernetes.client.rest import ApiException
+            from kubernetes.client.exceptions import ApiException
 
             raise ApiException(status=404, reason="InferenceServices are not served (CRD not installed)")
         return self.informers.services.items()

@@ -12,11 +12,14 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict, cast
 
 import orjson
 from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_INFERENCE, LABEL_JOB, RETIRED_FIELD, VERSION
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1ObjectMeta
 
 log = logging.getLogger("qosmos.operator")
 
@@ -25,6 +28,25 @@ GANG_PODS = f"{LABEL_JOB},!{LABEL_FINISHED}"  # DLJob pods (but those an older o
 LIVE = "status.phase!=Succeeded,status.phase!=Failed"  # the gang pods' watch: a pod leaves it when it finishes
 NOT_RETIRED = f"{RETIRED_FIELD}!=true"  # the DLJobs' watch: a DLJob leaves it with the write that retires it
 EVENT_BUFFER = 10_000  # Events waiting to be written; beyond it new ones are dropped
+
+
+class Raw(Protocol):
+    """A reply asked for with ``_preload_content=False``: urllib3's response, unread (the client's
+    annotations name the model it would otherwise have built, or ``object``)."""
+
+    @property
+    def data(self) -> bytes: ...
+
+    def read(self) -> bytes: ...
+
+    def release_conn(self) -> None: ...
+
+
+class Selectors(TypedDict):
+    """The selectors of a list or watch, as the client's keyword arguments."""
+
+    label_selector: str
+    field_selector: NotRequired[str]
 
 
 def _done(resp: Any) -> None:
@@ -126,7 +148,7 @@ class Kube:
             return self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "dljobs", **kw)
         return self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs", **kw)
 
-    def dljob_selectors(self) -> dict[str, str]:
+    def dljob_selectors(self) -> Selectors:
         """The selectors of the working set's list and watch: DLJobs neither labelled
         ``qosmos.io/finished`` (by an operator that could not select by status) nor ``status.retired``.
         The first call that finds the CRD asks the apiserver whether it selects DLJobs by
@@ -134,7 +156,7 @@ class Kube:
         not, the label alone retires them (:attr:`retire_in_status` False)."""
         if self.retire_in_status is None:
             self.retire_in_status = self._selects_retired()
-        sel = {"label_selector": f"!{LABEL_FINISHED}"}
+        sel: Selectors = {"label_selector": f"!{LABEL_FINISHED}"}
         if self.retire_in_status:
             sel["field_selector"] = NOT_RETIRED
         return sel
@@ -142,7 +164,7 @@ class Kube:
     def _selects_retired(self) -> bool | None:
         """True when a list selecting ``status.retired`` is served; False when it is refused (400: field
         label not supported); None when DLJobs are not served (their CRD not installed yet)."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
             resp = self._list_dljobs(field_selector=NOT_RETIRED, limit=1, _preload_content=False)
@@ -189,10 +211,10 @@ class Kube:
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One pod as it is now; None when it is gone."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
-            resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+            resp = cast(Raw, self.core.read_namespaced_pod(name, namespace, _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -251,14 +273,17 @@ class Kube:
         """Merge ``status`` in; with ``resource_version`` only into that version of the object (the
         apiserver's optimistic concurrency: :class:`Stale` when it changed since it was read). Returns
         the object's new resourceVersion."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         body: dict[str, Any] = {"status": status}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            resp = self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, "dljobs", name, body, _preload_content=False
+            resp = cast(
+                Raw,
+                self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, "dljobs", name, body, _preload_content=False
+                ),
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -272,7 +297,7 @@ class Kube:
 
     def delete_dljob(self, namespace: str, name: str) -> None:
         """Delete a DLJob (its ttlSecondsAfterFinished passed); the garbage collector takes its pods."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
             self.custom.delete_namespaced_custom_object(
@@ -315,11 +340,16 @@ class Kube:
 
     def create_pod(self, pod: dict[str, Any]) -> bool:
         """True when created, False when it exists already (a restart redoing its work)."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
             self._reply(
-                "pods", self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod, _preload_content=False)
+                "pods",
+                self.core.create_namespaced_pod(
+                    pod["metadata"]["namespace"],
+                    pod,  # type: ignore[arg-type]  # the client validates the JSON into its model
+                    _preload_content=False,
+                ),
             )
             return True
         except ApiException as exc:
@@ -331,12 +361,15 @@ class Kube:
         """A server-side dry run of creating ``pod`` (validation and every admission plugin and webhook,
         nothing stored): None when the apiserver would take it, else its refusal in its own words.
         A ResourceQuota refusal is not the template's fault (it may pass later): also None."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
             _done(
                 self.core.create_namespaced_pod(
-                    pod["metadata"]["namespace"], pod, dry_run="All", _preload_content=False
+                    pod["metadata"]["namespace"],
+                    pod,  # type: ignore[arg-type]  # the client validates the JSON into its model
+                    dry_run="All",
+                    _preload_content=False,
                 )
             )
             return None
@@ -351,11 +384,15 @@ class Kube:
     def create_service(self, service: dict[str, Any]) -> bool:
         """True when created, False when a Service of that name exists already (ours from an earlier
         attempt or pass, or someone else's: :meth:`service` tells)."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
             _done(
-                self.core.create_namespaced_service(service["metadata"]["namespace"], service, _preload_content=False)
+                self.core.create_namespaced_service(
+                    service["metadata"]["namespace"],
+                    service,  # type: ignore[arg-type]  # the client validates the JSON into its model
+                    _preload_content=False,
+                )
             )
             return True
         except ApiException as exc:
@@ -365,10 +402,10 @@ class Kube:
 
     def service(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Service as raw JSON; None when there is none."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
-            resp = self.core.read_namespaced_service(name, namespace, _preload_content=False)
+            resp = cast(Raw, self.core.read_namespaced_service(name, namespace, _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -377,7 +414,7 @@ class Kube:
 
     def ungate(self, namespace: str, name: str, gates: list[dict[str, Any]]) -> None:
         """Replace the pod's scheduling gates by ``gates`` (the template's own, without ours)."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
             self._reply(
@@ -396,7 +433,7 @@ class Kube:
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete with the pod's own ``terminationGracePeriodSeconds`` (SIGTERM, time to checkpoint)
         unless ``grace_seconds`` is given; the pod then holds its devices until the kubelet is done."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         kw: dict[str, Any] = {} if grace_seconds is None else {"grace_period_seconds": grace_seconds}
         try:
@@ -414,7 +451,9 @@ class Kube:
         else:  # gone at once (not on a node, or finished: the apiserver's grace period 0)
             self._deleted("pods", namespace, name)
 
-    def event(self, obj: dict[str, Any], reason: str, message: str, kind: str = "DLJob", type_: str = "Normal") -> None:
+    def event(
+        self, obj: Mapping[str, Any], reason: str, message: str, kind: str = "DLJob", type_: str = "Normal"
+    ) -> None:
         """A Kubernetes Event on a DLJob (best effort: an event lost is only a line in `describe`)."""
         from datetime import UTC, datetime
 
@@ -451,7 +490,13 @@ class Kube:
         while True:
             ns, body = self._events.get()
             try:
-                _done(self.core.create_namespaced_event(ns, body, _preload_content=False))
+                _done(
+                    self.core.create_namespaced_event(
+                        ns,
+                        body,  # type: ignore[arg-type]  # the client validates the JSON into its model
+                        _preload_content=False,
+                    )
+                )
             except Exception as exc:  # best effort, said in the log
                 log.debug("event %s on %s not written: %s", body.get("reason"), ns, exc)
             finally:
@@ -466,7 +511,7 @@ class Kube:
 
     # ---- the duration history (QSSF) ----------------------------------------------------------
     def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
             return dict(self.core.read_namespaced_config_map(name, namespace).data or {})
@@ -487,13 +532,13 @@ class Kube:
         the write names the resourceVersion read, so a peer's write in between fails it (409) and
         ``update`` is called again on the newer data (a peer's create or delete alike). The data
         written; :class:`Conflict` after ``attempts`` lost races."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         for _ in range(attempts):
             try:
                 cm = self.core.read_namespaced_config_map(name, namespace)
                 current: dict[str, str] | None = dict(cm.data or {})
-                version = cm.metadata.resource_version
+                version = cast("V1ObjectMeta", cm.metadata).resource_version  # a read object has its metadata
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -503,7 +548,13 @@ class Kube:
                 if version is None:  # 409 AlreadyExists when a peer created it meanwhile
                     meta = {"name": name, "namespace": namespace}
                     self.core.create_namespaced_config_map(
-                        namespace, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+                        namespace,
+                        {  # type: ignore[arg-type]  # the client validates the JSON into its model
+                            "apiVersion": "v1",
+                            "kind": "ConfigMap",
+                            "metadata": meta,
+                            "data": data,
+                        },
                     )
                 else:  # 409 Conflict when a peer wrote it meanwhile, 404 when it was deleted
                     self.core.patch_namespaced_config_map(

@@ -19,12 +19,13 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from qosmos.extender.core import admission
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.operator.crds import GROUP, VERSION, DLJobPhase, VirtualClusterSpec
+from qosmos.operator.kube import Raw
 from qosmos.operator.reconcile import ADMITTED, reason_of
 from qosmos.operator.translate import NO_VC, assign_nodes, core_nodes, job_from_dljob, parse_time
 
@@ -163,15 +164,15 @@ def format_queue(vc_name: str, vc: Mapping[str, Any] | None, dljobs: Sequence[Ma
         return "\n".join(lines)
     rows = []
     for obj in queue:
-        spec, st = obj.get("spec") or {}, _status(obj)
+        job_spec, st = obj.get("spec") or {}, _status(obj)
         allowance = st.get("waitingAllowanceSeconds")
         queued_since = parse_time(st.get("queuedSince")) or parse_time(_meta(obj).get("creationTimestamp"))
         rows.append(
             [
                 "-" if st.get("queuePosition") is None else str(st["queuePosition"]),
                 _key(obj),
-                str(spec.get("qosClass", "Normal")),
-                str(spec.get("gpus", 0)),
+                str(job_spec.get("qosClass", "Normal")),
+                str(job_spec.get("gpus", 0)),
                 "-" if allowance is None else duration(float(allowance)),
                 _eta(obj, now),
                 str(admitted_condition(obj).get("reason", "-")),
@@ -365,19 +366,28 @@ class Cluster:
         self.custom = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
 
+    # (the client types a custom object, or a list of them, as ``object``: it is the apiserver's JSON object)
     def dljobs(self, namespace: str | None) -> list[dict[str, Any]]:
         if namespace:
-            return list(self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "dljobs")["items"])
-        return list(self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs")["items"])
+            return list(
+                cast("dict[str, Any]", self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "dljobs"))[
+                    "items"
+                ]
+            )
+        return list(cast("dict[str, Any]", self.custom.list_cluster_custom_object(GROUP, VERSION, "dljobs"))["items"])
 
     def dljob(self, namespace: str, name: str) -> dict[str, Any]:
-        return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "dljobs", name))
+        return dict(
+            cast("dict[str, Any]", self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "dljobs", name))
+        )
 
     def virtual_clusters(self) -> list[dict[str, Any]]:
-        return list(self.custom.list_cluster_custom_object(GROUP, VERSION, "virtualclusters")["items"])
+        return list(
+            cast("dict[str, Any]", self.custom.list_cluster_custom_object(GROUP, VERSION, "virtualclusters"))["items"]
+        )
 
     def nodes(self) -> list[dict[str, Any]]:
-        return list(json.loads(self.core.list_node(_preload_content=False).data)["items"])
+        return list(json.loads(cast(Raw, self.core.list_node(_preload_content=False)).data)["items"])
 
 
 def _not_found(exc: Exception) -> bool:
@@ -419,7 +429,7 @@ def queue_cmd(
     """A VirtualCluster's waiting DLJobs in its policy's order.
 
     With each: GENIE's waiting allowance (Eq. 13), the forecast start (ETA) and why it waits."""
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     cluster = Cluster(kubeconfig, context)
     vcs = {_meta(v).get("name"): v for v in cluster.virtual_clusters()}
@@ -442,7 +452,7 @@ def why_cmd(
     context: Context = None,
 ) -> None:
     """Why a DLJob is pending (the operator's reason and line) and what would unblock it."""
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     cluster = Cluster(kubeconfig, context)
     ns, name = _split(dljob, namespace, cluster)
@@ -474,7 +484,7 @@ def explain_cmd(
     """GENIE's placement table for a DLJob's task on its VirtualCluster's nodes.
 
     Each placement's rate, latency, cost, CER and feasibility; GENIE's choice, deadline and waiting allowance."""
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
     from qosmos.extender.explain import load_profiles
 
     if rows < 0:

@@ -26,7 +26,7 @@ import random
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 GROUP = "kopf.dev"
 VERSION = "v1"
@@ -72,7 +72,7 @@ def is_active(status: Mapping[str, Any] | None, identity: str, priority: int) ->
 def ensure_object(api_client: Any, name: str, namespace: str | None) -> None:
     """Create the peering object (kopf waits, paused, until it exists); AlreadyExists is fine."""
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     custom = client.CustomObjectsApi(api_client)
     kind = "KopfPeering" if namespace else "ClusterKopfPeering"
@@ -105,4 +105,5 @@ class Peering:
             obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, NAMESPACED_PLURAL, self.name)
         else:
             obj = self.custom.get_cluster_custom_object(GROUP, VERSION, CLUSTER_PLURAL, self.name)
-        return is_active(obj.get("status"), self.identity, self.priority)
+        # the client types a custom object as ``object``: it is the apiserver's JSON object
+        return is_active(cast("Mapping[str, Any]", obj).get("status"), self.identity, self.priority)

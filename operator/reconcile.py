@@ -42,7 +42,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from qosmos.extender.admission_api import order_context
@@ -337,6 +337,12 @@ class Memory:
     forecast_at: dict[str, float] = field(default_factory=dict)  # VirtualCluster -> its last ETA forecast
     drift: tuple[float, float] | None = None  # (time, drift refreshes left to spend then): the bucket
     first: tuple[float, float] | None = None  # (time, first statuses left to spend then): FIRST_WRITES
+
+
+class _Etas(Protocol):
+    """A VirtualCluster's ETA forecast (given a work cap) from ``books``, the cluster as its pass left it."""
+
+    def __call__(self, max_work: int, books: ClusterState) -> Forecast: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -1293,7 +1299,7 @@ class Planner:
         cluster: ClusterState,
         now: float,
         rep: PassReport,
-        etas: Callable[[int, ClusterState], Forecast] | None = None,
+        etas: _Etas | None = None,
         at: float | None = None,
     ) -> None:
         name = meta(vc)["name"]
@@ -1407,7 +1413,7 @@ class Planner:
         if _observed(dl, {}):  # a new spec (changed while queued) is answered at once
             now_patch["observedGeneration"] = meta(dl.obj).get("generation")
         if not _same_condition(st.get("conditions"), cond):
-            prev = next((c for c in st.get("conditions") or [] if c.get("type") == ADMITTED), {})
+            prev: Mapping[str, Any] = next((c for c in st.get("conditions") or [] if c.get("type") == ADMITTED), {})
             # at the head (or without a position) the message's words count; behind it they name the
             # job it waits behind, which every admission of its queue changes: they drift
             head = w is None or w.position == 0
@@ -1520,7 +1526,9 @@ class Planner:
                 want["lastEventTime"] = rfc3339(at)
             ready = self._vc_ready(name, specs[name], total, cluster, now, have.get("conditions"))
             want["conditions"] = [ready]
-            old_ready = next((c for c in have.get("conditions") or [] if c.get("type") == "Ready"), {})
+            old_ready: Mapping[str, Any] = next(
+                (c for c in have.get("conditions") or [] if c.get("type") == "Ready"), {}
+            )
             changed = any(have.get(k) != want[k] for k in ("gpus", "queued", "running", "observedGeneration"))
             changed |= "lastEventTime" in want
             changed |= any(old_ready.get(k) != ready[k] for k in ("status", "reason", "message"))
@@ -1632,7 +1640,7 @@ class Reconciler:
         """Server-side dry runs of one pod of each new template (side by side); a dry run that fails for
         another reason than the template (the apiserver unreachable) gives no verdict."""
 
-        def one(item: tuple[tuple[str, int], dict[str, Any]]) -> tuple[tuple[str, int], str | None, bool]:
+        def one(item: tuple[tuple[str, str], dict[str, Any]]) -> tuple[tuple[str, str], str | None, bool]:
             key, pod = item
             try:
                 return key, self.kube.dry_run_pod(pod), True

@@ -294,6 +294,7 @@ def run(opts: RunOptions) -> None:
             peering_identity=opts.peering_identity or peering.own_identity(),
             peering_priority=peering.default_priority() if opts.peering_priority is None else opts.peering_priority,
         )
+        assert opts.peering is not None  # as tested above: the replace() keeps it
         peering.ensure_object(_api_client(opts.kubeconfig), opts.peering, opts.namespace)  # kopf waits for it
         log.info("peering %s as %s, priority %d", opts.peering, opts.peering_identity, opts.peering_priority)
     if opts.metrics_port:

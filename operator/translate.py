@@ -105,7 +105,7 @@ def job_from_dljob(
         id=key_of(obj),
         submit_time=submit,
         gpus=spec.gpus,
-        kind=spec.kind,  # type: ignore[arg-type]
+        kind=spec.kind,
         user=m.get("namespace", "default"),
         vc=spec.virtual_cluster,
         model=spec.model_type or "",

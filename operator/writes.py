@@ -271,7 +271,7 @@ class Applier:
 
     @staticmethod
     def _failed(seq: Sequence, w: Write, exc: Exception, out: Applied, lock: threading.Lock) -> None:
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         if isinstance(exc, Stale):  # another writer changed it after the pass read it: decided again
             log.info("%s; the next pass decides again", exc)

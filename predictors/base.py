@@ -296,7 +296,9 @@ class SingleRowPredictor:
     """
 
     def __init__(self, booster: lgb.Booster, n_features: int) -> None:
-        from lightgbm.basic import _LIB, _c_str, _safe_call
+        # _LIB (the loaded C library) is no explicit export of lightgbm.basic (newer versions import it there
+        # from lightgbm.libpath, older ones define it there): basic is where every supported version has it
+        from lightgbm.basic import _LIB, _c_str, _safe_call  # type: ignore[attr-defined]
 
         self._booster = booster  # the prepared config points into the booster: keep it alive
         self._row = np.zeros(n_features, dtype=np.float64)
@@ -322,7 +324,7 @@ class SingleRowPredictor:
         self._safe_call = _safe_call
         weakref.finalize(self, _LIB.LGBM_FastConfigFree, handle)
 
-    def __call__(self, row: Sequence[float]) -> float:
+    def __call__(self, row: Sequence[float] | np.ndarray) -> float:
         self._row[:] = row
         self._safe_call(self._fn(self._handle, self._row_ptr, ctypes.byref(self._len), self._out_ptr))
         return float(self._out[0])

@@ -220,7 +220,8 @@ class CESForecaster:
             y = np.concatenate([y, np.full(pad, np.nan)])
         x, _, o = self.design(slot_minutes, y, origins)
         pred = self.model.predict(x) + y[o]
-        return np.maximum(pred, 0).reshape(self.horizon, origins.size).T
+        out: np.ndarray = np.maximum(pred, 0).reshape(self.horizon, origins.size).T
+        return out
 
 
 # ---- the controller (Alg. 2) ---------------------------------------------------------------------

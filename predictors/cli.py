@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 from qosmos.extender.core.errors import InvalidInput
@@ -280,7 +280,8 @@ def predict_qssf(
     )
     for c in ("λ", "Spearman (duration)", "Spearman (GPU time)", "median |log err|"):
         t.add_column(c, justify="right")
-    for k, v in result["by_lambda"].items():  # type: ignore[union-attr]
+    by_lambda = cast("dict[str, dict[str, float]]", result["by_lambda"])  # evaluate_qssf's metrics per λ
+    for k, v in by_lambda.items():
         t.add_row(k, f"{v['spearman']:.3f}", f"{v['spearman_gpu_time']:.3f}", f"{v['median_abs_log_error']:.3f}")
     console.print(t)
     if save is not None:
@@ -377,7 +378,8 @@ def predict_runtime(
     methods = ("last2", "last2_elapsed", "lgbm", "lgbm_elapsed")
     for m in methods:
         t.add_column(m, justify="right")
-    for row in result["thresholds"]:  # type: ignore[union-attr]
+    thresholds = cast("list[dict[str, Any]]", result["thresholds"])  # evaluate_runtime's rows, scores per method
+    for row in thresholds:
         t.add_row(
             f"{row['fraction']:.3g}×mean ({row['elapsed_s']:.0f}s)",
             str(row["jobs"]),
@@ -418,7 +420,7 @@ def profile_fit(
     target = modeldb_path(db)
     reports = fit_file(samples)
     upsert_profiles(target, [r.profile for r in reports])
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             **profile_json(r.profile),
             "fit_mape_pct": r.mape,
@@ -652,8 +654,8 @@ def profile_inference(
     curves = curves_from_samples(read_inference_samples(samples), source=f"measured, {samples.name}")
     upsert_inference_profiles(target, curves)
     t = Table(title=f"inference profiles written to {target}")
-    for c in ("model", "device", "batch: compute ms"):
-        t.add_column(c)
+    for name in ("model", "device", "batch: compute ms"):
+        t.add_column(name)
     for c in curves:
         points = ", ".join(f"{b}: {s * 1000:.4g}" for b, s in zip(c.batches, c.seconds, strict=True))
         t.add_row(c.model, c.where, points)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qosmos.extender.core.genie import (
     DEFAULT_GAMMA,
@@ -22,6 +23,9 @@ from qosmos.extender.core.genie import (
     fit_single_gpu_profile,
 )
 from qosmos.extender.core.inference_profiles import ComputeCurve
+
+if TYPE_CHECKING:
+    from qosmos.predictors.profiler import Sample
 
 
 def read_lucid(path: Path) -> tuple[dict[str, list[tuple[float, float]]], dict[str, str]]:
@@ -116,7 +120,7 @@ def fit_measured(root: Path = MEASURED_ROOT) -> tuple[list[ThroughputProfile], l
     profiles: list[ThroughputProfile] = []
     curves: list[ComputeCurve] = []
     for folder in measured_sessions(root):
-        by_model: dict[str, list] = defaultdict(list)
+        by_model: dict[str, list[Sample]] = defaultdict(list)
         sessions_of: dict[str, set[Path]] = defaultdict(set)
         for f in sorted(folder.rglob("training.csv")):
             for s in read_samples(f):

@@ -32,6 +32,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -535,12 +536,13 @@ def _measure(
 
     cuda = torch.cuda.is_available()
     device = f"cuda:{world.local_rank}" if cuda and world is not None else ("cuda" if cuda else "cpu")
-    dist = None
+    dist: ModuleType | None = None
     if not cuda and threads is not None:
         torch.set_num_threads(threads)
     if world is not None:
-        import torch.distributed as dist
+        import torch.distributed
 
+        dist = torch.distributed
         if cuda:
             torch.cuda.set_device(world.local_rank)
         # env:// (MASTER_ADDR/PORT) under torchrun or in a DLJob's pods; a file of _local_world's

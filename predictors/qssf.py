@@ -197,13 +197,13 @@ class RollingEstimator:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> RollingEstimator:
-        r = cls(float(data["alpha"]), bool(data.get("log_space", False)))  # type: ignore[arg-type]
-        r.all = _Mean(*data["all"])  # type: ignore[misc]
-        r.by_gpus = {int(g): _Mean(t, c) for g, t, c in data["by_gpus"]}  # type: ignore[union-attr]
-        r.by_user = {u: _Mean(t, c) for u, t, c in data["by_user"]}  # type: ignore[union-attr]
-        r.by_user_gpus = {(u, int(g)): _Mean(t, c) for u, g, t, c in data["by_user_gpus"]}  # type: ignore[union-attr]
-        r.decay = {(u, int(b)): (n, d) for u, b, n, d in data["decay"]}  # type: ignore[union-attr]
+    def from_json(cls, data: dict[str, Any]) -> RollingEstimator:  # data: to_json's dict as json.loads reads it
+        r = cls(float(data["alpha"]), bool(data.get("log_space", False)))
+        r.all = _Mean(*data["all"])
+        r.by_gpus = {int(g): _Mean(t, c) for g, t, c in data["by_gpus"]}
+        r.by_user = {u: _Mean(t, c) for u, t, c in data["by_user"]}
+        r.by_user_gpus = {(u, int(g)): _Mean(t, c) for u, g, t, c in data["by_user_gpus"]}
+        r.decay = {(u, int(b)): (n, d) for u, b, n, d in data["decay"]}
         return r
 
 
@@ -387,7 +387,8 @@ class QSSFPredictor:
         """P_M in seconds (NaN when no model is fitted)."""
         if self.model is None or not jobs:
             return np.full(len(jobs), math.nan)
-        return np.maximum(np.expm1(self.model.predict(self.features(jobs))), 0.0)
+        p_m: np.ndarray = np.maximum(np.expm1(self.model.predict(self.features(jobs))), 0.0)
+        return p_m
 
     def merge(self, p_r: float | None, p_m: float) -> float | None:
         """λ P_R + (1−λ) P_M (Alg. 1 line 20), or in log1p space with ``blend="log"``; the
@@ -598,16 +599,16 @@ def replay_online(
     """
     preds: list[float | None] = []
     parts: list[tuple[float | None, float]] = []
-    split = isinstance(predictor, OnlineQSSF)
+    online = predictor if isinstance(predictor, OnlineQSSF) else None
     last = -math.inf
     for j in jobs:
         if j.submit_time < last:
             raise InvalidInput("jobs", j.id, "must be sorted by submit_time")
         last = j.submit_time
-        if split:
-            p_r, p_m = predictor.predict_parts(j, j.submit_time)  # type: ignore[union-attr]
+        if online is not None:
+            p_r, p_m = online.predict_parts(j, j.submit_time)
             parts.append((p_r, p_m))
-            preds.append(blend_values(predictor.lam, predictor.blend, p_r, p_m))  # type: ignore[union-attr]
+            preds.append(blend_values(online.lam, online.blend, p_r, p_m))
         else:
             preds.append(predictor.predict(j, j.submit_time))
         if j.duration is not None:

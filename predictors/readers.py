@@ -24,6 +24,7 @@ import codecs
 import csv
 import dataclasses
 import gc
+import io
 import math
 import os
 import warnings
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from qosmos.extender.core.errors import InvalidInput
@@ -129,7 +130,8 @@ class CsvRows:
         self.what = what
         self._progress = progress
         self._size = max(path.stat().st_size, 1)
-        self._fh = path.open(newline="", encoding="utf-8-sig")
+        # text mode with the default buffering wraps a BufferedReader (its tell() is the progress)
+        self._fh = cast("io.TextIOWrapper[io.BufferedReader]", path.open(newline="", encoding="utf-8-sig"))
         self._reader = csv.reader(self._fh)
         try:
             first = self._next_cells()

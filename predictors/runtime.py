@@ -136,7 +136,8 @@ class ElapsedRuntimePredictor:
         if self.use_elapsed:
             x = np.column_stack([x, np.full(x.shape[0], elapsed)])
         p = np.expm1(self.model.predict(x))
-        return np.maximum(p, elapsed) if self.use_elapsed else np.maximum(p, 0)
+        out: np.ndarray = np.maximum(p, elapsed) if self.use_elapsed else np.maximum(p, 0)
+        return out
 
 
 class Last2Elapsed:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -137,7 +137,7 @@ def window_stats(batch: int, window_steps: Sequence[Sequence[float]]) -> WindowS
     return WindowStats(batch / step, 100.0 * relative_spread(rates), len(rates), rates)
 
 
-def cpu_list(cpus: Sequence[int]) -> str:
+def cpu_list(cpus: Collection[int]) -> str:
     """Linux's cpu-list notation of a set of CPUs: [0, 1, 2, 3, 8] -> '0-3,8'."""
     if not cpus or min(cpus) < 0:
         raise InvalidInput("cpus", list(cpus), "need one or more CPU numbers >= 0")

@@ -57,7 +57,8 @@ def _tv(name: str, **kw: Any) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
         import torchvision
 
-        return getattr(torchvision.models, name)(weights=None, **kw)
+        model: nn.Module = getattr(torchvision.models, name)(weights=None, **kw)
+        return model
 
     return build
 
@@ -270,11 +271,11 @@ def _dcgan(b: int, device: str, wrap: Callable[[nn.Module], nn.Module] | None = 
     def down(i: int, o: int, bn: bool = True) -> list[nn.Module]:
         return [nn.Conv2d(i, o, 4, 2, 1, bias=False), *([nn.BatchNorm2d(o)] if bn else []), nn.LeakyReLU(0.2, True)]
 
-    gen = nn.Sequential(
+    gen: nn.Module = nn.Sequential(
         *up(nz, f * 8, 1, 0), *up(f * 8, f * 4), *up(f * 4, f * 2), *up(f * 2, f),
         nn.ConvTranspose2d(f, 3, 4, 2, 1, bias=False), nn.Tanh(),
     ).to(device)  # fmt: skip
-    disc = nn.Sequential(
+    disc: nn.Module = nn.Sequential(
         *down(3, f, bn=False), *down(f, f * 2), *down(f * 2, f * 4), *down(f * 4, f * 8),
         nn.Conv2d(f * 8, 1, 4, 1, 0, bias=False), nn.Flatten(),
     ).to(device)  # fmt: skip

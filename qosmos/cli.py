@@ -15,8 +15,9 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-# click's UsageError, wherever this typer takes click from (its own copy since 0.2x, else click)
-UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+# click's UsageError, wherever this typer takes click from (its own copy since 0.2x, else click): no one
+# static class covers both, hence type[Any]
+UsageError: type[Any] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 NoArgsIsHelpError = getattr(sys.modules[UsageError.__module__], "NoArgsIsHelpError", ())  # () catches nothing
 
 

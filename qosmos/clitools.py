@@ -15,7 +15,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def clean_errors(*also: type[BaseException]) -> Callable[[F], F]:
     """Bad input (InvalidInput, plus ``also``) becomes a one-line message and exit code 2, no traceback."""
-    caught = (InvalidInput, *also)
+    caught: tuple[type[BaseException], ...] = (InvalidInput, *also)
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)

@@ -1,4 +1,5 @@
-"""Compile one of qosmos' .proto files with grpcio-tools into ``<name>_pb2.py`` and ``<name>_pb2_grpc.py``.
+"""Compile one of qosmos' .proto files with grpcio-tools into ``<name>_pb2.py``, its type stub ``<name>_pb2.pyi``
+(protoc's own, so that mypy sees the messages' fields) and ``<name>_pb2_grpc.py``.
 
 The proto is compiled under its package path (e.g. ``qosmos/extender/proto/qosmos.proto``) so that the
 generated gRPC stub imports ``qosmos.extender.proto.qosmos_pb2`` (a package import, not a top-level
@@ -23,12 +24,21 @@ def compile_proto(proto: Path, package: str, out_dir: Path) -> list[Path]:
         shutil.copy(proto, src / rel)
         gen = Path(tmp) / "gen"
         gen.mkdir()
-        rc = protoc.main(["grpc_tools.protoc", f"-I{src}", f"--python_out={gen}", f"--grpc_python_out={gen}", str(rel)])
+        rc = protoc.main(
+            [
+                "grpc_tools.protoc",
+                f"-I{src}",
+                f"--python_out={gen}",
+                f"--pyi_out={gen}",
+                f"--grpc_python_out={gen}",
+                str(rel),
+            ]
+        )
         if rc != 0:
             raise RuntimeError(f"protoc failed with code {rc}")
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
-        for name in (f"{proto.stem}_pb2.py", f"{proto.stem}_pb2_grpc.py"):
+        for name in (f"{proto.stem}_pb2.py", f"{proto.stem}_pb2.pyi", f"{proto.stem}_pb2_grpc.py"):
             dst = out_dir / name
             shutil.copy(gen / rel.parent / name, dst)
             written.append(dst)

@@ -119,7 +119,7 @@ class CgroupLayout:
 
 def container_children(pod_dir: Path) -> list[Path]:
     """Every container cgroup under a pod directory (sandbox included), sorted by name."""
-    out = []
+    out: list[Path] = []
     if not pod_dir.is_dir():
         return out
     for d in sorted(pod_dir.iterdir()):

@@ -114,7 +114,7 @@ def make_kubelet_tree(
         if driver == "systemd"
         else ["burstable", "besteffort"]
     )
-    dirs: list[tuple[str, list[int]]] = [("", []), (kp, [])] + [(f"{kp}/{q}", []) for q in qos_dirs]
+    dirs: list[tuple[str, list[int]]] = [("", []), (kp, []), *[(f"{kp}/{q}", []) for q in qos_dirs]]
     for i, (uid, (qos, n)) in enumerate(sorted(pods.items())):
         pod = kubelet_pod_path(uid, qos, driver)
         dirs.append((pod, []))

@@ -28,7 +28,8 @@ class NotSynced(RuntimeError):
 def _default_stream(func: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
     from kubernetes import watch
 
-    return watch.Watch().stream(func, **kwargs)
+    events: Iterator[dict[str, Any]] = watch.Watch().stream(func, **kwargs)
+    return events
 
 
 class PodCache:

@@ -9,10 +9,10 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import typer
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
@@ -35,6 +35,12 @@ from qosmos.clitools import clean_errors
 DEFAULT_GPUS_PER_NODE = 8  # --nodes without --gpus-per-node (genie: 4, its platform default)
 GENIE_DEFAULT_GPUS_PER_NODE = 4
 NODE_SIZE_FORMATS = ("helios", "philly", "genie")  # formats that size their own nodes from --gpus-per-node
+
+
+class PhaseUpdate(Protocol):
+    """``update(done, total)`` of a phase: ``total`` None keeps the phase's total."""
+
+    def __call__(self, done: float, total: float | None = None, /) -> None: ...
 
 
 class Phases:
@@ -68,7 +74,7 @@ class Phases:
             self.bar.stop()
 
     @contextmanager
-    def phase(self, description: str, total: float | None) -> Iterator[Callable[[float, float | None], None]]:
+    def phase(self, description: str, total: float | None) -> Iterator[PhaseUpdate]:
         """Yields ``update(done, total)``; the phase is marked complete on exit."""
         if self.bar is None:
             yield lambda done, total=None: None
@@ -387,11 +393,11 @@ def register(app: typer.Typer) -> None:
         policy: Annotated[
             Policy,  # type: ignore[valid-type]
             typer.Option(help="the order in which waiting jobs start"),
-        ] = "fifo",  # type: ignore[assignment]
+        ] = "fifo",
         placement: Annotated[
             Placement,  # type: ignore[valid-type]
             typer.Option(help="which nodes and GPUs a starting job gets"),
-        ] = "consolidate",  # type: ignore[assignment]
+        ] = "consolidate",
         compare: Annotated[
             str | None,
             typer.Option(
@@ -421,7 +427,7 @@ def register(app: typer.Typer) -> None:
                 help="let later jobs start while the first waiting job is blocked: none, easy (never delay it), "
                 "relaxed/adaptive (delay it by at most a factor of its wait)",
             ),
-        ] = "none",  # type: ignore[assignment]
+        ] = "none",
         relax_factor: Annotated[
             float, typer.Option(min=0.0, help="relaxed/adaptive backfilling: how much the blocked job may be delayed")
         ] = 0.1,
@@ -431,11 +437,11 @@ def register(app: typer.Typer) -> None:
                 help="run times backfilling plans with: predicted by the duration predictor, requested by users, "
                 "or the true ones (oracle)",
             ),
-        ] = "predicted",  # type: ignore[assignment]
+        ] = "predicted",
         predictor: Annotated[
             Predictor,  # type: ignore[valid-type]
             typer.Option(help="duration predictor for qssf and predicted backfill estimates"),
-        ] = "qssf",  # type: ignore[assignment]
+        ] = "qssf",
         predictor_fallback: Annotated[
             bool,
             typer.Option(
@@ -750,7 +756,7 @@ def register_inference(simulate: typer.Typer) -> None:
                 typer.echo(f"note: {note}", err=True)
             for name, th in summary["serving"]["thresholds"].items():
                 typer.echo(f"{name:<26} {_fmt(th['value']) if th['value'] is not None else '-':<10} {th['source']}")
-            keys = ("gpu_hours", "gpu_hours_always_gpu", "gpu_hours_saved_fraction", "cpu_core_hours")
+            keys: tuple[str, ...] = ("gpu_hours", "gpu_hours_always_gpu", "gpu_hours_saved_fraction", "cpu_core_hours")
             keys += ("qos_violation_fraction", "p99_latency_ms", "switches_per_day")
             for k in keys:
                 typer.echo(f"{k:<26} {_fmt(summary[k])}")

@@ -40,7 +40,7 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -144,9 +144,11 @@ class SimConfig:
             raise InvalidInput("services", ",".join(names), "service names must be unique")
         if self.services and self.policy == "recorded":
             raise InvalidInput("services", ",".join(names), "the recorded replay starts jobs as recorded: no services")
-        for k, p in enumerate(self.partitions):
-            if p.policy is not None and (p.policy not in POLICIES or p.policy == "recorded"):
-                raise InvalidInput(f"partitions[{k}].policy", p.policy, f"expected one of {', '.join(POLICIES[:-1])}")
+        for k, part in enumerate(self.partitions):
+            if part.policy is not None and (part.policy not in POLICIES or part.policy == "recorded"):
+                raise InvalidInput(
+                    f"partitions[{k}].policy", part.policy, f"expected one of {', '.join(POLICIES[:-1])}"
+                )
         if self.partitions and self.policy == "recorded":
             raise InvalidInput("partitions", len(self.partitions), "the recorded replay starts jobs as recorded")
 
@@ -378,7 +380,7 @@ class Simulator:
         self.gen = [0] * n
         self.base_exec = [0.0] * n
         self.base_att = [0.0] * n
-        self.qentry: list[tuple | None] = [None] * n
+        self.qentry: list[tuple[float, int, int] | None] = [None] * n  # static: its entry in items
         self.req: list[PlacementRequest | None] = [None] * n
         self.segments: list[tuple[int, int, float, float, int]] = []
         self.events: list[tuple[float, int, int, int, int]] = []
@@ -584,7 +586,8 @@ class Simulator:
         if sigma <= 0:
             return None
         rng = np.random.default_rng([self.cfg.seed, 0x7275])
-        return np.exp(rng.normal(0.0, sigma, self.n)).tolist()
+        noise: list[float] = np.exp(rng.normal(0.0, sigma, self.n)).tolist()
+        return noise
 
     def _request(self, i: int, shape: Shape | None = None) -> PlacementRequest:
         if shape is not None:
@@ -596,7 +599,8 @@ class Simulator:
 
     def _admissible(self) -> None:
         """Reject, before running, jobs that no partition could ever host (reason counted)."""
-        verdicts: dict[tuple, str | None] = {}  # one per distinct request: a million jobs have few
+        # one per distinct request: a million jobs have few
+        verdicts: dict[tuple[str, int, tuple[str, ...], int, int, int, int], str | None] = {}
         for i, j in enumerate(self.jobs):
             if j.vc not in self.vc_index:
                 reason: str | None = f"no nodes in vc {j.vc!r}"
@@ -1183,7 +1187,7 @@ class Simulator:
                 pass
         return self.result
 
-    def loop(self):  # type: ignore[no-untyped-def]
+    def loop(self) -> Iterator[float]:
         """The event loop as a generator. With ``external=True`` it yields at each instant where
         jobs wait instead of calling the policy (the gym environment decides); else never yields."""
         t_wall = time.perf_counter()

@@ -120,9 +120,9 @@ def read_qps(path: Path, series: str | None = None, *, step_s: float | None = No
     types: list[str] = []
     containers: list[str] = []
     for line, row in rows:
-        t = rows.time(line, row, tcol)
-        assert t is not None
-        times.append(t)
+        at = rows.time(line, row, tcol)
+        assert at is not None
+        times.append(at)
         values.append(rows.num(line, row, vcol))
         types.append(rows.text(row, TYPE_COLUMN) if has_type else "")
         containers.append(rows.text(row, CONTAINER_COLUMN) if has_container else "")

@@ -97,7 +97,7 @@ def write_jobs_csv(path: Path, res: SimResult) -> None:
         for a in range(0, n, CSV_CHUNK):
             b = min(a + CSV_CHUNK, n)
             part = jobs[a:b]
-            columns: list[list[object]] = [
+            columns: list[Sequence[object]] = [
                 [j.id for j in part],
                 [j.vc for j in part],
                 [j.user for j in part],
@@ -105,16 +105,16 @@ def write_jobs_csv(path: Path, res: SimResult) -> None:
                 [j.gpu_milli if j.gpus > 0 else 0 for j in part],
                 [j.model for j in part],
                 [qos_names[j.qos] for j in part],
-                _fixed(submit[a:b]),  # type: ignore[list-item]
-                _fixed(start[a:b]),  # type: ignore[list-item]
-                _fixed(end[a:b]),  # type: ignore[list-item]
-                _fixed(start[a:b] - submit[a:b]),  # type: ignore[list-item]
-                _fixed(end[a:b] - submit[a:b]),  # type: ignore[list-item]
-                _fixed(run[a:b]),  # type: ignore[list-item]
+                _fixed(submit[a:b]),
+                _fixed(start[a:b]),
+                _fixed(end[a:b]),
+                _fixed(start[a:b] - submit[a:b]),
+                _fixed(end[a:b] - submit[a:b]),
+                _fixed(run[a:b]),
                 res.nodes_used[a:b],
                 ["" if sh is None else f"{sh[0]}x{sh[1]}" for sh in res.shape[a:b]],
                 res.preemptions[a:b],
-                _fixed(overhead[a:b], 1),  # type: ignore[list-item]
+                _fixed(overhead[a:b], 1),
                 [int(x) for x in res.cross_switch[a:b]],
                 [int(x) for x in res.backfilled[a:b]],
                 [STATE_NAMES.get(x, "unfinished") for x in res.state[a:b]],
@@ -259,7 +259,8 @@ def _jct(res: SimResult) -> np.ndarray:
     done = np.flatnonzero(state == DONE)
     end = np.asarray(res.end, float)[done]
     submit = np.fromiter((res.trace.jobs[i].submit_time for i in done), float, done.size)
-    return end - submit
+    jct: np.ndarray = end - submit
+    return jct
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,8 @@ def run_ray(
     if started_here:
         reachable(address)
         try:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+            # ray.init annotates logging_level as int but takes a level name too (its own default is "info")
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR")  # type: ignore[arg-type]
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise InvalidInput("ray", address, f"cannot connect to a Ray cluster there: {exc}") from None
     failed: dict[Cell, BaseException] = {}

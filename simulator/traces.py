@@ -571,13 +571,13 @@ def load_native(path: Path, nodes: list[Node] | None = None, progress: Progress 
                 opt["id"],
                 rows.num(line, r, "submit"),
                 gpus=rows.int_(line, r, "gpus"),
-                kind=opt["kind"] or JobKind.TRAINING,
+                kind=opt["kind"] or JobKind.TRAINING,  # type: ignore[arg-type]  # by name: Job.__post_init__ parses it
                 user=opt["user"],
                 vc=opt["vc"] or "default",
                 model=opt["model"],
                 batch=rows.int_(line, r, "batch", default=0),
                 iters=rows.int_(line, r, "iters", default=0),
-                qos=opt["qos"] or QoSClass.NORMAL,
+                qos=opt["qos"] or QoSClass.NORMAL,  # type: ignore[arg-type]  # likewise
                 nodes=rows.int_(line, r, "nodes", default=0),
                 cpu_milli=rows.int_(line, r, "cpu_milli", default=0),
                 memory_mib=rows.int_(line, r, "memory_mib", default=0),

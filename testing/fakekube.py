@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from qosmos.operator.crds import LABEL_JOB
 from qosmos.operator.kube import Stale
 
-DEFAULT_VCS = ({"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}},)
+DEFAULT_VCS: tuple[dict[str, Any], ...] = (
+    {"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}},
+)
 
 
 def gpu_node(name: str, gpus: int = 8, taints: list[dict[str, str]] | None = None, **labels: str) -> dict[str, Any]:
@@ -61,7 +64,7 @@ class FakeKube:
     def __init__(
         self,
         nodes: list[dict[str, Any]],
-        jobs: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        jobs: Sequence[dict[str, Any]] = (),
         vcs: list[dict[str, Any]] | None = None,
         retire_in_status: bool = True,
     ) -> None:
@@ -69,7 +72,7 @@ class FakeKube:
         # an apiserver that selects DLJobs by status.retired (Kubernetes >= 1.31 and the CRD's
         # selectableFields); False: as 1.30, DLJobs are retired with the label qosmos.io/finished
         self.retire_in_status = retire_in_status
-        self._vcs = copy.deepcopy(list(DEFAULT_VCS)) if vcs is None else vcs
+        self._vcs: list[dict[str, Any]] = copy.deepcopy(list(DEFAULT_VCS)) if vcs is None else vcs
         self._versions = itertools.count(1)
         self.jobs: dict[str, dict[str, Any]] = {}
         self.add(*jobs)

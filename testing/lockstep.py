@@ -116,7 +116,10 @@ class Passes:
             objs = [
                 {"metadata": {"name": n}, "spec": {**spec, "nodeSelector": {VC_LABEL: n}}} for n, spec in vcs.items()
             ]
-        nodes = [gpu_node(f"n{i}", g, **{VC_LABEL: v}) for i, (g, v) in enumerate(zip(node_gpus, node_vc, strict=True))]
+        nodes = [
+            gpu_node(f"n{i}", g, taints=None, **{VC_LABEL: v})
+            for i, (g, v) in enumerate(zip(node_gpus, node_vc, strict=True))
+        ]
         self.kube = FakeKube(nodes, vcs=objs)
         self.now = T0
         self.jobs = {j.name: j for j in jobs}
@@ -202,11 +205,11 @@ class Passes:
                         self.work_left.get(key, 1.0), end - start, self.latency[key]
                     )
         self.kube.terminate()  # preempted pods leave at once
-        for pod in [p for p in self.kube.pods.values() if not p["spec"].get("nodeName")]:
-            name = pod["metadata"]["name"]
-            job = self.kube.jobs[pod["metadata"]["labels"]["qosmos.io/job"]]
-            pod["spec"].pop("schedulingGates", None)
-            self.kube.bind(name, pinned(pod))
+        for obj in [p for p in self.kube.pods.values() if not p["spec"].get("nodeName")]:
+            name = obj["metadata"]["name"]
+            job = self.kube.jobs[obj["metadata"]["labels"]["qosmos.io/job"]]
+            obj["spec"].pop("schedulingGates", None)
+            self.kube.bind(name, pinned(obj))
             self.ends[name] = now + self.run_left(job)
         for pod in [n for n in self.ends if n not in self.kube.pods]:
             del self.ends[pod]  # deleted (preempted): its run stopped

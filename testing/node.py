@@ -38,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from qosmos.testing.controlplane import (
@@ -142,11 +142,14 @@ def ensure_built() -> None:
         raise NodeError(f"hack/node/build.sh failed (rc={proc.returncode}):\n{tail}")
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 60, what: str = "condition", every: float = 0.2) -> Any:
+_T = TypeVar("_T")
+
+
+def wait_for(pred: Callable[[], _T | None], timeout: float = 60, what: str = "condition", every: float = 0.2) -> _T:
     """Poll ``pred`` until it returns something truthy (and return that); on timeout an AssertionError
     naming ``what`` and the last value seen. Every test tier polls through this one."""
     deadline = time.monotonic() + timeout
-    last = None
+    last: _T | None = None
     while time.monotonic() < deadline:
         last = pred()
         if last:
@@ -601,7 +604,7 @@ class Node:
         def done() -> dict[str, Any] | None:
             p = self.cp.kubectl("get", "pod", "-n", namespace, name, "-o", "json", check=False)
             if p.returncode == 0:
-                pod = json.loads(p.stdout)
+                pod: dict[str, Any] = json.loads(p.stdout)
                 if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                     return pod
             return None

@@ -374,7 +374,10 @@ class DurationPredictor(Protocol):
     Errors propagate: a caller falls back only when configured to, and says so.
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The predictor's name as the CLI and the status say it (read-only: a class attribute or a property)."""
+        ...
 
     def predict(self, job: Job, now: float) -> float | None:
         """Expected run seconds of ``job`` on its requested GPUs; None when nothing is known."""
