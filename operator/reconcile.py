@@ -56,7 +56,7 @@ from qosmos.extender.core.admission import (
     WaitReason,
     admit,
 )
-from qosmos.extender.core.backfill import expected_run, task_latency
+from qosmos.extender.core.backfill import allocation_latency, expected_run, task_latency
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.cohorts import CohortMember, nominal_of, quota_state
 from qosmos.extender.core.errors import InvalidInput
@@ -119,6 +119,7 @@ from qosmos.operator.translate import (
     probe_gang,
     rank0_address,
     rfc3339,
+    run_start,
     segment_start,
     service_status,
     taints_narrow,
@@ -497,7 +498,7 @@ class Planner:
                         continue
                     bound = _bound_nodes(pods_of.get(dl.job.id, []), attempt_of(dl.status))
                     alloc = book_gang(cluster, gang, dl.spec, bound)
-                    start = parse_time(dl.status.get("admittedAt")) or now
+                    start = run_start(dl.status) or now
                     predicted = self._predicted(dl, now)
                     running[dl.spec.virtual_cluster].append(self._running(dl.job, start, alloc, predicted, cluster))
             book_cordoned(cluster, nodes)  # after the gangs: what runs there stays booked as theirs
@@ -1261,10 +1262,13 @@ class Planner:
             live = [r for r in held if r.job.id not in gone]
             live += [RunningJob(s.job, 0.0, estimate(s.job, s.allocation), s.allocation) for s in res.starts]
             rest = [j for j in waiting if j.id not in started]
+            # GENIE tasks whose model gives their run (Eq. 4 at their shape: their expected end), not the history
+            modeled = {
+                r.job.id for r in live if allocation_latency(r.job, r.allocation, cluster, self.modeldb) is not None
+            }
 
             def run_time(job: Job, elapsed: float) -> float | None:  # running jobs: given their elapsed time
-                # a GENIE task's is its model's (Eq. 4 at its shape: its expected end), not the history's
-                return None if job.has_genie_task else self._predict(job, now, elapsed)
+                return None if job.id in modeled else self._predict(job, now, elapsed)
 
             def eta_estimate(job: Job, alloc: Allocation | None) -> float:
                 return expected_run(job, alloc, self._predict(job, now, 0.0), books, self.modeldb)

@@ -146,6 +146,17 @@ def segment_start(status: Mapping[str, Any] | None) -> float | None:
     return parse_time(st.get("startTime"))
 
 
+def run_start(status: Mapping[str, Any] | None) -> float | None:
+    """When an admitted DLJob's current run began or begins, the rest of its run counted from there (as
+    the simulator's segment start): ``startTime`` once its gang runs; a gang restarted after a failure
+    waiting for ``restartAfter``, then; else its admission (``admittedAt``: its pods are starting)."""
+    st = status or {}
+    for key in ("startTime", "restartAfter", "admittedAt"):
+        if (at := parse_time(st.get(key))) is not None:
+            return at
+    return None
+
+
 def with_service(job: Job, start: float | None, at: float) -> Job:
     """``job`` (the service of its finished segments) plus its current segment, running since ``start``,
     up to ``at``: ``executed`` + run seconds, ``attained`` + run seconds × GPUs (the simulator's

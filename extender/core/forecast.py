@@ -1,7 +1,8 @@
 """Predicted starts (ETA) of a partition's waiting jobs: the admission cycle run forward from live state.
 
 From the cluster as it is, running jobs end at their expected ends (:func:`running_end`: with a
-``run_time`` predictor, start + the run time predicted given the time already run, seed 004 §VI-A),
+``run_time`` predictor, once they have run the run time predicted given the time already run, seed
+004 §VI-A),
 each end is an event (so is the instant a waiting job's decision changes, ``AdmissionResult.revisit_at``),
 and at each event the partition's queue gets one pass of :func:`admit` — the
 same function the simulator's event loop and the operator call — whose starts are booked to end after
@@ -36,13 +37,14 @@ RunTime = Callable[[Job, float], float | None]
 
 def running_end(r: RunningJob, now: float, run_time: RunTime | None = None) -> float:
     """When running job ``r`` is expected to end, seen at ``now``. With ``run_time``: a job that has run
-    e = now − start seconds ends at start + run_time(job, e) (seed 004 §VI-A: the run time predicted
-    given the elapsed time, which a predictor keeps above e, so an overdue job is not expected to end
-    now); without it or without a prediction, at its expected end. Never before ``now``."""
+    e = executed + (now − start) seconds (its finished segments and the current one, which began at
+    ``start``) ends when the rest of run_time(job, e) has run since ``start`` (seed 004 §VI-A: the run
+    time predicted given the elapsed time, which a predictor keeps above e, so an overdue job is not
+    expected to end now); without it or without a prediction, at its expected end. Never before ``now``."""
     if run_time is not None:
-        total = run_time(r.job, max(now - r.start, 0.0))
+        total = run_time(r.job, r.job.executed + max(now - r.start, 0.0))
         if total is not None and not math.isnan(total):
-            return max(r.start + total, now)
+            return max(r.start + total - r.job.executed, now)
     return max(r.expected_end, now)
 
 

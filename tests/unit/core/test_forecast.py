@@ -87,6 +87,23 @@ def test_running_end_rules() -> None:
     assert running_end(early, 0.0, lambda j, e: 5.0 + e) == 15.0
 
 
+def test_a_resumed_jobs_end_counts_the_segments_it_ran_before() -> None:
+    """A job that ran 40 s before it was stopped and resumed 30 s ago has run 70 s in all: the run time is
+    predicted given 70 s, and what is left of it runs from its current segment's start."""
+    job = Job("J0", 0.0, 2, vc="p", executed=40.0)
+    r = RunningJob(job, -30.0, 30.0, None)  # expected: 100 s in all, 60 s left when it resumed
+    seen: list[float] = []
+
+    def given(j: Job, elapsed: float) -> float:
+        seen.append(elapsed)
+        return max(100.0, elapsed + 10.0)
+
+    assert running_end(r, 0.0, given) == 30.0  # -30 + (100 - 40)
+    assert seen == [70.0]
+    assert running_end(r, 80.0, given) == 90.0  # overdue at 150 s run: 160 in all, 120 of them since -30
+    assert seen[-1] == 150.0
+
+
 def test_a_head_that_preempts_a_lower_priority_job_in_the_forecast() -> None:
     """LowerPriority: A (priority 0, 2 GPUs) cannot start now (stopping L frees one GPU; R, of its
     priority, holds the other). When R ends at 100 s, A preempts L: the forecast booked A on L's
