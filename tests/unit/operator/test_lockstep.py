@@ -155,6 +155,19 @@ MODELS = ("ResNet50", "BERT", "VGG", "LSTM", "MobileNetV2")
 
 
 @st.composite
+def genie_tasks(draw: st.DrawFn, jobs: list[TraceJob]) -> list[TraceJob]:
+    """``jobs``, four in five of them made GENIE tasks: a model type, global batch, iterations and QoS class."""
+    out = []
+    for j in jobs:
+        if draw(st.integers(0, 4)):
+            model, batch = draw(st.sampled_from(MODELS)), draw(st.sampled_from([32, 64, 128, 256]))
+            qos = draw(st.sampled_from(["Urgent", "Prior", "Normal"]))
+            j = dataclasses.replace(j, model=model, batch=batch, iters=draw(st.integers(100, 5000)), qos=qos)
+        out.append(j)
+    return out
+
+
+@st.composite
 def genie_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], bool]:
     """Mostly GENIE tasks (model, global batch, iterations, QoS class: their run time is GENIE's latency at the
     shape they get, Eq. 4) under GENIE's policies and placers, backfilled on that latency (the operator's
@@ -163,13 +176,7 @@ def genie_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJo
     policy = draw(st.sampled_from(GENIE_POLICIES))
     nodes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))
     jobs = draw(trace_jobs([g for g in (1, 2, 3, 4, 8) if g <= sum(nodes)]))
-    out = []
-    for j in draw(shaped(jobs, nodes)):
-        if draw(st.integers(0, 4)):
-            model, batch = draw(st.sampled_from(MODELS)), draw(st.sampled_from([32, 64, 128, 256]))
-            qos = draw(st.sampled_from(["Urgent", "Prior", "Normal"]))
-            j = dataclasses.replace(j, model=model, batch=batch, iters=draw(st.integers(100, 5000)), qos=qos)
-        out.append(j)
+    out = draw(genie_tasks(draw(shaped(jobs, nodes))))
     return policy, draw(st.sampled_from(PLACERS)), draw(st.sampled_from(BACKFILL)), nodes, out, draw(st.booleans())
 
 
@@ -236,6 +243,23 @@ def cohorts(draw: st.DrawFn) -> Cohort:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cohorts())
 def test_cohort_members_passes_make_the_simulators_decisions(case: Cohort) -> None:
+    lockstep(*case)
+
+
+@st.composite
+def genie_cohorts(draw: st.DrawFn) -> Cohort:
+    """The cohorts of :func:`cohorts` under GENIE's policies and placers, backfilled or not, most jobs GENIE
+    tasks (their shapes and run times GENIE's, within each member's quota and what the others lend)."""
+    vcs, nodes, node_vc, jobs, _, _ = draw(cohorts())
+    for spec in vcs.values():
+        spec["policy"] = draw(st.sampled_from(GENIE_POLICIES))
+    out = draw(genie_tasks(jobs))
+    return vcs, nodes, node_vc, out, draw(st.sampled_from(PLACERS)), draw(st.sampled_from(BACKFILL))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(genie_cohorts())
+def test_cohort_members_of_genies_policies_make_the_simulators_decisions(case: Cohort) -> None:
     lockstep(*case)
 
 
