@@ -382,12 +382,38 @@ def by_cer(table: Sequence[PlacementRow]) -> list[PlacementRow]:
     return sorted(table, key=lambda r: (-r.cer, r.shape.gpus, r.shape.d_node))
 
 
-def choose(ranked: Sequence[PlacementRow], now: float, task_deadline: float) -> PlacementRow:
-    """Alg. 1 lines 8-13 on a CER-ranked table: best feasible (Eq. 12), else best overall."""
-    for row in ranked:
-        if is_feasible(row.lat, now, task_deadline):
-            return row
-    return ranked[0]
+def choice_candidates(ranked: Sequence[PlacementRow]) -> tuple[int, ...]:
+    """The rows of a CER-ranked table :func:`choose` can pick when one is feasible: those of finite latency
+    below every earlier row's (a row behind a faster one meets the deadline only when that one does,
+    Eq. 12). Their latencies decrease, so the feasible ones are the last of them."""
+    out: list[int] = []
+    best = math.inf
+    for i, row in enumerate(ranked):
+        if row.lat < best:
+            out.append(i)
+            best = row.lat
+    return tuple(out)
+
+
+def choose(
+    ranked: Sequence[PlacementRow], now: float, task_deadline: float, candidates: Sequence[int] | None = None
+) -> PlacementRow:
+    """Alg. 1 lines 8-13 on a CER-ranked table: best feasible (Eq. 12), else best overall. With the table's
+    :func:`choice_candidates`, a binary search over them (l + t rounds monotonically in l), the same row:
+    a long queue's tasks are chosen anew at every pass."""
+    if candidates is None:
+        for row in ranked:
+            if is_feasible(row.lat, now, task_deadline):
+                return row
+        return ranked[0]
+    lo, hi = 0, len(candidates)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if is_feasible(ranked[candidates[mid]].lat, now, task_deadline):
+            hi = mid
+        else:
+            lo = mid + 1
+    return ranked[candidates[lo]] if lo < len(candidates) else ranked[0]
 
 
 def evaluate_placements(

@@ -57,6 +57,10 @@ class ModelDB:
 
     def __init__(self, profiles: Iterable[ThroughputProfile]) -> None:
         self._by_key: dict[str, dict[str, ThroughputProfile]] = {}
+        # lookups made, by (name, GPU model): GENIE's policies and estimates ask for every queued task at
+        # every pass, and a name's match (normalised, alias, difflib) was most of a long SWAF queue's pass
+        self._found: dict[tuple[str, str], Lookup] = {}
+        self.version = 0  # changes with every add: what was derived from a lookup may be stale
         for p in profiles:
             self.add(p)
 
@@ -67,6 +71,8 @@ class ModelDB:
     def add(self, profile: ThroughputProfile) -> None:
         """Add, or replace the profile of the same model and GPU model."""
         self._by_key.setdefault(_key(profile.model), {})[gpu_key(profile.gpu_model)] = profile
+        self._found.clear()
+        self.version += 1
 
     def names(self) -> list[str]:
         # one name per model (the reference's spelling, else the first GPU's)
@@ -94,6 +100,12 @@ class ModelDB:
         raise InvalidInput("model", name, f"no profile and nothing similar; known: {', '.join(self.names())}")
 
     def lookup(self, name: str, gpu_model: str = "") -> Lookup:
+        found = self._found.get((name, gpu_model))
+        if found is None:
+            found = self._found[(name, gpu_model)] = self._lookup(name, gpu_model)
+        return found
+
+    def _lookup(self, name: str, gpu_model: str) -> Lookup:
         key, how = self._model(name)
         per_gpu = self._by_key[key]
         want = gpu_key(gpu_model)

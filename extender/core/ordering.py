@@ -17,12 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from qosmos.extender.core import genie
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.types import Allocation, Job, JobKind, Platform, Shape, shape_text
+from qosmos.extender.core.types import Allocation, Job, JobKind, Platform, QoSClass, Shape, shape_text
 
 INF = math.inf
 MLFQ_QUANTA = (3250.0, 7200.0, 18000.0)  # AnalySIM §4 (from Tiresias), GPU-seconds per queue
@@ -297,46 +297,63 @@ class MLFQ(_Base):
         return _turn(Job(job.id, job.submit_time, job.gpus, attained=max(job.attained - floor, 0.0)), self.quanta[-1])
 
 
+class _Table(NamedTuple):
+    """What GENIE knows of a task type, whenever it was submitted: the profile it is estimated on, its
+    placements ranked by CER (Alg. 1 lines 3-7), the rows its choice can fall on
+    (``genie.choice_candidates``) and its ECT e (Eq. 9)."""
+
+    profile: genie.ThroughputProfile
+    rows: list[genie.PlacementRow]
+    candidates: tuple[int, ...]
+    ect: float
+
+
+_TableKey = tuple[str, int, int, JobKind, QoSClass, Platform, float, Shape | None, ModelDB, int]
+
+
 class _GeniePolicy(_Base):
     """Shared machinery for the policies that use GENIE's model (seed 001 §5, §7.1).
 
-    Caches each task's now-independent placement table ranked by CER. A job whose shape the user
-    fixed (``Job.fixed_shape``) has that one shape as its only candidate: the policies still rank
-    and estimate it (Lat, waiting allowance), but never place it with another shape or GPU count.
+    Caches each task type's now-independent placement table ranked by CER (and its ECT): a long queue's
+    tasks are ranked anew at every pass, and most share a few types. A job whose shape the user fixed
+    (``Job.fixed_shape``) has that one shape as its only candidate: the policies still rank and estimate
+    it (Lat, waiting allowance), but never place it with another shape or GPU count.
     """
 
     uses_genie = True
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, int, int, JobKind, Platform, float, Shape | None], list[genie.PlacementRow]] = {}
+        self._cache: dict[_TableKey, _Table] = {}
 
     def _need(self, ctx: OrderContext) -> tuple[Platform, ModelDB]:
         if ctx.platform is None or ctx.modeldb is None:
             raise InvalidInput("context", self.name, "GENIE policies need a platform and a model database")
         return ctx.platform, ctx.modeldb
 
-    def ranked(
-        self, job: Job, ctx: OrderContext
-    ) -> tuple[genie.Task, genie.ThroughputProfile, list[genie.PlacementRow]]:
+    def _key(self, job: Job, ctx: OrderContext) -> _TableKey:
+        """The task type: what its table depends on (the model database as of its last change)."""
         platform, db = self._need(ctx)
-        task = genie.Task.from_job(job)
-        profile = db.get(job.model, platform.gpu_model)
-        fixed = job.fixed_shape
-        key = (job.model, job.batch, job.iters, job.kind, platform, ctx.theta, fixed)
-        rows = self._cache.get(key)
-        if rows is None:
+        return job.model, job.batch, job.iters, job.kind, job.qos, platform, ctx.theta, job.fixed_shape, db, db.version
+
+    def table(self, job: Job, ctx: OrderContext) -> _Table:
+        key = self._key(job, ctx)
+        out = self._cache.get(key)
+        if out is None:
+            (platform, db), fixed = self._need(ctx), job.fixed_shape
+            task = genie.Task.from_job(job)
+            profile = db.get(job.model, platform.gpu_model)
             if fixed is not None:  # the user's shape, even one larger than the platform: Alg. 1 lines 3-7 on it alone
                 rows = [genie.placement_row(task, fixed, profile, platform, ctx.theta)]
             else:
                 rows = genie.by_cer(genie.placement_table(task, profile, platform, ctx.theta))
-            self._cache[key] = rows
-        return task, profile, rows
+            out = _Table(profile, rows, genie.choice_candidates(rows), genie.ect(task, profile))
+            self._cache[key] = out
+        return out
 
     def deadline(self, job: Job, ctx: OrderContext) -> float:
         if not job.has_genie_task:
             return INF
-        task, profile, _ = self.ranked(job, ctx)
-        return genie.deadline(task, profile)
+        return job.submit_time + self.table(job, ctx).ect  # genie.deadline: submit + e
 
 
 class SWAF(_GeniePolicy):
@@ -352,9 +369,9 @@ class SWAF(_GeniePolicy):
             if not job.has_genie_task:
                 out.append(Decision(job, waiting_allowance=INF))
                 continue
-            task, profile, ranked = self.ranked(job, ctx)
-            dl = genie.deadline(task, profile)
-            row = genie.choose(ranked, ctx.now, dl)
+            t = self.table(job, ctx)
+            dl = job.submit_time + t.ect  # genie.deadline: submit + e
+            row = genie.choose(t.rows, ctx.now, dl, t.candidates)
             until = genie.feasible_until(row.lat, dl) if genie.is_feasible(row.lat, ctx.now, dl) else INF
             out.append(Decision(job, row.shape, genie.waiting_allowance(dl, row.lat, ctx.now), choice_until=until))
         order = genie.swaf_order(d.waiting_allowance for d in out)  # type: ignore[misc]
@@ -391,13 +408,19 @@ class _Tetris(_GeniePolicy):
     metric: Callable[[genie.PlacementRow], tuple[float, int, int]]
     reshapes = True
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._best: dict[_TableKey, Shape] = {}  # each task type's shape: it does not change with time
+
     def order(self, queue: Sequence[Job], ctx: OrderContext) -> list[Decision]:
         out = []
         for job in sorted(by_priority(queue), key=lambda j: j.submit_time):
             shape = None
             if job.has_genie_task:
-                _, _, ranked = self.ranked(job, ctx)
-                shape = max(ranked, key=type(self).metric).shape
+                key = self._key(job, ctx)
+                shape = self._best.get(key)
+                if shape is None:
+                    shape = self._best[key] = max(self.table(job, ctx).rows, key=type(self).metric).shape
             out.append(Decision(job, shape))
         return out
 

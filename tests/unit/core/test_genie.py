@@ -240,3 +240,21 @@ def test_feasible_until_is_the_first_instant_past_the_deadline_minus_the_latency
         assert genie.is_feasible(lat, dl - lat - 4 * math.ulp(dl), dl) or dl - lat < 4 * math.ulp(dl)
         assert t - (dl - lat) <= 4 * math.ulp(max(dl, lat))
     assert genie.feasible_until(10.0, math.inf) == math.inf
+
+
+@given(
+    st.lists(st.tuples(st.floats(0.0, 1e4) | st.just(math.inf), st.floats(0.01, 100.0)), min_size=1, max_size=12),
+    st.floats(-1e4, 1e5),
+    st.floats(-1e4, 1e5),
+)
+def test_choosing_among_the_candidates_is_choosing_among_every_row(
+    lat_cer: list[tuple[float, float]], now: float, deadline: float
+) -> None:
+    """Alg. 1 lines 8-13 by binary search over a table's choice candidates picks the very row the scan of
+    the whole CER-ranked table picks, whatever the clock and the deadline (latencies in any order, ties,
+    placements that never finish)."""
+    rows = [genie.PlacementRow(Shape(1, i + 1), 1.0, lat, 1.0, cer) for i, (lat, cer) in enumerate(lat_cer)]
+    ranked = sorted(rows, key=lambda r: -r.cer)
+    candidates = genie.choice_candidates(ranked)
+    assert genie.choose(ranked, now, deadline, candidates) is genie.choose(ranked, now, deadline)
+    assert all(ranked[a].lat > ranked[b].lat for a, b in itertools.pairwise(candidates))

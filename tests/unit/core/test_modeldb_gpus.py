@@ -81,7 +81,7 @@ def test_the_platforms_gpu_model_picks_the_profile_genie_ranks_with() -> None:
     policy = get_policy("swaf")
     on_h200 = OrderContext(platform=Platform(2, 4, "H200"), modeldb=db)
     on_v100 = OrderContext(platform=Platform(2, 4, "V100"), modeldb=db)
-    assert policy.ranked(job, on_h200)[1] is H200 and policy.ranked(job, on_v100)[1] is REF
+    assert policy.table(job, on_h200).profile is H200 and policy.table(job, on_v100).profile is REF
 
 
 def test_a_partitions_main_gpu_model_has_the_most_gpus() -> None:
