@@ -503,27 +503,36 @@ def test_the_eta_forecasts_of_a_pass_share_a_budget_stalest_virtual_cluster_firs
     assert all(v == T0 + 200 for v in third.values())
 
 
+class FifoOnOneNode:
+    """``jobs`` (each DLJob as the apiserver holds it) in a FIFO VirtualCluster of one 8-GPU node, planned
+    by a Planner of :class:`FixedRuns`; its status writes are taken into the jobs, as the apiserver would."""
+
+    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+        self.jobs = jobs
+        self.vcs = [{"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}}]
+        for j in jobs:
+            j["metadata"]["resourceVersion"] = "7"
+            j["status"] = {}
+        self.planner = Planner(durations=FixedRuns())
+
+    def plan(self, now: float) -> dict[str, dict[str, Any]]:
+        """A pass at ``now``: each job's status after its writes."""
+        snap = Snapshot(vcs=copy.deepcopy(self.vcs), nodes=[gpu_node("n0")],
+                        jobs=parse_dljobs(copy.deepcopy(self.jobs)), pods=[])  # fmt: skip
+        p, _ = self.planner.plan(snap, now)
+        written = {w.name: w.status for w in p.writes() if isinstance(w, PatchStatus)}
+        for j in self.jobs:
+            j["status"] = {**j["status"], **written.get(j["metadata"]["name"], {})}
+        return {j["metadata"]["name"]: j["status"] for j in self.jobs}
+
+
 def test_a_genie_task_of_a_model_without_a_profile_ends_when_its_elapsed_time_says() -> None:
     """A running GENIE task whose model type has no profile is estimated like any job (its predicted run
     time): in the ETA forecast its end is the run time predicted given the time it has run (seed 004
     §VI-A), as another job's, not its expected end at admission (overdue: "now")."""
-    vcs = [{"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}}]
     task = {"modelType": "NoSuchNet", "globalBatchSize": 64, "iterations": 1000}
     jobs = [dljob_object("a", T0, **task), dljob_object("b", T0 + 1)]
-    for j in jobs:
-        j["metadata"]["resourceVersion"] = "7"
-        j["status"] = {}
-    planner = Planner(durations=FixedRuns())
-
-    def plan(now: float) -> dict[str, dict[str, Any]]:
-        snap = Snapshot(vcs=copy.deepcopy(vcs), nodes=[gpu_node("n0")], jobs=parse_dljobs(copy.deepcopy(jobs)),
-                        pods=[])  # fmt: skip
-        p, _ = planner.plan(snap, now)
-        written = {w.name: w.status for w in p.writes() if isinstance(w, PatchStatus)}
-        for j in jobs:
-            j["status"] = {**j["status"], **written.get(j["metadata"]["name"], {})}
-        return {j["metadata"]["name"]: j["status"] for j in jobs}
-
+    plan = FifoOnOneNode(jobs).plan
     st = plan(T0 + 10)
     assert st["a"]["phase"] == "Admitted" and st["b"]["phase"] == "Queued"
     assert parse_time(st["b"]["eta"]) == T0 + 110  # a: 100 s predicted
@@ -535,22 +544,8 @@ def test_a_job_restarted_after_a_failure_is_expected_to_run_the_rest_from_its_re
     """A gang restarted after a failure resumes: the rest of its predicted run time (less the 60 s its
     first segment ran) runs from the new segment's start, not from its admission, in the ETAs of the jobs
     behind it as in the pass's own view of when its GPUs free."""
-    vcs = [{"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}}]
     jobs = [dljob_object("a", T0), dljob_object("b", T0 + 1)]
-    for j in jobs:
-        j["metadata"]["resourceVersion"] = "7"
-        j["status"] = {}
-    planner = Planner(durations=FixedRuns())
-
-    def plan(now: float) -> dict[str, dict[str, Any]]:
-        snap = Snapshot(vcs=copy.deepcopy(vcs), nodes=[gpu_node("n0")], jobs=parse_dljobs(copy.deepcopy(jobs)),
-                        pods=[])  # fmt: skip
-        p, _ = planner.plan(snap, now)
-        written = {w.name: w.status for w in p.writes() if isinstance(w, PatchStatus)}
-        for j in jobs:
-            j["status"] = {**j["status"], **written.get(j["metadata"]["name"], {})}
-        return {j["metadata"]["name"]: j["status"] for j in jobs}
-
+    plan = FifoOnOneNode(jobs).plan
     assert plan(T0 + 10)["a"]["phase"] == "Admitted"
     # a ran 60 s, failed, and its gang runs again since T0 + 100 (what the failure's restart writes)
     jobs[0]["status"] |= {"startTime": rfc3339(T0 + 100), "executedSeconds": 60.0, "restarts": 1}
