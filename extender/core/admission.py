@@ -1185,9 +1185,12 @@ def _preemptive(
                 p.held_now()
                 p.held += sign * r.allocation.gpus
 
+    def within_cap(gpus: int) -> bool:  # the fill below is work-conserving, within the quota or cohort cap
+        left = p.quota_left()
+        return left is None or gpus <= left
+
     def try_start(d: Decision) -> bool:
-        left = p.quota_left()  # the fill below is work-conserving, within the quota or cohort cap
-        if left is not None and d.job.gpus > left:
+        if not within_cap(d.job.gpus):
             over.add(d.job.id)
             return False
         alloc = p.place(d.job, d.shape)
@@ -1199,8 +1202,7 @@ def _preemptive(
         return True
 
     def fits(d: Decision) -> bool:
-        left = p.quota_left()
-        return (left is None or d.job.gpus <= left) and p.place(d.job, d.shape) is not None
+        return within_cap(d.job.gpus) and p.place(d.job, d.shape) is not None
 
     def start(d: Decision, stoppable: list[RunningJob]) -> None:
         if try_start(d) or not stoppable:
@@ -1227,9 +1229,8 @@ def _preemptive(
 
     def resume(r: RunningJob) -> None:
         """A stopped job whose GPUs nobody took runs on (within the cap)."""
-        left = p.quota_left()
         a = r.allocation
-        if a is not None and (left is None or a.gpus <= left) and p.state().refusal(a) is None:
+        if a is not None and within_cap(a.gpus) and p.state().refusal(a) is None:
             rebook([r], +1)
 
     for d in ds:

@@ -307,6 +307,10 @@ class _Table(NamedTuple):
     candidates: tuple[int, ...]
     ect: float
 
+    def deadline(self, submit: float) -> float:
+        """A task of this type submitted at ``submit``: its deadline submit + e (``genie.deadline``, Eq. 12)."""
+        return submit + self.ect
+
 
 _TableKey = tuple[str, int, int, JobKind, QoSClass, Platform, float, Shape | None, ModelDB, int]
 
@@ -353,7 +357,7 @@ class _GeniePolicy(_Base):
     def deadline(self, job: Job, ctx: OrderContext) -> float:
         if not job.has_genie_task:
             return INF
-        return job.submit_time + self.table(job, ctx).ect  # genie.deadline: submit + e
+        return self.table(job, ctx).deadline(job.submit_time)
 
 
 class SWAF(_GeniePolicy):
@@ -370,7 +374,7 @@ class SWAF(_GeniePolicy):
                 out.append(Decision(job, waiting_allowance=INF))
                 continue
             t = self.table(job, ctx)
-            dl = job.submit_time + t.ect  # genie.deadline: submit + e
+            dl = t.deadline(job.submit_time)
             row = genie.choose(t.rows, ctx.now, dl, t.candidates)
             until = genie.feasible_until(row.lat, dl) if genie.is_feasible(row.lat, ctx.now, dl) else INF
             out.append(Decision(job, row.shape, genie.waiting_allowance(dl, row.lat, ctx.now), choice_until=until))
