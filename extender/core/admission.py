@@ -32,7 +32,7 @@ the operator decides as the simulator does when it rejects such a job up front.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
@@ -325,6 +325,11 @@ def _request(job: Job, shape: Shape | None) -> PlacementRequest:
     return PlacementRequest.for_job(job, shape)
 
 
+def _request_key(job: Job, shape: Shape | None) -> tuple[Any, ...]:
+    """What placing ``job`` as ``shape`` depends on besides the nodes (a pass's memo key)."""
+    return (job.vc, job.gpus, job.gpu_models, job.gpu_milli, job.cpu_milli, job.memory_mib, job.nodes, job.pool, shape)
+
+
 def _needs(job: Job, shape: Shape | None) -> str:
     if job.gpus == 0:
         return f"{job.cpu_milli}m CPU"
@@ -399,6 +404,7 @@ class _Pass:
         self._cap: int | None = None
         self._cap_known = False
         self._never: dict[tuple[Any, ...], str | None] = {}
+        self._spans: dict[tuple[Any, ...], bool] = {}
         pre = self.part.preemption
         # whether a blocked head may preempt (cohort reclaim, lower-priority jobs of its own)
         self.may_preempt = (self.part.cohort is not None and pre.reclaim_within_cohort == "Any") or (
@@ -485,17 +491,7 @@ class _Pass:
         reservation nor keeps a cohort member's share from being lent: it would hold them for ever (the
         simulator rejects it up front instead). ``shape``: the one it was given, else its fixed one."""
         shape = shape if shape is not None else job.fixed_shape
-        key = (
-            job.vc,
-            job.gpus,
-            job.gpu_models,
-            job.gpu_milli,
-            job.cpu_milli,
-            job.memory_mib,
-            job.nodes,
-            job.pool,
-            shape,
-        )
+        key = _request_key(job, shape)
         if key not in self._never:  # a long queue asks the same few requests
             req = PlacementRequest.for_job(job, shape)
             why = self.cluster.could_ever_fit(req)
@@ -730,26 +726,41 @@ class _Pass:
             if r.allocation is not None:
                 self.scratch.allocate(r.allocation)
 
-    def place_arrays(self, job: Job, shape: Shape | None) -> Allocation | None:
-        """SODA: the job's own resource array, then the arrays that lend to it; a GPU job that fits
-        nowhere reclaims its own array from borrowers, which are preempted and re-enter the head of
-        their job array (seed 002 §V-C)."""
+    def in_arrays(self, job: Job, shape: Shape | None, st: ClusterState) -> Iterator[Allocation]:
+        """SODA's placements of the job on ``st`` without reclaiming, in the order it takes them: its own
+        resource array, then the arrays that lend to it; a job no GPU array can ever hold spans them
+        (the partition's GPU nodes together). Without job arrays, the partition placer's one placement."""
+        if not self.rt.policy.arrays:
+            alloc = self.rt.placer.place(_request(job, shape), st)
+            if alloc is not None:
+                yield alloc
+            return
         pools = self.rt.array_pools(self.cluster)
         array = soda_array(job)
-        st = self.state()
         for lender in SODA_LENDERS[array]:
             if job.gpus and lender == "cpu":
                 continue
             alloc = self.rt.placer.place(PlacementRequest.for_job(job, shape, pool=pools[lender]), st)
             if alloc is not None:
-                return alloc
-        if array == "cpu":
-            return None  # CPU jobs only borrow; they never reclaim
-        if self._spans_arrays(job, shape):
+                yield alloc
+        if array != "cpu" and self._spans_arrays(job, shape):
             # larger than any one array can ever hold (16 GPUs over two 8-GPU arrays): the arrays are
             # the partition's GPU nodes together for it, else it would block its array's queue for ever
-            whole = PlacementRequest.for_job(job, shape)
-            return self.rt.placer.place(whole, st)
+            alloc = self.rt.placer.place(PlacementRequest.for_job(job, shape), st)
+            if alloc is not None:
+                yield alloc
+
+    def place_arrays(self, job: Job, shape: Shape | None) -> Allocation | None:
+        """SODA: the job's own resource array, then the arrays that lend to it; a GPU job that fits
+        nowhere reclaims its own array from borrowers, which are preempted and re-enter the head of
+        their job array (seed 002 §V-C)."""
+        st = self.state()
+        alloc = next(self.in_arrays(job, shape, st), None)
+        array = soda_array(job)
+        # CPU jobs only borrow, they never reclaim; nor does a job that spans the arrays
+        if alloc is not None or array == "cpu" or self._spans_arrays(job, shape):
+            return alloc
+        pools = self.rt.array_pools(self.cluster)
         own = self.cluster.pools[pools[array]]
         borrowers = [
             r
@@ -784,8 +795,14 @@ class _Pass:
     def _spans_arrays(self, job: Job, shape: Shape | None) -> bool:
         """No GPU array could hold the job even empty, while the partition could: asked of the placer
         on the empty nodes (could_ever_fit alone let a job wait for ever on an array the placer never
-        places it in)."""
-        return not self._an_array_on_empty(job, shape) and self._on_empty(PlacementRequest.for_job(job, shape))
+        places it in). Kept per request: a long queue asks the same few, at every placement."""
+        key = _request_key(job, shape)
+        spans = self._spans.get(key)
+        if spans is None:
+            spans = self._spans[key] = not self._an_array_on_empty(job, shape) and self._on_empty(
+                PlacementRequest.for_job(job, shape)
+            )
+        return spans
 
     def start(self, job: Job, alloc: Allocation | None, shape: Shape | None, backfilled: bool) -> None:
         self._book(alloc)
@@ -827,8 +844,18 @@ class _Pass:
         """When and where the head could start: release running jobs (and ``extra`` hypothetical
         ones) in order of expected end on a copy of the cluster, placing the head after each."""
         st = self.state().copy()
-        req = _request(head, shape)
-        place = self.rt.placer.place
+        # where the head would go as it is placed (SODA: in its arrays), never reclaiming: a head that
+        # could reclaim was placed already
+        if self.rt.policy.arrays:
+
+            def place(st: ClusterState) -> Allocation | None:
+                return next(self.in_arrays(head, shape, st), None)
+        else:
+            req, placer = _request(head, shape), self.rt.placer
+
+            def place(st: ClusterState) -> Allocation | None:
+                return placer.place(req, st)
+
         # jobs this pass reclaimed from (SODA) are released in the state already
         releases = [
             (max(r.expected_end, self.now), r.allocation) for r in self.running() if r.job.id not in self.reclaimed
@@ -847,7 +874,7 @@ class _Pass:
             if a is not None:
                 st.allocate(a)
         releases.sort(key=lambda x: x[0])
-        alloc = place(req, st)
+        alloc = place(st)
         if alloc is not None:
             return self.now, alloc
         k = 0
@@ -858,7 +885,7 @@ class _Pass:
                 if a is not None:
                     st.release(a)
                 k += 1
-            alloc = place(req, st)
+            alloc = place(st)
             if alloc is not None:
                 return t, alloc
         return math.inf, None
@@ -903,8 +930,9 @@ class _Pass:
         res.allocation = head_alloc
         return True
 
-    def avoid(self, res: HeadReservation, job: Job, shape: Shape | None) -> Allocation | None:
-        """Place ``job`` away from the head's reserved GPUs (those free now are held aside)."""
+    def avoid(self, res: HeadReservation, head: Decision, job: Job, shape: Shape | None) -> Allocation | None:
+        """A placement of ``job`` away from the head's reserved GPUs (those free now are held aside) that
+        may backfill; SODA tries each array the job may use, in its order."""
         if res.allocation is None:
             return None
         st = self.state().copy()
@@ -912,7 +940,10 @@ class _Pass:
             free = [i for i in g.gpu_ids if st.gpu_free_milli[g.node, i] == 1000]
             if free:
                 st.allocate(Allocation((type(g)(g.node, tuple(free), 1000, 0, 0),)))
-        return self.rt.placer.place(_request(job, shape), st)
+        for alloc in self.in_arrays(job, shape, st):
+            if self.may_backfill(res, head, job, alloc):
+                return alloc
+        return None
 
 
 def admit(
@@ -1060,9 +1091,7 @@ def admit(
         if res is not None and head is not None:  # behind a reserved head: backfill or wait
             if alloc is not None and not p.may_backfill(res, head, job, alloc):
                 p.undo_preemptions(taken)  # what it reclaimed for that placement stays running
-                alloc = p.avoid(res, job, d.shape)
-                if alloc is not None and not p.may_backfill(res, head, job, alloc):
-                    alloc = None
+                alloc = p.avoid(res, head, job, d.shape)
                 if alloc is None:
                     p.wait(
                         d,

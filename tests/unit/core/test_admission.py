@@ -40,8 +40,8 @@ def oracle(job: Job, alloc: Allocation | None) -> float:
 
 
 def run(cluster: ClusterState, job: Job, start: float, node: int | None = None) -> RunningJob:
-    """Book ``job`` on the cluster (first fit, or on ``node``) and describe it as running."""
-    alloc = on_node(cluster, node, job.gpus) if node is not None else None
+    """Book ``job`` on the cluster (first fit, or on ``node`` with its CPU) and describe it as running."""
+    alloc = on_node(cluster, node, job.gpus, job.cpu_milli) if node is not None else None
     if alloc is None:
         alloc = get_placer("first-fit").place(PlacementRequest.for_job(job, None), cluster)
     assert alloc is not None
@@ -50,9 +50,9 @@ def run(cluster: ClusterState, job: Job, start: float, node: int | None = None) 
     return RunningJob(job, start, start + job.duration, alloc)
 
 
-def on_node(cluster: ClusterState, node: int, gpus: int) -> Allocation | None:
+def on_node(cluster: ClusterState, node: int, gpus: int, cpu_milli: int = 0) -> Allocation | None:
     free = [i for i in range(int(cluster.gpu_cap[node])) if cluster.gpu_free_milli[node, i] == 1000]
-    return Allocation((NodeGrant(node, tuple(free[:gpus])),)) if len(free) >= gpus else None
+    return Allocation((NodeGrant(node, tuple(free[:gpus]), 1000, cpu_milli),)) if len(free) >= gpus else None
 
 
 def started(res: AdmissionResult) -> list[str]:
@@ -526,6 +526,47 @@ def test_soda_job_no_array_can_place_spans_them_even_when_an_array_could_ever_fi
     assert c.pools[pools["gpu-4"]].tolist() == [True, True, False]
     res = admit(rt, [Job("J", 0, 3, cpu_milli=20000)], [], c, 1.0)
     assert started(res) == ["J"] and nodes_of(res.starts[0].allocation) == [0, 2]
+
+
+def test_soda_projects_a_blocked_head_in_its_arrays() -> None:
+    # gA is the 4-GPU array, gB the 1-GPU array; R1 (6 GPUs) holds gA until 1000, R2 (6 GPUs) gB until
+    # 2000. H (4 GPUs, the 4-GPU array) fits in neither array now: 2 + 2 GPUs are free, one gang over
+    # both arrays, which SODA never places. It is reserved at 1000 on gA, and B (1 GPU, ends at 60)
+    # backfills. The projection placed it over the partition: "start now", then B's end.
+    c = ClusterState([Node("gA", 8), Node("gB", 8)])
+    rt = PartitionRuntime(
+        Partition("default", policy="soda", placement="free-gpu", backfill="easy", array_split=0.5),
+        OrderContext(total_gpus=16),
+    )
+    assert c.pools[rt.array_pools(c)["gpu-4"]].tolist() == [True, False]
+    runs = [run(c, Job("R1", 0, 6, duration=1000), 0, node=0), run(c, Job("R2", 0, 6, duration=2000), 0, node=1)]
+    res = admit(rt, [Job("H", 5, 4, duration=100)], runs, c, 10.0, estimate=oracle)
+    reservation = res.carry.reservation
+    assert reservation is not None and reservation.start == 1000
+    assert nodes_of(reservation.allocation) == [0]
+    res = admit(rt, [Job("H", 5, 4, duration=100), Job("B", 6, 1, duration=50)], runs, c, 10.0, estimate=oracle)
+    assert started(res) == ["B"] and res.carry.reservation is not None and res.carry.reservation.start == 1000
+
+
+def test_soda_backfills_a_job_in_an_array_that_lends_to_it_away_from_the_head() -> None:
+    # gA is the 4-GPU array (20 cores), gB the 1-GPU array (16 cores). H (3 GPUs, 12 cores, the 1-GPU
+    # array) fits nowhere now and is reserved on gA at 1000, when R1 ends. J (4 GPUs, 9 cores, the 4-GPU
+    # array) fits its own array, but there it would leave gA 11 cores at 1000: H would wait for R2 (5000).
+    # In the 1-GPU array, which lends to it, J delays nobody: it backfills there. Placed away from H
+    # over the partition instead, it went to gA again (best fit) and waited.
+    c = ClusterState([Node("gA", 8, cpu_milli=20000), Node("gB", 8, cpu_milli=16000)])
+    rt = PartitionRuntime(
+        Partition("default", policy="soda", placement="best-fit", backfill="easy", array_split=0.5),
+        OrderContext(total_gpus=16, total_cpu_milli=36000),
+    )
+    assert c.pools[rt.array_pools(c)["gpu-4"]].tolist() == [True, False]
+    r1 = run(c, Job("R1", 0, 4, cpu_milli=10000, duration=1000), 0, node=0)
+    r2 = run(c, Job("R2", 0, 2, cpu_milli=6000, duration=5000), 0, node=1)
+    waiting = [Job("H", 5, 3, cpu_milli=12000, duration=100), Job("J", 6, 4, cpu_milli=9000, duration=5000)]
+    res = admit(rt, waiting, [r1, r2], c, 10.0, estimate=oracle)
+    assert reasons(res) == {"H": HEAD} and started(res) == ["J"] and nodes_of(res.starts[0].allocation) == [1]
+    reservation = res.carry.reservation
+    assert reservation is not None and (reservation.start, reservation.backfilled) == (1000, ("J",))
 
 
 def test_soda_requeued_job_goes_to_its_array_head_and_drf_orders_the_rest() -> None:
