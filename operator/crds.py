@@ -27,7 +27,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 from qosmos.extender.cache import parse_quantity
 from qosmos.extender.core import genie
-from qosmos.extender.core.admission import Partition
+from qosmos.extender.core.admission import DEFAULT_ARRAY_SPLIT, Partition
 from qosmos.extender.core.backfill import MODES
 from qosmos.extender.core.cohorts import RECLAIM_WITHIN_COHORT, WITHIN_PARTITION, PreemptionPolicy
 from qosmos.extender.core.inference import (
@@ -236,6 +236,11 @@ class VirtualClusterSpec(_Model):
                 "a policy with job arrays (soda) splits the VirtualCluster's own nodes: it takes no cohort",
                 ".cohort",
             ),
+            cel(
+                f"!has(self.arraySplit) || self.policy in {list(ARRAY_POLICIES)}",
+                "arraySplit applies only to a policy with job arrays (soda)",
+                ".arraySplit",
+            ),
         )
     )
 
@@ -264,6 +269,14 @@ class VirtualClusterSpec(_Model):
         default=genie.DEFAULT_THETA,
         ge=0,
         description="weight of the nodes used against the GPUs used in a placement's cost",
+    )
+    array_split: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="policy soda: the share of its GPUs in the 4-GPU resource array, its largest nodes first; the "
+        "rest is the 1-GPU array (seed 002 §V-C: set it from the share of GPUs that jobs of 4 GPUs and more ask, "
+        f"as qosmos simulate derives it from a trace); unset: {DEFAULT_ARRAY_SPLIT}",
     )
     quota: Quota | None = Field(
         default=None,
@@ -312,11 +325,15 @@ class VirtualClusterSpec(_Model):
             raise ValueError(
                 f"spec.cohort: policy {self.policy} splits the VirtualCluster's own nodes; it takes no cohort"
             )
+        if self.array_split is not None and self.policy not in ARRAY_POLICIES:
+            raise ValueError(f"spec.arraySplit applies only to a policy with job arrays (soda), not {self.policy}")
         return self
 
     def partition(self, name: str) -> Partition:
         """The core's view of this VirtualCluster (its cohort, share, limits and preemption included)."""
         kw: dict[str, Any] = {} if self.relax_factor is None else {"relax_factor": self.relax_factor}
+        if self.array_split is not None:
+            kw["array_split"] = self.array_split
         q = self.quota
         return Partition(
             name=name,

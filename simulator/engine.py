@@ -419,6 +419,9 @@ class Simulator:
             k, spec = specs.get(vc, (-1, None))
             if spec is not None and spec.policy is not None:
                 pname = spec.policy
+            if spec is not None and spec.array_split is not None and not get_policy(pname).arrays:
+                why = f"applies only to a policy with job arrays (soda), not {pname}"
+                raise InvalidInput(f"partitions[{k}] ({vc}).arraySplit", spec.array_split, why)
             ctx = OrderContext(
                 platform=cl.platform(mask),
                 modeldb=self.modeldb,
@@ -435,7 +438,7 @@ class Simulator:
                 backfill=config.backfill,
                 relax_factor=config.relax_factor,
                 theta=config.theta,
-                array_split=self._array_split(vc) if get_policy(pname).arrays else 0.5,
+                array_split=self._array_split(vc, spec) if get_policy(pname).arrays else 0.5,
             )
             if spec is not None:
                 part = self._with_spec(part, spec, k)
@@ -565,9 +568,15 @@ class Simulator:
             names = "; ".join(f"{c}: {', '.join(self.vc_names[i] for i in m)}" for c, m in sorted(groups.items()))
             self.notes.append(f"cohorts sharing their nodes ({names})")
 
-    def _array_split(self, vc: str) -> float:
-        """SODA's 4-GPU resource array share from the trace's statistics (seed 002 §V-C: "derived
-        from historical statistical information"): the share of requested GPUs in >=4-GPU jobs."""
+    def _array_split(self, vc: str, spec: PartitionSpec | None) -> float:
+        """SODA's 4-GPU resource array share: its partitions entry's, else from the trace's statistics
+        (seed 002 §V-C: "derived from historical statistical information"): the share of requested GPUs
+        in >=4-GPU jobs."""
+        if spec is not None and spec.array_split is not None:
+            self.notes.append(
+                f"SODA arrays in {vc}: {spec.array_split:.0%} of its GPUs in the >=4-GPU array (its arraySplit)"
+            )
+            return spec.array_split
         big = total = 0
         for j in self.jobs:
             if j.vc == vc and j.gpus and j.gpu_milli == 1000:

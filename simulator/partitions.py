@@ -12,6 +12,7 @@ names::
       borrowingLimit: 8     # optional, cohort only: GPUs beyond its share (default: no limit)
       lendingLimit: 4       # optional, cohort only: GPUs of its idle share it lends (default: all)
       policy: fifo          # optional: its ordering policy (default: --policy / --partition-policy)
+      arraySplit: 0.6       # optional, soda: its 4-GPU resource array's share (default: the trace's)
       preemption:           # optional (Kueue's names)
         withinVirtualCluster: Never        # or LowerPriority
         reclaimWithinCohort: Any           # or Never
@@ -29,7 +30,7 @@ import yaml
 from qosmos.extender.core.cohorts import RECLAIM_WITHIN_COHORT, WITHIN_PARTITION
 from qosmos.extender.core.errors import InvalidInput
 
-KEYS = ("name", "cohort", "nominalGpus", "borrowingLimit", "lendingLimit", "policy", "preemption")
+KEYS = ("name", "cohort", "nominalGpus", "borrowingLimit", "lendingLimit", "policy", "arraySplit", "preemption")
 PREEMPTION_KEYS = {"withinVirtualCluster": WITHIN_PARTITION, "reclaimWithinCohort": RECLAIM_WITHIN_COHORT}
 
 
@@ -45,6 +46,7 @@ class PartitionSpec:
     policy: str | None = None
     within_partition: str = "Never"
     reclaim_within_cohort: str = "Any"
+    array_split: float | None = None  # SODA's 4-GPU array share (None: derived from the trace)
 
 
 def _count(where: str, key: str, v: object) -> int | None:
@@ -92,6 +94,9 @@ def parse_partitions(data: object, source: str, policies: Collection[str] = ()) 
         policy = _name(where, "policy", entry.get("policy"), optional=True)
         if policy is not None and policies and policy not in policies:
             raise InvalidInput(f"{where}.policy", policy, f"expected one of {', '.join(policies)}")
+        split = entry.get("arraySplit")
+        if split is not None and (isinstance(split, bool) or not isinstance(split, int | float) or not 0 <= split <= 1):
+            raise InvalidInput(f"{where}.arraySplit", split, "must be a fraction in [0, 1]")
         pre: Any = entry.get("preemption") or {}
         if not isinstance(pre, Mapping):
             raise InvalidInput(f"{where}.preemption", pre, "expected a mapping")
@@ -110,6 +115,7 @@ def parse_partitions(data: object, source: str, policies: Collection[str] = ()) 
                 policy,
                 pre.get("withinVirtualCluster", "Never"),
                 pre.get("reclaimWithinCohort", "Any"),
+                None if split is None else float(split),
             )
         )
     return tuple(out)

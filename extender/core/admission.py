@@ -72,6 +72,7 @@ INADMISSIBLE = "inadmissible"
 NOT_NOW = "does not fit the free resources now"  # why a NO_FIT job (or an unreserved head) waits
 
 T = TypeVar("T")
+DEFAULT_ARRAY_SPLIT = 0.5  # SODA: the 4-GPU resource array's share when none is given
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ class Partition:
     theta: float = genie.DEFAULT_THETA
     # SODA (policies with job arrays): the share of the partition's GPUs in the >=4-GPU resource
     # array, "derived from historical statistical information" (seed 002 §V-C)
-    array_split: float = 0.5
+    array_split: float = DEFAULT_ARRAY_SPLIT
     cohort: str | None = None
     borrowing_limit: int | None = None
     lending_limit: int | None = None
@@ -271,13 +272,16 @@ class PartitionRuntime:
         self.ctx = ctx or OrderContext(theta=partition.theta)
         self.memo = FitMemo()
         self.pools: dict[str, str] = {}  # SODA job array -> node pool name (set per cluster)
-        self._pools_of: int | None = None
+        self._pools_of: dict[str, np.ndarray] | None = None
 
     def array_pools(self, cluster: ClusterState) -> dict[str, str]:
-        """SODA's resource arrays as node pools on ``cluster`` (defined once per cluster)."""
-        if self._pools_of != id(cluster.pools):
+        """SODA's resource arrays as node pools on ``cluster`` (defined once per cluster). Known by the
+        cluster's pools themselves, held, and by their names there: the operator builds a cluster every
+        pass, and a freed pools dict's id may come back as the next one's."""
+        pools = cluster.pools
+        if self._pools_of is not pools or any(name not in pools for name in self.pools.values()):
             self.pools = soda_pools(self.partition, cluster)
-            self._pools_of = id(cluster.pools)
+            self._pools_of = pools
         return self.pools
 
 
@@ -417,6 +421,8 @@ class _Pass:
         self.scratch: ClusterState | None = cluster if book else None
         self.result.booked = book
         self.reclaimed: set[str] = set()  # running jobs this pass preempts to reclaim lent resources
+        # starts this pass took back, for ``undo``: (its ``started`` entry and index, its Start and index)
+        self.taken_back: list[tuple[tuple[Job, Allocation | None, float], int, Start, int]] = []
         # waiting messages' "what is free" per (books, request): a 500-job queue asks the same few
         self._free: dict[tuple[Any, ...], str] = {}
 
@@ -637,7 +643,8 @@ class _Pass:
                     self.held_now()
                     self.held -= r.allocation.gpus
                     if r.job.id in fresh:
-                        self._unstart(r, job)
+                        why = f"left for {job.id} of higher priority ({job.priority} > {r.job.priority}): the preemption is LowerPriority"
+                        self._unstart(r, job, why)
                         continue
                     why = (
                         f"preempted in {self.part.name} for job {job.id} of higher priority "
@@ -647,20 +654,20 @@ class _Pass:
                 return alloc
         return None
 
-    def _unstart(self, r: RunningJob, head: Job) -> None:
-        """Take back this pass's start of ``r``: its GPUs go to the higher-priority ``head``."""
+    def _unstart(self, r: RunningJob, head: Job, why: str) -> None:
+        """Take back this pass's start of ``r``: its resources go to ``head`` (``why``: the waiting reason)."""
         assert r.allocation is not None and self.scratch is not None  # the start booked it there
         self.scratch.release(r.allocation)
-        self.started = [s for s in self.started if s[0].id != r.job.id]
-        self.result.starts = [s for s in self.result.starts if s.job.id != r.job.id]
+        at = next(k for k, s in enumerate(self.started) if s[0].id == r.job.id)
+        pos = next(k for k, s in enumerate(self.result.starts) if s.job.id == r.job.id)
+        self.taken_back.append((self.started.pop(at), at, self.result.starts.pop(pos), pos))
         self.result.unstarted.append(r.job.id)
         if self.explain:
             job = r.job
             needs = _needs(job, None)
-            why = f"left for {head.id} of higher priority ({head.priority} > {job.priority}): the preemption is LowerPriority"
-            pos = self.result.order.index(job.id) if job.id in self.result.order else -1
+            order = self.result.order.index(job.id) if job.id in self.result.order else -1
             self.result.waiting.append(
-                WaitReason(job, NO_FIT, f"needs {needs} in {job.vc}; {why}", pos, needs, head.id)
+                WaitReason(job, NO_FIT, f"needs {needs} in {job.vc}; {why}", order, needs, head.id)
             )
 
     def _room(
@@ -711,20 +718,45 @@ class _Pass:
         self.reclaimed.add(r.job.id)
         self.result.preemptions.append(Preemption(r.job, why, cause))
 
-    def undo_preemptions(self, taken: int) -> None:
-        """Take back the preemptions decided after the first ``taken``: a placement that reclaimed them
-        for a job that does not start there (the victims stay running, on this pass's books too)."""
+    def mark(self) -> tuple[int, int]:
+        """Where the pass's preemptions and taken-back starts stand (``undo`` returns to it)."""
+        return len(self.result.preemptions), len(self.taken_back)
+
+    def undo(self, mark: tuple[int, int]) -> None:
+        """Take back the preemptions and start take-backs decided since ``mark``: a placement that
+        reclaimed them for a job that does not start there (the victims stay running, on this pass's
+        books too; the starts stand)."""
+        taken, back = mark
         undone = self.result.preemptions[taken:]
-        if not undone:
+        restored = self.taken_back[back:]
+        if not undone and not restored:
             return
+        assert self.scratch is not None  # a preemption or take-back released its victim there
         del self.result.preemptions[taken:]
         by_id = {r.job.id: r for r in self.running()}
-        assert self.scratch is not None  # a preemption released its victim there
         for pr in undone:
             r = by_id[pr.job.id]
             self.reclaimed.discard(r.job.id)
             if r.allocation is not None:
                 self.scratch.allocate(r.allocation)
+                self._hold(r.allocation.gpus)
+        for started, at, start, pos in reversed(restored):
+            self.started.insert(at, started)
+            self.result.starts.insert(pos, start)
+            if start.allocation is not None:
+                self.scratch.allocate(start.allocation)
+                self._hold(start.allocation.gpus)
+        gone = {start.job.id for _, _, start, _ in restored}
+        del self.taken_back[back:]
+        del self.result.unstarted[len(self.result.unstarted) - len(restored) :]
+        if self.explain:
+            self.result.waiting = [w for w in self.result.waiting if w.job.id not in gone]
+
+    def _hold(self, gpus: int) -> None:
+        """The partition's running jobs hold ``gpus`` more (fewer: negative), when it counts them."""
+        if self.tracks_held:
+            self.held_now()
+            self.held += gpus
 
     def in_arrays(self, job: Job, shape: Shape | None, st: ClusterState) -> Iterator[Allocation]:
         """SODA's placements of the job on ``st`` without reclaiming, in the order it takes them: its own
@@ -762,6 +794,9 @@ class _Pass:
             return alloc
         pools = self.rt.array_pools(self.cluster)
         own = self.cluster.pools[pools[array]]
+        # with LowerPriority preemption a job of higher priority keeps what it borrowed: else it would
+        # take it back by its priority at the next pass
+        ranked = self.part.preemption.within_partition == "LowerPriority"
         borrowers = [
             r
             for r in self.running()
@@ -769,27 +804,39 @@ class _Pass:
             and r.job.id not in self.reclaimed
             and soda_array(r.job) != array
             and any(own[g.node] for g in r.allocation.grants)
+            and not (ranked and r.job.priority > job.priority)
         ]
-        if not borrowers:
+        # and what this pass lent ahead of it (its array's queue comes later in the order): lent idle
+        # resources are the owner's again, else the next pass at this instant would reclaim them
+        fresh = [
+            RunningJob(j, self.now, e, a)
+            for j, a, e in self.started
+            if a is not None
+            and soda_array(j) != array
+            and any(own[g.node] for g in a.grants)
+            and not (ranked and j.priority > job.priority)
+        ]
+        if not borrowers and not fresh:
             return None
         trial = st.copy()
-        for r in borrowers:
+        for r in (*borrowers, *fresh):
             trial.release(r.allocation)  # type: ignore[arg-type]
         alloc = self.rt.placer.place(PlacementRequest.for_job(job, shape, pool=pools[array]), trial)
         if alloc is None:
             return None
         # only the borrowers on the nodes it takes lose them: those nodes' free state is as in the trial
         nodes = {g.node for g in alloc.grants}
-        if self.scratch is None:
-            self.scratch = self.cluster.copy()
         for r in borrowers:
             assert r.allocation is not None
             if any(g.node in nodes for g in r.allocation.grants):
-                self.reclaimed.add(r.job.id)
-                self.scratch.release(r.allocation)
-                self.result.preemptions.append(
-                    Preemption(r.job, f"{array} array reclaims what it lent to {soda_array(r.job)} for {job.id}")
-                )
+                self._hold(-r.allocation.gpus)
+                self._preempt(r, f"{array} array reclaims what it lent to {soda_array(r.job)} for {job.id}", "")
+        for r in fresh:
+            assert r.allocation is not None
+            if any(g.node in nodes for g in r.allocation.grants):
+                self._hold(-r.allocation.gpus)
+                why = f"left for {job.id}: the {array} array takes back what it would lend to {soda_array(r.job)}"
+                self._unstart(r, job, why)
         return alloc
 
     def _spans_arrays(self, job: Job, shape: Shape | None) -> bool:
@@ -1074,7 +1121,7 @@ def admit(
             if not backfill:
                 blocked_sub[d.queue] = job.id
             continue
-        taken = len(p.result.preemptions)  # SODA's arrays may reclaim for the placement: kept only if it starts
+        taken = p.mark()  # SODA's arrays may reclaim for the placement: kept only if it starts
         alloc = p.place(job, d.shape)
         # before it blocks its queue or takes the head's reservation (and to say so behind a head)
         if alloc is None and (res is None or explain):
@@ -1090,7 +1137,7 @@ def admit(
                 continue
         if res is not None and head is not None:  # behind a reserved head: backfill or wait
             if alloc is not None and not p.may_backfill(res, head, job, alloc):
-                p.undo_preemptions(taken)  # what it reclaimed for that placement stays running
+                p.undo(taken)  # what it reclaimed for that placement stays running (or starts)
                 alloc = p.avoid(res, head, job, d.shape)
                 if alloc is None:
                     p.wait(

@@ -27,6 +27,7 @@ from qosmos.extender.core.admission import (
     admit,
 )
 from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.cohorts import PreemptionPolicy
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import OrderContext, get_policy
@@ -567,6 +568,67 @@ def test_soda_backfills_a_job_in_an_array_that_lends_to_it_away_from_the_head() 
     assert reasons(res) == {"H": HEAD} and started(res) == ["J"] and nodes_of(res.starts[0].allocation) == [1]
     reservation = res.carry.reservation
     assert reservation is not None and (reservation.start, reservation.backfilled) == (1000, ("J",))
+
+
+def test_soda_defines_its_arrays_on_every_fresh_cluster_of_a_kept_runtime() -> None:
+    # The operator keeps a VirtualCluster's runtime and builds a ClusterState every pass. The runtime knew
+    # its arrays' cluster by id(cluster.pools): once the last pass's state was freed, the next one's pools
+    # could come at the same address, and the pass failed ("no such node pool 'default/gpu-4'", found by
+    # the SODA lockstep). The second state's pools here are the first's object, emptied: that address.
+    rt = PartitionRuntime(Partition("default", policy="soda", array_split=0.5), OrderContext(total_gpus=12))
+    first = ClusterState([Node("g8", 8), Node("g4", 4)])
+    assert started(admit(rt, [Job("J0", 0, 4, duration=10)], [], first, 1.0)) == ["J0"]
+    fresh = ClusterState([Node("g8", 8), Node("g4", 4)])
+    fresh.pools = first.pools
+    fresh.pools.clear()
+    res = admit(rt, [Job("J1", 0, 4, duration=10)], [], fresh, 2.0)
+    assert started(res) == ["J1"] and nodes_of(res.starts[0].allocation) == [0]
+
+
+def test_soda_takes_back_what_its_pass_lent_when_the_owners_job_needs_it() -> None:
+    # One 4-GPU node: the 4-GPU array. J (1 GPU, the 1-GPU array, whose array has no nodes) comes first
+    # in the order and borrows; G (4 GPUs) finds its array short of one GPU. The pass takes J's start
+    # back for G. It had started J, and the operator's next pass at the same instant reclaimed it.
+    c = ClusterState([Node("n0", 4)])
+    rt = PartitionRuntime(Partition("default", policy="soda", array_split=0.5), OrderContext(total_gpus=4))
+    res = admit(rt, [Job("J", 0, 1, duration=10), Job("G", 0, 4, duration=10)], [], c, 1.0)
+    assert started(res) == ["G"] and res.unstarted == ["J"] and res.preemptions == []
+    assert reasons(res) == {"J": NO_FIT} and "takes back what it would lend to gpu-1" in res.waiting[0].message
+    # as the next pass sees it: nothing changes
+    g = RunningJob(res.starts[0].job, 1.0, 11.0, res.starts[0].allocation)
+    c.allocate(res.starts[0].allocation)  # type: ignore[arg-type]
+    again = admit(rt, [Job("J", 0, 1, duration=10)], [g], c, 1.0)
+    assert again.starts == [] and again.preemptions == [] and again.unstarted == []
+
+
+def test_soda_under_lower_priority_preemption_leaves_a_higher_priority_borrower_its_gpus() -> None:
+    # As above, J of priority 1: G (priority 0) does not take back its start, nor reclaim it running
+    # (else J would take them back at the next pass by its priority, and so on).
+    c = ClusterState([Node("n0", 4)])
+    part = Partition("default", policy="soda", array_split=0.5, preemption=PreemptionPolicy("LowerPriority", "Any"))
+    rt = PartitionRuntime(part, OrderContext(total_gpus=4))
+    waiting = [Job("J", 0, 1, duration=10, priority=1), Job("G", 0, 4, duration=10)]
+    res = admit(rt, waiting, [], c, 1.0)
+    assert started(res) == ["J"] and res.unstarted == [] and reasons(res) == {"G": HEAD}
+    j = run(c, waiting[0], 1.0, node=0)
+    again = admit(rt, [waiting[1]], [j], c, 1.0)
+    assert again.starts == [] and again.preemptions == []
+
+
+def test_soda_keeps_a_start_it_would_take_back_for_a_job_that_may_not_backfill() -> None:
+    # g8 is the 4-GPU array, g2 the 1-GPU array, held by R. Six 1-GPU jobs borrow g8 until 1000. H (3
+    # GPUs) fits nowhere and is reserved on g8 at 1000. B (1 GPU, 100 s) backfills on g8. G (8 GPUs)
+    # would reclaim g8 from the six and take B's start back, but it would delay H: nothing of it stands.
+    c = ClusterState([Node("g8", 8), Node("g2", 2)])
+    part = Partition("default", policy="soda", placement="best-fit", backfill="easy", array_split=0.5)
+    rt = PartitionRuntime(part, OrderContext(total_gpus=10))
+    assert c.pools[rt.array_pools(c)["gpu-4"]].tolist() == [True, False]
+    runs = [run(c, Job("R", 0, 2, duration=10000), 0, node=1)]
+    runs += [run(c, Job(f"L{k}", 0, 1, duration=1000), 0, node=0) for k in range(6)]
+    waiting = [Job("H", 1, 3, duration=100), Job("B", 2, 1, duration=100), Job("G", 3, 8, duration=5000)]
+    res = admit(rt, waiting, runs, c, 10.0, estimate=oracle)
+    assert started(res) == ["B"] and res.starts[0].backfilled and nodes_of(res.starts[0].allocation) == [0]
+    assert res.preemptions == [] and res.unstarted == [] and reasons(res) == {"H": HEAD, "G": RESERVED}
 
 
 def test_soda_requeued_job_goes_to_its_array_head_and_drf_orders_the_rest() -> None:

@@ -150,6 +150,10 @@ def test_the_crd_model_refuses_limits_without_a_cohort() -> None:
     assert VirtualClusterSpec.model_validate({}).partition("v").preemption == PreemptionPolicy()
     with pytest.raises(ValueError, match="takes no cohort"):
         VirtualClusterSpec.model_validate({"cohort": "team", "policy": "soda"})
+    with pytest.raises(ValueError, match=r"spec\.arraySplit applies only to a policy with job arrays"):
+        VirtualClusterSpec.model_validate({"arraySplit": 0.6, "policy": "fifo"})
+    assert VirtualClusterSpec.model_validate({"policy": "soda"}).partition("v").array_split == 0.5
+    assert VirtualClusterSpec.model_validate({"policy": "soda", "arraySplit": 0.75}).partition("v").array_split == 0.75
     root = crds.crd(crds.VIRTUAL_CLUSTER)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     rules = root["properties"]["spec"]["x-kubernetes-validations"]
     paths = {r["fieldPath"] for r in rules if "has(self.cohort)" in r["rule"]}

@@ -169,7 +169,7 @@ def test_spec_fields_are_the_issues() -> None:
     vc = at(schema(crds.VIRTUAL_CLUSTER), "spec")["properties"]
     assert set(vc) == {
         "nodeSelector", "policy", "placement", "backfill", "relaxFactor", "theta", "quota", "cohort", "preemption",
-        "startTimeoutSeconds", "nodeLostSeconds",
+        "startTimeoutSeconds", "nodeLostSeconds", "arraySplit",
     }  # fmt: skip
     assert set(vc["quota"]["properties"]) == {"gpus", "borrowingLimit", "lendingLimit"}
     vcs = at(schema(crds.VIRTUAL_CLUSTER), "status")["properties"]

@@ -23,7 +23,7 @@ from qosmos.simulator.traces import Trace
 from qosmos.testing.lockstep import GPU_MODEL, T0, Passes, TraceJob, same_segments
 
 PREEMPTIVE = ("srtf", "las", "rr", "mlfq")
-POLICIES = ("fifo", "sjf", "priority", "wfair", "qssf", *PREEMPTIVE)
+POLICIES = ("fifo", "sjf", "priority", "wfair", "qssf", "soda", *PREEMPTIVE)
 # policies that read no run time: beside QSSF, whose run times are the learned predictor's on both sides
 BLIND = ("fifo", "priority", "wfair")
 PLACERS = ("consolidate", "first-fit", "best-fit", "free-gpu", "cer")
@@ -61,6 +61,7 @@ def simulated(
                 policy=spec["policy"],
                 within_partition=pre.get("withinVirtualCluster", "Never"),
                 reclaim_within_cohort=pre.get("reclaimWithinCohort", "Any"),
+                array_split=spec.get("arraySplit"),
             )
         )
     cfg = SimConfig(
@@ -95,9 +96,17 @@ def lockstep(
 
 
 def one_vc(
-    policy: str, placement: str, backfill: str, nodes: list[int], jobs: list[TraceJob], lower_priority: bool = False
+    policy: str,
+    placement: str,
+    backfill: str,
+    nodes: list[int],
+    jobs: list[TraceJob],
+    lower_priority: bool = False,
+    array_split: float = 0.5,
 ) -> Passes:
     spec: dict[str, Any] = {"policy": policy}
+    if policy == "soda":  # (the simulator's default derives it from the trace)
+        spec["arraySplit"] = array_split
     if lower_priority:
         spec["preemption"] = {"withinVirtualCluster": "LowerPriority"}
     return lockstep({"default": spec}, nodes, ["default"] * len(nodes), jobs, placement, backfill)
@@ -114,14 +123,15 @@ def trace_jobs(draw: st.DrawFn, sizes: list[int]) -> list[TraceJob]:
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], bool]:
+def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], bool, float]:
     policy = draw(st.sampled_from(POLICIES))
     nodes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))
     # a preemptive policy's turns are quantum / GPUs: binary fractions, exact in a status timestamp
     sizes = (1, 2, 4, 8, 16) if policy in PREEMPTIVE else (1, 2, 3, 4, 6, 8, 16)
     jobs = draw(trace_jobs([g for g in sizes if g <= sum(nodes)]))
     placement, backfill = draw(st.sampled_from(PLACERS)), draw(st.sampled_from(BACKFILL))
-    return policy, placement, backfill, nodes, draw(shaped(jobs, nodes)), draw(st.booleans())
+    split = draw(st.sampled_from([0.25, 0.5, 0.75]))
+    return policy, placement, backfill, nodes, draw(shaped(jobs, nodes)), draw(st.booleans()), split
 
 
 @st.composite
@@ -145,7 +155,7 @@ def shaped(draw: st.DrawFn, jobs: list[TraceJob], nodes: list[int]) -> list[Trac
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_the_operators_passes_make_the_simulators_decisions(
-    case: tuple[str, str, str, list[int], list[TraceJob], bool],
+    case: tuple[str, str, str, list[int], list[TraceJob], bool, float],
 ) -> None:
     one_vc(*case)
 

@@ -110,6 +110,9 @@ def test_cli_runs_with_a_partitions_file(tmp_path: Path) -> None:
         ("- {name: a, cohort: c, colour: red}", "colour"),
         ("- {name: a, cohort: c}\n- {name: a}", "name"),
         ("- {name: a, cohort: c, policy: soda}", "cohort"),  # SODA's arrays split a VC's own nodes
+        ("- {name: a, policy: soda, arraySplit: 1.5}", "arraySplit"),
+        ("- {name: a, policy: soda, arraySplit: yes}", "arraySplit"),
+        ("- {name: a, arraySplit: 0.5}", "arraySplit"),  # fifo (--policy's default) has no job arrays
     ],
 )
 def test_cli_rejects_a_bad_partitions_file(tmp_path: Path, text: str, field: str) -> None:
@@ -129,3 +132,13 @@ def test_load_partitions_json_and_errors(tmp_path: Path) -> None:
     p.write_text("{not json")
     with pytest.raises(InvalidInput, match="not valid JSON"):
         load_partitions(p)
+
+
+def test_a_soda_partitions_array_split_is_its_entrys_else_the_traces(tmp_path: Path) -> None:
+    # the trace asks all its GPUs in 4-GPU jobs: derived, the 4-GPU array would be the whole VC
+    given = parse_partitions([{"name": "a", "policy": "soda", "arraySplit": 0.25}], "p.yaml")
+    tr = trace(tmp_path)
+    notes = simulate(tr, SimConfig(policy="soda", partitions=given)).notes
+    assert "SODA arrays in a: 25% of its GPUs in the >=4-GPU array (its arraySplit)" in notes
+    derived = simulate(tr, SimConfig(policy="soda")).notes
+    assert any(n.startswith("SODA arrays in a: 100% of its GPUs") for n in derived)
