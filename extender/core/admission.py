@@ -152,7 +152,7 @@ class HeadReservation:
 
     job_id: str
     start: float  # projected start on the reserved nodes
-    latest: float  # start + factor × expected wait, fixed when the head first blocked
+    latest: float  # start + factor × expected wait, fixed when the head first blocked (or was overtaken)
     allocation: Allocation | None  # the nodes/GPUs it is projected to get (None: never, with what runs)
     backfilled: tuple[str, ...] = ()  # jobs started behind it while it held the reservation
 
@@ -940,11 +940,16 @@ class _Pass:
     def reserve(self, d: Decision, pos: int) -> HeadReservation:
         """The head's reservation: kept (latest start fixed) when it already held one with a known start.
         A head that blocked while its start was unknown (what runs had no expected end yet) gets its
-        latest start once the start is known: an infinite bound kept would let every job backfill past it."""
+        latest start once the start is known: an infinite bound kept would let every job backfill past it.
+        A head that jobs ahead of it in the policy's order started past in this pass (SJF's shorter
+        newcomer, a requeued job) is reserved anew, never earlier than before: the policy delayed it, not
+        backfilling, and its old bound would keep every later backfill out."""
         head = d.job
         start, alloc = self.project(head, d.shape)
         prev = self.result.carry.reservation
-        if prev is not None and prev.job_id == head.id and math.isfinite(prev.latest):
+        mine = prev is not None and prev.job_id == head.id
+        overtaken = mine and bool(self.result.starts)  # (before the head blocks, no start is a backfill)
+        if prev is not None and mine and math.isfinite(prev.latest) and not overtaken:
             res = HeadReservation(head.id, start, prev.latest, alloc, prev.backfilled)
         else:
             factor = relax_factor(
@@ -952,8 +957,11 @@ class _Pass:
             )
             # relaxed bound: a fraction of the head's expected wait (004 §VI-B, after Ward et al.)
             slack = factor * max(start - head.submit_time, 0.0) if math.isfinite(start) else 0.0
-            backfilled = prev.backfilled if prev is not None and prev.job_id == head.id else ()
-            res = HeadReservation(head.id, start, start + slack, alloc, backfilled)
+            latest = start + slack
+            if prev is not None and overtaken and math.isfinite(prev.latest):
+                latest = max(latest, prev.latest)
+            backfilled = prev.backfilled if prev is not None and mine and not overtaken else ()
+            res = HeadReservation(head.id, start, latest, alloc, backfilled)
         self.result.carry.reservation = res
         return res
 

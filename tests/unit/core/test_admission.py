@@ -661,6 +661,31 @@ def test_soda_with_backfilling_projects_without_the_reclaimed_jobs() -> None:
     assert reservation is not None and (reservation.job_id, reservation.start) == ("G2", 50)
 
 
+def test_a_head_overtaken_by_its_policy_is_reserved_anew() -> None:
+    # n0 4 GPUs, n1 1 GPU, SJF. R (2 GPUs on n0) ends at 100: H (4 GPUs, 50 s) is reserved at 100, latest
+    # 100. At 60 S (1 GPU, 45 s: shorter, ahead of H) starts on n0 and H moves to 105. B (1 GPU, 500 s)
+    # on n1 delays nobody: it backfills. H kept its latest of 100, which no start at 105 meets: every
+    # backfill that outlived 105 was refused, B "would delay H past its latest start 100 s".
+    c = ClusterState([Node("n0", 4), Node("n1", 1)])
+    rt = PartitionRuntime(Partition("default", policy="sjf", placement="first-fit", backfill="easy"))
+    r = run(c, Job("R", 0, 2, duration=100), 0, node=0)
+    h = Job("H", 1, 4, duration=50)
+    first = admit(rt, [h], [r], c, 1.0, estimate=oracle)
+    assert first.carry.reservation is not None and first.carry.reservation.latest == 100
+    s, b = Job("S", 60, 1, duration=45), Job("B", 60, 1, duration=500)
+    res = admit(rt, [h, s, b], [r], c, 60.0, estimate=oracle, carry=first.carry)
+    assert [(x.job.id, nodes_of(x.allocation), x.backfilled) for x in res.starts] == [
+        ("S", [0], False),
+        ("B", [1], True),
+    ]
+    reservation = res.carry.reservation
+    assert reservation is not None and (reservation.start, reservation.latest, reservation.backfilled) == (
+        105,
+        105,
+        ("B",),
+    )
+
+
 # ---- the fit memo keeps a refusal only on the books it was made on ---------------------------------
 
 

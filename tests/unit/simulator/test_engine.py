@@ -124,6 +124,17 @@ def test_backfill_reserves_the_nodes_the_head_will_get(tiny) -> None:  # type: i
     assert summarize(res)["backfill_violations"] == 0
 
 
+def test_a_head_a_shorter_job_overtook_is_no_violation(tiny) -> None:  # type: ignore[no-untyped-def]
+    # SJF. H (4 GPUs) is reserved at 100 on n0; B (1 GPU, 500 s) backfills on n1. At 60 S (45 s, shorter
+    # than H) starts on n0 by the policy's order: H starts at 105, past its first latest start, while B
+    # still runs. S delayed it, not B: no violation (it was counted one).
+    jobs = "id,submit,gpus,duration\nR,0,2,100\nH,1,4,50\nB,2,1,500\nS,60,1,45"
+    cfg = SimConfig(policy="sjf", placement="first-fit", backfill="easy", backfill_estimates="oracle")
+    res = simulate(load_native(tiny(jobs, "name,gpus\nn0,4\nn1,1")), cfg)
+    assert res.backfilled[2] and res.start[3] == pytest.approx(60) and res.start[1] == pytest.approx(105)
+    assert summarize(res)["backfill_violations"] == 0
+
+
 def test_a_late_head_is_a_violation_only_when_backfilling_caused_it(tiny) -> None:  # type: ignore[no-untyped-def]
     # J0 says it needs 50 s but runs 100: H (reserved at 50) starts at 100 with nothing backfilled.
     jobs = "id,submit,gpus,duration,requested_duration\nJ0,0,2,100,50\nH,1,4,10,10"

@@ -19,6 +19,7 @@ from qosmos.simulator.partitions import PartitionSpec
 from qosmos.simulator.traces import load_native
 
 POLICIES = ["fifo", "sjf", "srtf", "qssf", "las", "rr", "mlfq", "priority", "swaf", "wfair", "capacity", "soda"]
+EXACT = ("fifo", "sjf", "priority", "wfair", "capacity", "soda", "swaf", "qssf")  # policies asserted violation-free
 
 # nodes: GPUs, milli-CPU (0: not reported), switch
 nodes_st = st.lists(
@@ -84,8 +85,9 @@ def test_every_job_ends_within_the_cluster(
     )
     res = simulate(tr, cfg)
     assert res.overcommitted == 0
-    # with exact estimates and an order arrivals never change, a backfilled job never delays the head
-    assert estimates != "oracle" or policy != "fifo" or res.violations == 0
+    # with exact estimates a backfilled job never delays the head it was let past, while that job is the
+    # head (under SJF a shorter job that arrives later goes ahead of it: no backfill's doing)
+    assert estimates != "oracle" or policy not in EXACT or res.violations == 0
     for i, job in enumerate(tr.jobs):
         assert res.state[i] in (DONE, REJECTED), (job.id, res.state[i], res.notes)
         if res.state[i] == DONE:
