@@ -25,7 +25,7 @@ from typing import Any
 
 from qosmos.extender.core import genie
 from qosmos.extender.core.modeldb import ModelDB
-from qosmos.extender.core.types import Job, QoSClass
+from qosmos.extender.core.types import Job, JobKind, QoSClass
 from qosmos.operator.durations import Durations
 from qosmos.operator.reconcile import Reconciler
 from qosmos.operator.translate import Gang, parse_time, rfc3339
@@ -36,6 +36,7 @@ FINISHED = ("Succeeded", "Failed")
 MAX_QUIET_PASSES = 6  # passes after an event's until one writes nothing
 VC_LABEL = "qosmos.test/vc"
 GPU_MODEL = "V100M32"  # fakekube's nodes'
+NODE_CPU_MILLI, NODE_MEMORY_MIB = 96_000, 768 * 1024  # fakekube's nodes' cores and memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,8 @@ class TraceJob:
     """A DLJob of the trace: created ``submit`` s after T0, asking ``gpus`` GPUs, running ``duration`` s;
     ``gpus_per_node`` > 0 fixes its shape (``spec.gpusPerNode``), ``priority`` is ``spec.priority``; deleted
     at ``withdraw`` (the simulator's ``Trace.withdraw_at``). With ``model``, ``batch`` and ``iters`` it is a
-    GENIE task of QoS class ``qos`` (its run time then follows from its shape, not ``duration``)."""
+    GENIE task of QoS class ``qos`` (its run time then follows from its shape, not ``duration``). With
+    ``cpus`` (and no GPUs) it is a CPU job (``kind: cpu``) of that many cores."""
 
     name: str
     submit: int
@@ -57,6 +59,7 @@ class TraceJob:
     batch: int = 0
     iters: int = 0
     qos: str = "Normal"
+    cpus: int = 0
 
     def job(self) -> Job:
         """The simulator's Job of this DLJob (namespace ``ns``: its user, as the operator translates it)."""
@@ -76,6 +79,8 @@ class TraceJob:
             vc=self.vc,
             priority=self.priority,
             nodes=nodes,
+            kind=JobKind.CPU if self.cpus else JobKind.TRAINING,
+            cpu_milli=self.cpus * 1000,
         )
 
 
@@ -156,6 +161,7 @@ class Passes:
                 **({"modelType": j.model} if j.model else {}),
                 **({"globalBatchSize": j.batch, "iterations": j.iters} if j.batch else {}),
                 **({"qosClass": j.qos} if j.qos != "Normal" else {}),
+                **({"kind": "cpu", "cpus": str(j.cpus)} if j.cpus else {}),
             },
             "status": {},
         }

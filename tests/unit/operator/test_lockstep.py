@@ -20,7 +20,7 @@ from qosmos.operator.translate import parse_time, rfc3339
 from qosmos.simulator.engine import SimConfig, simulate
 from qosmos.simulator.partitions import PartitionSpec
 from qosmos.simulator.traces import Trace
-from qosmos.testing.lockstep import GPU_MODEL, T0, Passes, TraceJob, same_segments
+from qosmos.testing.lockstep import GPU_MODEL, NODE_CPU_MILLI, NODE_MEMORY_MIB, T0, Passes, TraceJob, same_segments
 
 PREEMPTIVE = ("srtf", "las", "rr", "mlfq")
 POLICIES = ("fifo", "sjf", "priority", "wfair", "qssf", "soda", *PREEMPTIVE)
@@ -45,7 +45,10 @@ def simulated(
     trace = Trace(
         "t",
         [j.job() for j in jobs],
-        [Node(f"n{i}", g, vc=v, gpu_model=GPU_MODEL) for i, (g, v) in enumerate(zip(nodes, node_vc, strict=True))],
+        [
+            Node(f"n{i}", g, vc=v, gpu_model=GPU_MODEL, cpu_milli=NODE_CPU_MILLI, memory_mib=NODE_MEMORY_MIB)
+            for i, (g, v) in enumerate(zip(nodes, node_vc, strict=True))
+        ],
         withdraw_at=[None if j.withdraw is None else float(j.withdraw) for j in jobs],
     )
     parts = []
@@ -114,20 +117,33 @@ def one_vc(
 
 @st.composite
 def trace_jobs(draw: st.DrawFn, sizes: list[int]) -> list[TraceJob]:
-    """One to seven jobs of ``sizes`` GPUs, submitted in the first 3,000 s, running up to 4,000 s."""
+    """One to seven jobs of ``sizes`` GPUs (0: a CPU job of 16 to 96 cores), submitted in the first 3,000 s,
+    running up to 4,000 s."""
     raw = draw(
-        st.lists(st.tuples(st.integers(0, 3000), st.sampled_from(sizes), st.integers(1, 4000)), min_size=1, max_size=7)
+        st.lists(
+            st.tuples(
+                st.integers(0, 3000), st.sampled_from(sizes), st.integers(1, 4000), st.sampled_from([16, 48, 96])
+            ),
+            min_size=1,
+            max_size=7,
+        )
     )
     # the simulator's ties go by trace order: the trace in arrival order
-    return sorted((TraceJob(f"j{k}", s, g, d) for k, (s, g, d) in enumerate(raw)), key=lambda j: (j.submit, j.name))
+    return sorted(
+        (TraceJob(f"j{k}", s, g, d, cpus=0 if g else c) for k, (s, g, d, c) in enumerate(raw)),
+        key=lambda j: (j.submit, j.name),
+    )
 
 
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], bool, float]:
     policy = draw(st.sampled_from(POLICIES))
-    nodes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3))
+    # (SODA's CPU resource array is its GPU-less nodes)
+    nodes = draw(
+        st.lists(st.sampled_from([0, 1, 2, 4, 8] if policy == "soda" else [1, 2, 4, 8]), min_size=1, max_size=3)
+    )
     # a preemptive policy's turns are quantum / GPUs: binary fractions, exact in a status timestamp
-    sizes = (1, 2, 4, 8, 16) if policy in PREEMPTIVE else (1, 2, 3, 4, 6, 8, 16)
+    sizes = (1, 2, 4, 8, 16) if policy in PREEMPTIVE else (0, 1, 2, 3, 4, 6, 8, 16)
     jobs = draw(trace_jobs([g for g in sizes if g <= sum(nodes)]))
     placement, backfill = draw(st.sampled_from(PLACERS)), draw(st.sampled_from(BACKFILL))
     split = draw(st.sampled_from([0.25, 0.5, 0.75]))
@@ -140,7 +156,7 @@ def shaped(draw: st.DrawFn, jobs: list[TraceJob], nodes: list[int]) -> list[Trac
     deleted after their creation (waiting, running or finished by then)."""
     out = []
     for j in jobs:
-        gpn = [g for g in (1, 2, 4, 8) if j.gpus % g == 0 and g <= max(nodes)]
+        gpn = [g for g in (1, 2, 4, 8) if j.gpus and j.gpus % g == 0 and g <= max(nodes)]  # (not a CPU job's)
         out.append(
             dataclasses.replace(
                 j,
