@@ -489,6 +489,38 @@ def test_quotas_borrowing_and_reclaim(api: Api) -> None:
     wait_for(lambda: not api.pods(ns), 60, "pods garbage-collected")
 
 
+def test_soda_arrays_lend_and_reclaim(api: Api) -> None:
+    """SODA's job arrays (seed 002 §V-C) live: over node-0 and node-1 with ``arraySplit: 0.5``, node-0 is
+    the 4-GPU array and node-1 the 1-GPU array. 1-3-GPU jobs fill node-1, the next borrows node-0; an
+    8-GPU job then takes its array back: the borrower is preempted (its Event says why) and requeued."""
+    ns = api.namespace()
+    api.label_pools({"node-0": "s", "node-1": "s"})
+    api.vc("arrays", "s", policy="soda", placement="best-fit", arraySplit=0.5)
+    for name, gpus in (("s1", 2), ("s2", 3), ("s3", 3), ("s4", 2)):
+        api.dljob(ns, name, "arrays", gpus, run=None)
+        wait_for(lambda name=name: api.phase(ns, name) == "Running", 60, f"{name} Running")
+        time.sleep(1.1)  # distinct creation seconds
+    node_of = {n: api.pods(ns, n)[0].spec.node_name for n in ("s1", "s2", "s3", "s4")}
+    assert node_of == {"s1": "node-1", "s2": "node-1", "s3": "node-1", "s4": "node-0"}, node_of
+    api.dljob(ns, "g", "arrays", 8, run=None)
+    wait_for(lambda: api.phase(ns, "g") == "Running", 60, "the 4-GPU array's job running")
+    (g,) = api.pods(ns, "g")
+    assert g.spec.node_name == "node-0"
+    assert {n: api.phase(ns, n) for n in ("s1", "s2", "s3")} == dict.fromkeys(("s1", "s2", "s3"), "Running")
+    assert api.phase(ns, "s4") == "Queued" and _status(api.get(ns, "s4"))["preemptions"] == 1
+
+    def preempted() -> dict[str, str]:
+        return {
+            e.involved_object.name: e.message
+            for e in api.core.list_namespaced_event(ns).items
+            if e.reason == "Preempted"
+        }
+
+    wait_for(lambda: set(preempted()) == {"s4"}, 10, "the Preempted Event of s4")
+    assert "gpu-4 array reclaims what it lent to gpu-1 for" in preempted()["s4"]
+    assert not api.pods(ns, "s4")
+
+
 # --------------------------------------------------------------------------- order and why pending
 
 
