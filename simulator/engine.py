@@ -454,6 +454,7 @@ class Simulator:
         self.withdraw = trace.withdraw_at
         self.exp_end = [nan] * n  # expected end of the current segment (backfilling's view)
         self.res_latest = [nan] * n  # a reserved head's latest start (seed 004 §VI-B)
+        self.res_start = [nan] * n  # its reservation's first projected start (``reservation``: its very first)
         self.res_backfilled: dict[int, tuple[str, ...]] = {}
         self.supplied = [j.predicted_duration is not None for j in self.jobs]
         self.noise = self._truth_noise()
@@ -916,7 +917,7 @@ class Simulator:
         latest = self.res_latest[i]
         if latest != latest or self.now <= latest + 1e-6:
             return
-        reserved = self.reservation[i]
+        reserved = self.res_start[i]
         idx = self._idx_of
         for b in self.res_backfilled.get(i, ()):
             e = self.end[idx[b]]
@@ -937,6 +938,7 @@ class Simulator:
         if q.preemptive:
             self._sync_progress(q)
         waiting = (jobs[e[-1]] for e in q.items) if q.static else (jobs[i] for i in q.waiting)
+        held = q.carry.reservation  # the head that held the reservation before this pass
         cohort = [
             CohortMember(
                 self.queues[j].rt.partition,
@@ -989,13 +991,23 @@ class Simulator:
                 self.backfilled[i] = True
             self._start(i, st.allocation, q, res.booked)
         r = res.carry.reservation
+        if held is not None and (r is None or r.job_id != held.job_id) and self.state[idx[held.job_id]] == WAITING:
+            # no longer the head, the policy put another ahead of it (SJF's shorter newcomer, blocked too):
+            # its promise is void, and what delays it from here on is no backfill's doing
+            p = idx[held.job_id]
+            self.res_latest[p] = self.res_start[p] = math.nan
+            self.res_backfilled.pop(p, None)
         if r is not None:
             h = idx[r.job_id]
             if self.reservation[h] != self.reservation[h] and math.isfinite(r.start):
                 self.reservation[h] = r.start
+            if (self.res_start[h] != self.res_start[h] or r.latest != self.res_latest[h]) and math.isfinite(r.start):
+                self.res_start[h] = r.start  # a reservation made (anew: a policy overtook it): its promise
             self.res_latest[h] = r.latest
             if r.backfilled:
                 self.res_backfilled[h] = r.backfilled
+            else:  # (none yet, or none since it was reserved anew)
+                self.res_backfilled.pop(h, None)
 
     def _count_preemption(self, qi: int, job: Job, cause: str) -> None:
         """A cohort pass of queue ``qi`` stopped ``job``: its queue gets a pass at this instant too, and

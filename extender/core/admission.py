@@ -886,11 +886,23 @@ class _Pass:
 
     # -- backfilling ---------------------------------------------------------------------------
     def project(
-        self, head: Job, shape: Shape | None, extra: Iterable[tuple[Allocation | None, float]] = ()
+        self,
+        head: Job,
+        shape: Shape | None,
+        extra: Iterable[tuple[Allocation | None, float]] = (),
+        *,
+        unstarted: bool = False,
     ) -> tuple[float, Allocation | None]:
         """When and where the head could start: release running jobs (and ``extra`` hypothetical
-        ones) in order of expected end on a copy of the cluster, placing the head after each."""
+        ones) in order of expected end on a copy of the cluster, placing the head after each.
+        ``unstarted``: as if this pass had started nothing."""
         st = self.state().copy()
+        started = self.started
+        if unstarted:
+            for _, a, _ in started:
+                if a is not None:
+                    st.release(a)
+            started = []
         # where the head would go as it is placed (SODA: in its arrays), never reclaiming: a head that
         # could reclaim was placed already
         if self.rt.policy.arrays:
@@ -913,7 +925,7 @@ class _Pass:
                 for r in m.running_jobs()
                 if r.job.id not in self.reclaimed
             ]
-        releases += [(max(e, self.now), a) for _, a, e in self.started]
+        releases += [(max(e, self.now), a) for _, a, e in started]
         releases += [(max(e, self.now), a) for a, e in extra]
         # allocations started in this pass are booked in ``st`` already (state() includes them);
         # hypothetical extras are not: book them so their release is meaningful.
@@ -941,14 +953,15 @@ class _Pass:
         """The head's reservation: kept (latest start fixed) when it already held one with a known start.
         A head that blocked while its start was unknown (what runs had no expected end yet) gets its
         latest start once the start is known: an infinite bound kept would let every job backfill past it.
-        A head that jobs ahead of it in the policy's order started past in this pass (SJF's shorter
+        A head that jobs ahead of it in the policy's order, started in this pass, delay (SJF's shorter
         newcomer, a requeued job) is reserved anew, never earlier than before: the policy delayed it, not
         backfilling, and its old bound would keep every later backfill out."""
         head = d.job
         start, alloc = self.project(head, d.shape)
         prev = self.result.carry.reservation
         mine = prev is not None and prev.job_id == head.id
-        overtaken = mine and bool(self.result.starts)  # (before the head blocks, no start is a backfill)
+        # (before the head blocks, no start of the pass is a backfill: all are ahead of it in the order)
+        overtaken = mine and bool(self.started) and self.project(head, d.shape, unstarted=True)[0] < start
         if prev is not None and mine and math.isfinite(prev.latest) and not overtaken:
             res = HeadReservation(head.id, start, prev.latest, alloc, prev.backfilled)
         else:

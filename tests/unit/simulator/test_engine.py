@@ -135,6 +135,18 @@ def test_a_head_a_shorter_job_overtook_is_no_violation(tiny) -> None:  # type: i
     assert summarize(res)["backfill_violations"] == 0
 
 
+def test_a_head_a_shorter_blocked_job_displaced_is_no_violation(tiny) -> None:  # type: ignore[no-untyped-def]
+    # SJF on 4 GPUs. H (2 GPUs) is reserved at 68, when R ends; B (1 GPU, 234 s) backfills beside it. X (4
+    # GPUs, 51 s: shorter) arrives at 15 and is the blocked head from then, Y (168 s: shorter) after X; H
+    # never heads the queue again and starts with Y at 287, B still running at 68. It was a violation.
+    jobs = "id,submit,gpus,duration\nR,0,3,68\nH,0,2,169\nB,2,1,234\nX,15,4,51\nY,110,1,168"
+    cfg = SimConfig(policy="sjf", backfill="easy", backfill_estimates="oracle")
+    res = simulate(load_native(tiny(jobs, "name,gpus\nn0,4")), cfg)
+    assert res.backfilled[2] and res.reservation[1] == pytest.approx(68)
+    assert (res.start[3], res.start[4], res.start[1]) == (pytest.approx(236), pytest.approx(287), pytest.approx(287))
+    assert summarize(res)["backfill_violations"] == 0
+
+
 def test_a_late_head_is_a_violation_only_when_backfilling_caused_it(tiny) -> None:  # type: ignore[no-untyped-def]
     # J0 says it needs 50 s but runs 100: H (reserved at 50) starts at 100 with nothing backfilled.
     jobs = "id,submit,gpus,duration,requested_duration\nJ0,0,2,100,50\nH,1,4,10,10"
