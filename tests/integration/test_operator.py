@@ -116,6 +116,11 @@ class Api:
         sel = f"qosmos.io/job={job}" if job else "qosmos.io/job"
         return list(self.core.list_namespaced_pod(ns, label_selector=sel).items)
 
+    def events(self, ns: str, reason: str) -> dict[str, str]:
+        """The message of each object's ``reason`` Event in ``ns``, by the object's name."""
+        items = self.core.list_namespaced_event(ns).items
+        return {e.involved_object.name: e.message for e in items if e.reason == reason}
+
     def vc_status(self, name: str) -> dict[str, Any]:
         return dict(self.custom.get_cluster_custom_object(GROUP, VERSION, "virtualclusters", name).get("status") or {})
 
@@ -466,15 +471,8 @@ def test_quotas_borrowing_and_reclaim(api: Api) -> None:
     # back in qa's queue, waiting on its cap (16 + what qb still lends)
     wait_for(lambda: _condition(api.get(ns, "a3")).get("reason") == "Quota", 30, "a3 waits on qa's quota")
 
-    def preempted() -> dict[str, str]:
-        return {
-            e.involved_object.name: e.message
-            for e in api.core.list_namespaced_event(ns).items
-            if e.reason == "Preempted"
-        }
-
-    wait_for(lambda: set(preempted()) == {"a3"}, 10, "the Preempted Event of a3")
-    assert "reclaimed by VC qb" in preempted()["a3"]
+    wait_for(lambda: set(api.events(ns, "Preempted")) == {"a3"}, 10, "the Preempted Event of a3")
+    assert "reclaimed by VC qb" in api.events(ns, "Preempted")["a3"]
     assert not api.pods(ns, "a3")
     wait_for(lambda: api.vc_status("qa").get("gpus", {}).get("borrowed") == 8, 30, "qa borrows 8")
     assert api.vc_status("qb")["gpus"]["lent"] == 8
@@ -509,15 +507,8 @@ def test_soda_arrays_lend_and_reclaim(api: Api) -> None:
     assert {n: api.phase(ns, n) for n in ("s1", "s2", "s3")} == dict.fromkeys(("s1", "s2", "s3"), "Running")
     assert api.phase(ns, "s4") == "Queued" and _status(api.get(ns, "s4"))["preemptions"] == 1
 
-    def preempted() -> dict[str, str]:
-        return {
-            e.involved_object.name: e.message
-            for e in api.core.list_namespaced_event(ns).items
-            if e.reason == "Preempted"
-        }
-
-    wait_for(lambda: set(preempted()) == {"s4"}, 10, "the Preempted Event of s4")
-    assert "gpu-4 array reclaims what it lent to gpu-1 for" in preempted()["s4"]
+    wait_for(lambda: set(api.events(ns, "Preempted")) == {"s4"}, 10, "the Preempted Event of s4")
+    assert "gpu-4 array reclaims what it lent to gpu-1 for" in api.events(ns, "Preempted")["s4"]
     assert not api.pods(ns, "s4")
 
 
