@@ -640,8 +640,7 @@ class _Pass:
                 alloc, victims = found
                 for r in victims:
                     assert r.allocation is not None
-                    self.held_now()
-                    self.held -= r.allocation.gpus
+                    self._hold(-r.allocation.gpus)
                     if r.job.id in fresh:
                         why = f"left for {job.id} of higher priority ({job.priority} > {r.job.priority}): the preemption is LowerPriority"
                         self._unstart(r, job, why)
@@ -853,9 +852,8 @@ class _Pass:
 
     def start(self, job: Job, alloc: Allocation | None, shape: Shape | None, backfilled: bool) -> None:
         self._book(alloc)
-        if self.tracks_held and alloc is not None:
-            self.held_now()
-            self.held += alloc.gpus
+        if alloc is not None:
+            self._hold(alloc.gpus)
         # expected ends of this pass's starts matter only to backfilling's projections
         end = self.now + self.estimate(job, alloc) if self.estimate is not None and self.backfill else math.inf
         self.started.append((job, alloc, end))
