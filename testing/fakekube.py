@@ -22,13 +22,16 @@ DEFAULT_VCS: tuple[dict[str, Any], ...] = (
 )
 
 
+NODE_CORES, NODE_MEMORY_GI = 96, 768  # every gpu_node's allocatable CPU and memory
+
+
 def gpu_node(name: str, gpus: int = 8, taints: list[dict[str, str]] | None = None, **labels: str) -> dict[str, Any]:
     """A Ready V100M32 node with ``gpus`` GPUs, 96 cores and 768 Gi, as the operator reads Node objects."""
     obj: dict[str, Any] = {
         "metadata": {"name": name, "labels": {"qosmos.io/gpu-model": "V100M32", **labels}},
         "spec": {},
         "status": {
-            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "768Gi"},
+            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": str(NODE_CORES), "memory": f"{NODE_MEMORY_GI}Gi"},
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }

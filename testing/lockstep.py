@@ -29,14 +29,14 @@ from qosmos.extender.core.types import Job, JobKind, QoSClass
 from qosmos.operator.durations import Durations
 from qosmos.operator.reconcile import Reconciler
 from qosmos.operator.translate import Gang, parse_time, rfc3339
-from qosmos.testing.fakekube import FakeKube, gpu_node, pinned
+from qosmos.testing.fakekube import NODE_CORES, NODE_MEMORY_GI, FakeKube, gpu_node, pinned
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: trace time 0
 FINISHED = ("Succeeded", "Failed")
 MAX_QUIET_PASSES = 6  # passes after an event's until one writes nothing
 VC_LABEL = "qosmos.test/vc"
 GPU_MODEL = "V100M32"  # fakekube's nodes'
-NODE_CPU_MILLI, NODE_MEMORY_MIB = 96_000, 768 * 1024  # fakekube's nodes' cores and memory
+NODE_CPU_MILLI, NODE_MEMORY_MIB = NODE_CORES * 1000, NODE_MEMORY_GI * 1024  # fakekube's nodes', for the simulator
 
 
 @dataclass(frozen=True, slots=True)
