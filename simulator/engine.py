@@ -1031,8 +1031,9 @@ class Simulator:
 
     # ---- migration (AnalySIM §3.1) -----------------------------------------------------------
     def _migrate(self, qi: int) -> None:
-        """After a completion: try to empty the least-used partially used node of this partition
-        by moving its (single-node) jobs elsewhere with best fit; undo if it does not free the node."""
+        """After a completion: try to empty the least-used partially used node of this partition by moving
+        its (single-node) jobs with best fit onto other nodes in use, so one node fewer is used (§3.1: "if the
+        migration can improve the overall node utilization"); nothing moves unless all of them can."""
         cl = self.cluster
         part = (cl.vc_id == qi) & (cl.free_gpus > 0) & (cl.free_gpus < cl.gpu_cap)
         nodes = [int(n) for n in np.flatnonzero(part) if self.node_jobs[n]]
@@ -1044,26 +1045,22 @@ class Simulator:
             return
         if any(self.alloc[i] is None or len(self.alloc[i].grants) != 1 for i in movers):  # type: ignore[union-attr]
             return
-        old = {i: self.alloc[i] for i in movers}
-        for i in movers:
-            cl.release(old[i])  # type: ignore[arg-type]
-        from qosmos.extender.core.placement import BestFit
-
-        bestfit = BestFit()
-        new: dict[int, Allocation] = {}
-        ok = True
-        for i in movers:
-            a = bestfit.place(self._request(i), cl)
-            if a is None or target in a.nodes:
-                ok = False
-                break
-            cl.allocate(a)
-            new[i] = a
-        for a in new.values():
-            cl.release(a)
-        for i in movers:
-            cl.allocate(old[i])  # type: ignore[arg-type]
-        if not ok:
+        # onto nodes already in use (a job moved onto an idle node frees none), away from the nodes a blocked
+        # head is reserved on (a move's overhead there would delay its start; 004 §VI-B) unless the move
+        # lets this partition's head start now
+        idle = [target, *(n for n, on in enumerate(self.node_jobs) if not on)]
+        reserved: dict[int, set[str]] = {}  # node -> the heads reserved on it (a cohort's nodes are shared)
+        for q in self.queues:
+            r = q.carry.reservation
+            if r is not None and r.allocation is not None:
+                for n in r.allocation.nodes:
+                    reserved.setdefault(n, set()).add(r.job_id)
+        new = self._moves(movers, [*idle, *reserved])
+        if new is None and reserved:
+            new = self._moves(movers, idle)
+            if new is not None and not self._head_starts_now(qi, reserved, movers, new):
+                return
+        if new is None:
             return
         for i in movers:  # stop and restart on the new nodes, paying the overhead (a cohort's: any member's)
             q = self.queues[self.vc_index[self.jobs[i].vc]]
@@ -1071,6 +1068,43 @@ class Simulator:
             self._dequeue(i, q)
             self.migrations += 1
             self._start(i, new[i], q)
+
+    def _moves(self, movers: list[int], closed: list[int]) -> dict[int, Allocation] | None:
+        """Best-fit places for all of ``movers`` outside the ``closed`` nodes, or None."""
+        trial = self.cluster.copy()
+        for books in (trial.free_gpus, trial.gpu_free_milli, trial.free_cpu, trial.free_mem):
+            books[closed] = 0
+        shut = set(closed)
+        bestfit = get_placer("best-fit")
+        new: dict[int, Allocation] = {}
+        for i in movers:
+            a = bestfit.place(self._request(i), trial)
+            if a is None or not shut.isdisjoint(a.nodes):  # (a CPU job on a node with untracked CPU)
+                return None
+            trial.allocate(a)
+            new[i] = a
+        return new
+
+    def _head_starts_now(
+        self, qi: int, reserved: dict[int, set[str]], movers: list[int], new: dict[int, Allocation]
+    ) -> bool:
+        """Whether moving ``movers`` to ``new`` (onto ``reserved`` nodes: node -> the head reserved there)
+        touches no head's nodes but those of partition ``qi``'s head, and that head fits at once after it
+        (it then starts in this instant's pass). SODA's arrays place a head otherwise: never assumed."""
+        heads = {h for a in new.values() for n in a.nodes for h in reserved.get(n, ())}
+        if not heads:
+            return True
+        own = self.queues[qi].carry.reservation
+        if own is None or heads != {own.job_id} or self.queues[qi].policy.arrays:
+            return False
+        h = self._idx_of[own.job_id]
+        if self.state[h] != WAITING:
+            return False
+        trial = self.cluster.copy()
+        for i in movers:
+            trial.release(self.alloc[i])  # type: ignore[arg-type]
+            trial.allocate(new[i])
+        return self.queues[qi].rt.placer.place(self._request(h), trial) is not None
 
     # ---- inference services (seed 002 §V-D2) -------------------------------------------------
     def _check_services(self) -> None:

@@ -293,6 +293,36 @@ def test_migration_frees_node(tiny) -> None:  # type: ignore[no-untyped-def]
     assert plain.start[3] == pytest.approx(1000)
 
 
+def test_migration_moves_no_job_onto_an_idle_node(tiny) -> None:  # type: ignore[no-untyped-def]
+    # best fit: Z on n2, X on n0, Y on n1; when Z ends, X would fit best on the idle n2: moving it there
+    # empties n0 and fills n2 (as many nodes used), paying 8 s for nothing
+    nodes = "name,gpus\nn0,4\nn1,4\nn2,3"
+    jobs = "id,submit,gpus,duration\nZ,0,3,10\nX,1,3,1000\nY,1,3,1000"
+    res = simulate(load_native(tiny(jobs, nodes)), SimConfig(placement="best-fit", migration=True))
+    assert res.migrations == 0 and res.end[1] == pytest.approx(1001)
+
+
+_RESERVED = SimConfig(placement="best-fit", backfill="easy", backfill_estimates="oracle", migration=True)
+
+
+def test_migration_keeps_off_the_nodes_a_blocked_head_is_reserved_on(tiny) -> None:  # type: ignore[no-untyped-def]
+    # A holds 7 of n1's 8 GPUs until 116; B and C share n0; H (8 GPUs) blocks, reserved on n1 at 116. When B
+    # ends at 106, moving C onto n1 would empty n0 (too small for H) and restart C there: H would wait
+    # until 309 for it
+    nodes = "name,gpus\nn0,6\nn1,8"
+    jobs = "id,submit,gpus,duration\nA,0,7,116\nB,0,5,106\nC,1,1,300\nH,8,8,79"
+    res = simulate(load_native(tiny(jobs, nodes)), _RESERVED)
+    assert res.migrations == 0 and res.start[3] == pytest.approx(116) and res.end[2] == pytest.approx(301)
+
+
+def test_migration_onto_reserved_nodes_that_lets_the_head_start_now(tiny) -> None:  # type: ignore[no-untyped-def]
+    # H is reserved on n0 at 116 (A's end); when B ends at 106, moving C onto n0 empties n1: H starts there
+    nodes = "name,gpus\nn0,8\nn1,8"
+    jobs = "id,submit,gpus,duration\nA,0,3,116\nB,0,6,106\nC,1,1,300\nH,8,8,79"
+    res = simulate(load_native(tiny(jobs, nodes)), _RESERVED)
+    assert res.migrations == 1 and res.start[3] == pytest.approx(106) and res.end[2] == pytest.approx(309)
+
+
 def test_genie_runtime_from_model(tiny) -> None:  # type: ignore[no-untyped-def]
     from qosmos.extender.core import genie
     from qosmos.extender.core.modeldb import ModelDB
