@@ -271,6 +271,7 @@ class PartitionRuntime:
         self.placer: Placer = get_placer(partition.placement)
         self.ctx = ctx or OrderContext(theta=partition.theta)
         self.memo = FitMemo()
+        self.pool_memos: dict[str, FitMemo] = {}  # the same per SODA array (node pool name)
         self.pools: dict[str, str] = {}  # SODA job array -> node pool name (set per cluster)
         self._pools_of: dict[str, np.ndarray] | None = None
 
@@ -409,6 +410,8 @@ class _Pass:
         self._cap_known = False
         self._never: dict[tuple[Any, ...], str | None] = {}
         self._spans: dict[tuple[Any, ...], bool] = {}
+        self._lent: dict[str, list[RunningJob]] = {}  # SODA array -> running jobs of others on its nodes
+        self._pools: dict[str, str] | None = None
         pre = self.part.preemption
         # whether a blocked head may preempt (cohort reclaim, lower-priority jobs of its own)
         self.may_preempt = (self.part.cohort is not None and pre.reclaim_within_cohort == "Any") or (
@@ -522,7 +525,7 @@ class _Pass:
 
     def _an_array_on_empty(self, job: Job, shape: Shape | None) -> bool:
         """Whether the placer places the job in one of SODA's GPU arrays with nothing running."""
-        pools = self.rt.array_pools(self.cluster)
+        pools = self.array_pools()
         return any(self._on_empty(PlacementRequest.for_job(job, shape, pool=pools[a])) for a in ("gpu-1", "gpu-4"))
 
     def cap(self) -> int | None:
@@ -766,14 +769,27 @@ class _Pass:
             if alloc is not None:
                 yield alloc
             return
-        pools = self.rt.array_pools(self.cluster)
+        pools = self.array_pools()
         array = soda_array(job)
+        # refusals on the pass's own books are remembered per array (as ``place`` does per partition): a
+        # long queue asks each array for the same few sizes at every placement. Not on the copies that
+        # backfilling and projection place on (their books are not the caller's)
+        memos = self.rt.pool_memos if st is self.state() and shape is None and FitMemo.plain(job) else None
         for lender in SODA_LENDERS[array]:
             if job.gpus and lender == "cpu":
                 continue
-            alloc = self.rt.placer.place(PlacementRequest.for_job(job, shape, pool=pools[lender]), st)
+            pool = pools[lender]
+            memo = biggest = None
+            if memos is not None:
+                memo = memos.get(pool) or memos.setdefault(pool, FitMemo())
+                biggest = st.biggest_node(job.vc, (), pool)
+                if memo.refused(job, st, self.group, biggest):
+                    continue
+            alloc = self.rt.placer.place(PlacementRequest.for_job(job, shape, pool=pool), st)
             if alloc is not None:
                 yield alloc
+            elif memo is not None and biggest is not None:
+                memo.note(job, st, self.group, biggest)
         if array != "cpu" and self._spans_arrays(job, shape):
             # larger than any one array can ever hold (16 GPUs over two 8-GPU arrays): the arrays are
             # the partition's GPU nodes together for it, else it would block its array's queue for ever
@@ -791,19 +807,15 @@ class _Pass:
         # CPU jobs only borrow, they never reclaim; nor does a job that spans the arrays
         if alloc is not None or array == "cpu" or self._spans_arrays(job, shape):
             return alloc
-        pools = self.rt.array_pools(self.cluster)
+        pools = self.array_pools()
         own = self.cluster.pools[pools[array]]
         # with LowerPriority preemption a job of higher priority keeps what it borrowed: else it would
         # take it back by its priority at the next pass
         ranked = self.part.preemption.within_partition == "LowerPriority"
         borrowers = [
             r
-            for r in self.running()
-            if r.allocation is not None
-            and r.job.id not in self.reclaimed
-            and soda_array(r.job) != array
-            and any(own[g.node] for g in r.allocation.grants)
-            and not (ranked and r.job.priority > job.priority)
+            for r in self._lent_by(array, own)
+            if r.job.id not in self.reclaimed and not (ranked and r.job.priority > job.priority)
         ]
         # and what this pass lent ahead of it (its array's queue comes later in the order): lent idle
         # resources are the owner's again, else the next pass at this instant would reclaim them
@@ -837,6 +849,26 @@ class _Pass:
                 why = f"left for {job.id}: the {array} array takes back what it would lend to {soda_array(r.job)}"
                 self._unstart(r, job, why)
         return alloc
+
+    def array_pools(self) -> dict[str, str]:
+        """SODA's resource arrays as node pools (``PartitionRuntime.array_pools``), once per pass."""
+        if self._pools is None:
+            self._pools = self.rt.array_pools(self.cluster)
+        return self._pools
+
+    def _lent_by(self, array: str, own: np.ndarray) -> list[RunningJob]:
+        """The running jobs of other arrays on ``array``'s nodes (``own``), once per pass: every job of
+        a long queue that fits nowhere asks."""
+        lent = self._lent.get(array)
+        if lent is None:
+            lent = self._lent[array] = [
+                r
+                for r in self.running()
+                if r.allocation is not None
+                and soda_array(r.job) != array
+                and any(own[g.node] for g in r.allocation.grants)
+            ]
+        return lent
 
     def _spans_arrays(self, job: Job, shape: Shape | None) -> bool:
         """No GPU array could hold the job even empty, while the partition could: asked of the placer

@@ -661,6 +661,42 @@ def test_soda_with_backfilling_projects_without_the_reclaimed_jobs() -> None:
     assert reservation is not None and (reservation.job_id, reservation.start) == ("G2", 50)
 
 
+def test_soda_remembers_an_arrays_refusal_until_something_is_released() -> None:
+    # Both arrays full (a and b, 4 GPUs each): thirty 2-GPU jobs of the 1-GPU array wait, the first as its
+    # reserved head, the rest as backfill candidates. Each array refused 2 GPUs once: the other 29 jobs
+    # are not placed again (the GENIE replay asked some 900 placements a pass). Once b's job ends its
+    # refusal is forgotten: the head and the next start there.
+    c = ClusterState([Node("a", 4), Node("b", 4)])
+    rt = PartitionRuntime(
+        Partition("default", policy="soda", placement="best-fit", backfill="easy", array_split=0.5),
+        OrderContext(total_gpus=8),
+    )
+    calls: list[str | None] = []
+    placer = rt.placer
+
+    class Counting:
+        name = placer.name
+
+        def place(self, req: PlacementRequest, cluster: ClusterState) -> Allocation | None:
+            calls.append(req.pool)
+            return placer.place(req, cluster)
+
+    rt.placer = Counting()
+    # 2-GPU jobs of the 1-GPU array everywhere: nothing for its jobs to reclaim
+    xs = [run(c, Job(f"x{k}", 0, 2, duration=100), 0, node=0) for k in range(2)]
+    ys = [run(c, Job(f"y{k}", 0, 2, duration=50), 0, node=1) for k in range(2)]
+    waiting = [Job(f"q{i}", 1 + i, 2, duration=10) for i in range(30)]
+    res = admit(rt, waiting, [*xs, *ys], c, 40.0, estimate=oracle)
+    assert started(res) == [] and reasons(res)["q0"] == HEAD and reasons(res)["q29"] == NO_FIT
+    # q0's two refusals and the head's projection (on copies: not remembered); 65 without the memo
+    assert calls[:2] == ["default/gpu-1", "default/gpu-4"] and len(calls) < 10
+    for y in ys:
+        assert y.allocation is not None
+        c.release(y.allocation)
+    res = admit(rt, waiting, xs, c, 50.0, estimate=oracle, carry=res.carry)
+    assert started(res) == ["q0", "q1"]
+
+
 def test_a_head_overtaken_by_its_policy_is_reserved_anew() -> None:
     # n0 4 GPUs, n1 1 GPU, SJF. R (2 GPUs on n0) ends at 100: H (4 GPUs, 50 s) is reserved at 100, latest
     # 100. At 60 S (1 GPU, 45 s: shorter, ahead of H) starts on n0 and H moves to 105. B (1 GPU, 500 s)
