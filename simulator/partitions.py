@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from qosmos.extender.core.admission import check_array_split
 from qosmos.extender.core.cohorts import RECLAIM_WITHIN_COHORT, WITHIN_PARTITION
 from qosmos.extender.core.errors import InvalidInput
 
@@ -95,8 +96,7 @@ def parse_partitions(data: object, source: str, policies: Collection[str] = ()) 
         if policy is not None and policies and policy not in policies:
             raise InvalidInput(f"{where}.policy", policy, f"expected one of {', '.join(policies)}")
         split = entry.get("arraySplit")
-        if split is not None and (isinstance(split, bool) or not isinstance(split, int | float) or not 0 <= split <= 1):
-            raise InvalidInput(f"{where}.arraySplit", split, "must be a fraction in [0, 1]")
+        split = None if split is None else check_array_split(f"{where}.arraySplit", split)
         pre: Any = entry.get("preemption") or {}
         if not isinstance(pre, Mapping):
             raise InvalidInput(f"{where}.preemption", pre, "expected a mapping")
@@ -115,7 +115,7 @@ def parse_partitions(data: object, source: str, policies: Collection[str] = ()) 
                 policy,
                 pre.get("withinVirtualCluster", "Never"),
                 pre.get("reclaimWithinCohort", "Any"),
-                None if split is None else float(split),
+                split,
             )
         )
     return tuple(out)

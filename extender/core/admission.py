@@ -75,6 +75,13 @@ T = TypeVar("T")
 DEFAULT_ARRAY_SPLIT = 0.5  # SODA: the 4-GPU resource array's share when none is given
 
 
+def check_array_split(field: str, value: object) -> float:
+    """SODA's array split as a fraction in [0, 1], or InvalidInput naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise InvalidInput(field, value, "must be a fraction in [0, 1]")
+    return float(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Partition:
     """A VirtualCluster as the core sees it.
@@ -115,8 +122,7 @@ class Partition:
             raise InvalidInput("relax_factor", self.relax_factor, "must be a finite number >= 0")
         if self.gpu_quota is not None and self.gpu_quota < 0:
             raise InvalidInput("gpu_quota", self.gpu_quota, "must be >= 0")
-        if not 0 <= self.array_split <= 1:
-            raise InvalidInput("array_split", self.array_split, "must be a fraction in [0, 1]")
+        check_array_split("array_split", self.array_split)
         if self.cohort is not None and not (isinstance(self.cohort, str) and self.cohort):
             raise InvalidInput("cohort", self.cohort, "must be a non-empty name")
         for name in ("borrowing_limit", "lending_limit"):

@@ -112,6 +112,7 @@ def test_cli_runs_with_a_partitions_file(tmp_path: Path) -> None:
         ("- {name: a, cohort: c, policy: soda}", "cohort"),  # SODA's arrays split a VC's own nodes
         ("- {name: a, policy: soda, arraySplit: 1.5}", "arraySplit"),
         ("- {name: a, policy: soda, arraySplit: yes}", "arraySplit"),
+        ("- {name: a, policy: soda, arraySplit: .nan}", "arraySplit"),
         ("- {name: a, arraySplit: 0.5}", "arraySplit"),  # fifo (--policy's default) has no job arrays
     ],
 )
