@@ -787,7 +787,9 @@ class _Pass:
             pool = pools[lender]
             memo = biggest = None
             if memos is not None:
-                memo = memos.get(pool) or memos.setdefault(pool, FitMemo())
+                memo = memos.get(pool)
+                if memo is None:
+                    memo = memos[pool] = FitMemo()
                 biggest = st.biggest_node(job.vc, (), pool)
                 if memo.refused(job, st, self.group, biggest):
                     continue
