@@ -73,6 +73,9 @@ NOT_NOW = "does not fit the free resources now"  # why a NO_FIT job (or an unres
 
 T = TypeVar("T")
 DEFAULT_ARRAY_SPLIT = 0.5  # SODA: the 4-GPU resource array's share when none is given
+# Times closer than this are one instant to backfilling: the operator's times are epoch seconds (a double's
+# step there is 2.4e-7 s) carried between passes in RFC 3339 microseconds; the simulator's are exact
+SAME_INSTANT_S = 1e-6
 
 
 def check_array_split(field: str, value: object) -> float:
@@ -267,6 +270,11 @@ class FitMemo:
             self.exact.add(job.gpus)
 
 
+def _any(r: RunningJob) -> bool:
+    """Every candidate may be taken (``_Pass._room``)."""
+    return True
+
+
 class PartitionRuntime:
     """A partition's policy, placer and caches (GENIE tables, fit memo): what the caller keeps per
     partition between passes. Losing it changes no decision, only speed."""
@@ -418,6 +426,7 @@ class _Pass:
         self._spans: dict[tuple[Any, ...], bool] = {}
         self._lent: dict[str, list[RunningJob]] = {}  # SODA array -> running jobs of others on its nodes
         self._pools: dict[str, str] | None = None
+        self.head_queue: str | None = None  # the sub-queue (SODA: job array) of the head reserved in this pass
         pre = self.part.preemption
         # whether a blocked head may preempt (cohort reclaim, lower-priority jobs of its own)
         self.may_preempt = (self.part.cohort is not None and pre.reclaim_within_cohort == "Any") or (
@@ -619,7 +628,7 @@ class _Pass:
                 borrowed[name] -= r.allocation.gpus if r.allocation is not None else 0
                 return True
 
-            found = self._room(d, victim_order(cands, now), still_borrows, 0)
+            found = self._room(_request(job, d.shape), victim_order(cands, now), still_borrows, 0)
             if found is not None:
                 alloc, victims = found
                 for r in victims:
@@ -643,7 +652,7 @@ class _Pass:
                 if j.priority < job.priority and a is not None
             }
             found = self._room(
-                d, victim_order([*lower, *fresh.values()], now, lowest_first=True), lambda r: True, short
+                _request(job, d.shape), victim_order([*lower, *fresh.values()], now, lowest_first=True), _any, short
             )
             if found is not None:
                 alloc, victims = found
@@ -679,15 +688,15 @@ class _Pass:
             )
 
     def _room(
-        self, d: Decision, order: Sequence[RunningJob], take: Callable[[RunningJob], bool], short: int
+        self, req: PlacementRequest, order: Sequence[RunningJob], take: Callable[[RunningJob], bool], short: int
     ) -> tuple[Allocation, list[RunningJob]] | None:
-        """Release candidates in ``order`` (those ``take`` accepts) on a scratch copy until the head
-        has a placement and ``short`` GPUs are freed; then keep as victims those on the nodes it gets,
-        plus, while the cap still needs them, the first others. None when no prefix makes room."""
+        """Release candidates in ``order`` (those ``take`` accepts) on a scratch copy until the head (its
+        request ``req``) has a placement and ``short`` GPUs are freed; then keep as victims those on the
+        nodes it gets, plus, while the cap still needs them, the first others. None when no prefix makes
+        room."""
         if not order:
             return None
         trial = self.state().copy()
-        req = _request(d.job, d.shape)
         tried: list[RunningJob] = []
         freed = 0
         alloc: Allocation | None = None
@@ -820,42 +829,38 @@ class _Pass:
         # with LowerPriority preemption a job of higher priority keeps what it borrowed: else it would
         # take it back by its priority at the next pass
         ranked = self.part.preemption.within_partition == "LowerPriority"
-        borrowers = [
-            r
-            for r in self._lent_by(array, own)
-            if r.job.id not in self.reclaimed and not (ranked and r.job.priority > job.priority)
-        ]
+        # behind a reserved head, nothing of the head's array or one ordered before it (arrays go in name
+        # order): stopped, it would re-enter its array's head ahead of the reserved head and delay it
+        ahead = self.head_queue
+
+        def may_take(j: Job) -> bool:
+            return not (ranked and j.priority > job.priority) and (ahead is None or soda_array(j) > ahead)
+
+        borrowers = [r for r in self._lent_by(array, own) if r.job.id not in self.reclaimed and may_take(r.job)]
         # and what this pass lent ahead of it (its array's queue comes later in the order): lent idle
         # resources are the owner's again, else the next pass at this instant would reclaim them
         fresh = [
             RunningJob(j, self.now, e, a)
             for j, a, e in self.started
-            if a is not None
-            and soda_array(j) != array
-            and any(own[g.node] for g in a.grants)
-            and not (ranked and j.priority > job.priority)
+            if a is not None and soda_array(j) != array and any(own[g.node] for g in a.grants) and may_take(j)
         ]
-        if not borrowers and not fresh:
+        # released one at a time, as a cohort's reclaim does: this pass's own starts first (taking one back
+        # loses nothing), then the least lost work; of those, only the ones on the nodes it then gets lose
+        # what they borrowed (all of them on a node did, even those whose GPUs it did not need)
+        req = PlacementRequest.for_job(job, shape, pool=pools[array])
+        found = self._room(req, [*victim_order(fresh, self.now), *victim_order(borrowers, self.now)], _any, 0)
+        if found is None:
             return None
-        trial = st.copy()
-        for r in (*borrowers, *fresh):
-            trial.release(r.allocation)  # type: ignore[arg-type]
-        alloc = self.rt.placer.place(PlacementRequest.for_job(job, shape, pool=pools[array]), trial)
-        if alloc is None:
-            return None
-        # only the borrowers on the nodes it takes lose them: those nodes' free state is as in the trial
-        nodes = {g.node for g in alloc.grants}
-        for r in borrowers:
+        alloc, victims = found
+        taken_back = {r.job.id for r in fresh}
+        for r in victims:
             assert r.allocation is not None
-            if any(g.node in nodes for g in r.allocation.grants):
-                self._hold(-r.allocation.gpus)
-                self._preempt(r, f"{array} array reclaims what it lent to {soda_array(r.job)} for {job.id}", "")
-        for r in fresh:
-            assert r.allocation is not None
-            if any(g.node in nodes for g in r.allocation.grants):
-                self._hold(-r.allocation.gpus)
+            self._hold(-r.allocation.gpus)
+            if r.job.id in taken_back:
                 why = f"left for {job.id}: the {array} array takes back what it would lend to {soda_array(r.job)}"
                 self._unstart(r, job, why)
+            else:
+                self._preempt(r, f"{array} array reclaims what it lent to {soda_array(r.job)} for {job.id}", "")
         return alloc
 
     def array_pools(self) -> dict[str, str]:
@@ -999,7 +1004,9 @@ class _Pass:
         prev = self.result.carry.reservation
         mine = prev is not None and prev.job_id == head.id
         # (before the head blocks, no start of the pass is a backfill: all are ahead of it in the order)
-        overtaken = mine and bool(self.started) and self.project(head, d.shape, unstarted=True)[0] < start
+        overtaken = (
+            mine and bool(self.started) and self.project(head, d.shape, unstarted=True)[0] < start - SAME_INSTANT_S
+        )
         if prev is not None and mine and math.isfinite(prev.latest) and not overtaken:
             res = HeadReservation(head.id, start, prev.latest, alloc, prev.backfilled)
         else:
@@ -1021,13 +1028,13 @@ class _Pass:
         if not math.isfinite(res.start):
             return True  # the head cannot start with what runs now; nothing to protect yet
         end = self.now + (self.estimate(job, alloc) if self.estimate is not None else math.inf)
-        if end <= res.start + 1e-9:
+        if end <= res.start + SAME_INSTANT_S:
             return True  # released before the head needs anything
         # Not "takes none of the head's projected GPUs, so fine": a placer may still need those other
         # GPUs free to choose that allocation (a gang of 7 over 4-GPU nodes wants two nodes with 4
         # free). Re-projecting is exact whatever the placer.
         start, head_alloc = self.project(head.job, head.shape, [(alloc, end)])
-        if start > res.latest + 1e-9:
+        if start > res.latest + SAME_INSTANT_S:
             return False
         if start > res.start:  # allowed, and the head now starts later (still by its latest start)
             res.start = start
@@ -1222,6 +1229,7 @@ def admit(
                 continue
             res = p.reserve(d, pos)
             head, head_pos, head_at = d, pos, len(p.result.waiting)
+            p.head_queue = d.queue
             continue
         p.start(job, alloc, d.shape, False)
     if res is None:  # no head is blocked after this pass: any earlier reservation is over

@@ -495,25 +495,34 @@ def test_soda_gpu_job_reclaims_cores_lent_to_cpu_jobs() -> None:
     assert again.starts == [] and again.preemptions == []
 
 
+def _cpu_head_case() -> tuple[ClusterState, PartitionRuntime, list[RunningJob]]:
+    """c0 (8 cores, the CPU array), g8 (the 4-GPU array) and g4 (the 1-GPU array), 16 cores each. X fills
+    c0 until 1000, R all of g4 until 10000; L (1-GPU array) borrows one of g8's GPUs and all its cores until
+    1000. A CPU job of 12 cores fits nowhere until then (reserved on g8 at 1000)."""
+    c = ClusterState([Node("c0", 0, cpu_milli=8000), Node("g8", 8, cpu_milli=16000), Node("g4", 4, cpu_milli=16000)])
+    rt = PartitionRuntime(
+        Partition("default", policy="soda", placement="best-fit", backfill="easy", array_split=0.5),
+        OrderContext(total_gpus=12, total_cpu_milli=40000),
+    )
+    assert c.pools[rt.array_pools(c)["gpu-4"]].tolist() == [False, True, False]
+    runs = [run(c, Job("X", 0, 0, cpu_milli=8000, duration=1000), 0, node=0)]
+    runs.append(run(c, Job("R", 0, 4, cpu_milli=16000, duration=10000), 0, node=2))
+    runs.append(run(c, Job("L", 0, 1, cpu_milli=16000, duration=1000), 0, node=1))
+    return c, rt, runs
+
+
 def test_soda_reclaims_nothing_for_a_job_that_may_not_backfill() -> None:
-    # g8 is the 4-GPU array, g4 the 1-GPU array. R (3 GPUs) holds g4 until 10000; six 1-GPU jobs borrow
-    # g8 until 1000. H (3 GPUs, the 1-GPU array's head) fits nowhere: reserved on g8 at 1000. G (8 GPUs)
-    # would reclaim g8 from the borrowers, but running until 5002 it would delay H: it may not backfill.
-    # The borrowers were preempted all the same and nothing started (in the simulator nothing ran again).
-    c = ClusterState([Node("g8", 8), Node("g4", 4)])
-    ctx = OrderContext(total_gpus=c.total_gpus, total_cpu_milli=0)
-    part = Partition("default", policy="soda", placement="best-fit", backfill="easy", array_split=0.5)
-    rt = PartitionRuntime(part, ctx)
-    pools = rt.array_pools(c)
-    assert c.pools[pools["gpu-4"]].tolist() == [True, False]
-    runs = [run(c, Job("R", 0, 3, duration=10000), 0, node=1)]
-    runs += [run(c, Job(f"B{k}", 0, 1, duration=1000), 0, node=0) for k in range(6)]
-    res = admit(rt, [Job("H", 1, 3, duration=100), Job("G", 2, 8, duration=5000)], runs, c, 2.0, estimate=oracle)
+    # G (8 GPUs and 16 cores) would reclaim g8 from L (its array goes after H's: L would wait behind H), but
+    # holding g8's cores until 5002 it would delay H: it may not backfill, and L runs on (before, L was
+    # preempted all the same and nothing started: in the simulator nothing ran again)
+    c, rt, runs = _cpu_head_case()
+    h = Job("H", 1, 0, cpu_milli=12000, duration=100)
+    res = admit(rt, [h, Job("G", 2, 8, cpu_milli=16000, duration=5000)], runs, c, 2.0, estimate=oracle)
     assert res.preemptions == [] and res.starts == []
     assert reasons(res) == {"H": HEAD, "G": RESERVED}
     # short enough to end before H's reserved start, G reclaims g8 and starts
-    res = admit(rt, [Job("H", 1, 3, duration=100), Job("G", 2, 8, duration=500)], runs, c, 2.0, estimate=oracle)
-    assert started(res) == ["G"] and sorted(p.job.id for p in res.preemptions) == [f"B{k}" for k in range(6)]
+    res = admit(rt, [h, Job("G", 2, 8, cpu_milli=16000, duration=500)], runs, c, 2.0, estimate=oracle)
+    assert started(res) == ["G"] and [p.job.id for p in res.preemptions] == ["L"]
 
 
 def test_soda_job_no_array_can_place_spans_them_even_when_an_array_could_ever_fit_it() -> None:
@@ -616,18 +625,12 @@ def test_soda_under_lower_priority_preemption_leaves_a_higher_priority_borrower_
 
 
 def test_soda_keeps_a_start_it_would_take_back_for_a_job_that_may_not_backfill() -> None:
-    # g8 is the 4-GPU array, g2 the 1-GPU array, held by R. Six 1-GPU jobs borrow g8 until 1000. H (3
-    # GPUs) fits nowhere and is reserved on g8 at 1000. B (1 GPU, 100 s) backfills on g8. G (8 GPUs)
-    # would reclaim g8 from the six and take B's start back, but it would delay H: nothing of it stands.
-    c = ClusterState([Node("g8", 8), Node("g2", 2)])
-    part = Partition("default", policy="soda", placement="best-fit", backfill="easy", array_split=0.5)
-    rt = PartitionRuntime(part, OrderContext(total_gpus=10))
-    assert c.pools[rt.array_pools(c)["gpu-4"]].tolist() == [True, False]
-    runs = [run(c, Job("R", 0, 2, duration=10000), 0, node=1)]
-    runs += [run(c, Job(f"L{k}", 0, 1, duration=1000), 0, node=0) for k in range(6)]
-    waiting = [Job("H", 1, 3, duration=100), Job("B", 2, 1, duration=100), Job("G", 3, 8, duration=5000)]
-    res = admit(rt, waiting, runs, c, 10.0, estimate=oracle)
-    assert started(res) == ["B"] and res.starts[0].backfilled and nodes_of(res.starts[0].allocation) == [0]
+    # B (1 GPU, no cores, 100 s) backfills on g8 behind H. G (8 GPUs, 16 cores, 5000 s) would reclaim g8
+    # from L and take B's start back, but it would delay H: nothing of it stands.
+    c, rt, runs = _cpu_head_case()
+    waiting = [Job("H", 1, 0, cpu_milli=12000, duration=100), Job("B", 2, 1, duration=100)]
+    res = admit(rt, [*waiting, Job("G", 3, 8, cpu_milli=16000, duration=5000)], runs, c, 10.0, estimate=oracle)
+    assert started(res) == ["B"] and res.starts[0].backfilled and nodes_of(res.starts[0].allocation) == [1]
     assert res.preemptions == [] and res.unstarted == [] and reasons(res) == {"H": HEAD, "G": RESERVED}
 
 
@@ -659,6 +662,41 @@ def test_soda_with_backfilling_projects_without_the_reclaimed_jobs() -> None:
     assert [p.job.id for p in res.preemptions] == ["S2"] and started(res) == ["G"]
     reservation = res.carry.reservation
     assert reservation is not None and (reservation.job_id, reservation.start) == ("G2", 50)
+
+
+def test_soda_reclaims_only_what_its_job_needs_least_lost_work_first() -> None:
+    # One 8-GPU node, all of it the 4-GPU array (split 0.9): the 1-GPU array borrows it. A (run 90 s) and
+    # B (run 10 s) hold a GPU there; this pass lends C a third, then G (own array) finds 5 free. Reclaimed
+    # one at a time like a cohort's: taking C's start back frees 6 GPUs, enough for a 6-GPU G, and A and
+    # B run on (every borrower on the node was preempted before); a 7-GPU G also stops B, whose run so
+    # far (10 s) loses less than A's
+    def one(gpus: int) -> AdmissionResult:
+        c = ClusterState([Node("g", 8)])
+        rt = soda_runtime(c, split=0.9)
+        a, b = run(c, Job("A", 0, 1, duration=1000), 10.0, node=0), run(c, Job("B", 1, 1, duration=1000), 90.0, node=0)
+        return admit(rt, [Job("C", 2, 1), Job("G", 3, gpus)], [a, b], c, 100.0)
+
+    six = one(6)
+    assert started(six) == ["G"] and six.unstarted == ["C"] and six.preemptions == []
+    seven = one(7)
+    assert started(seven) == ["G"] and seven.unstarted == ["C"]
+    assert [p.job.id for p in seven.preemptions] == ["B"]
+
+
+def test_soda_behind_a_reserved_head_reclaims_nothing_that_would_go_ahead_of_it() -> None:
+    # One 4-GPU node, the 4-GPU array's (split 0.9); B1 and B2 (1-GPU array) borrow a GPU each until 100.
+    # H (3 GPUs, 1-GPU array) blocks, reserved at 100. G (4 GPUs, 10 s) would end before then, but only by
+    # reclaiming B1 and B2, which re-enter the 1-GPU array's head, ahead of H, and would start before it
+    c = ClusterState([Node("g", 4)])
+    rt = PartitionRuntime(
+        Partition("default", policy="soda", placement="best-fit", backfill="easy", array_split=0.9),
+        OrderContext(total_gpus=4),
+    )
+    borrowers = [run(c, Job(f"B{k}", 0, 1, duration=100), 0.0, node=0) for k in (1, 2)]
+    waiting = [Job("H", 1, 3, duration=50), Job("G", 2, 4, duration=10)]
+    res = admit(rt, waiting, borrowers, c, 5.0, estimate=oracle)
+    assert started(res) == [] and res.preemptions == []
+    assert res.carry.reservation is not None and res.carry.reservation.job_id == "H"
 
 
 def test_soda_remembers_an_arrays_refusal_until_something_is_released() -> None:

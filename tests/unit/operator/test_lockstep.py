@@ -300,6 +300,25 @@ def test_ties_of_a_sorted_policy_go_by_arrival_not_by_name() -> None:
     assert sorted(run.segments, key=lambda s: s[1]) == [("ns/b", 0, 10), ("ns/z", 10, 15), ("ns/a", 15, 20)]
 
 
+def test_backfilling_takes_times_a_microsecond_apart_for_one_instant() -> None:
+    """j4 (a GENIE task) is reserved at j3's end, 1902.827... s, latest start the same (EASY). The operator's
+    times are epoch seconds: its latest start came back 2.4e-7 s before the start (a double's step there),
+    the head looked late already, and j5 (1 GPU on the free 1-GPU node) was kept from backfilling at 1902 s,
+    which the simulator let it do."""
+    genie = {"model": "ResNet50", "qos": "Urgent"}
+    jobs = [
+        TraceJob("j0", 573, 8, 1282),
+        TraceJob("j1", 573, 1, 1, withdraw=574),
+        TraceJob("j2", 573, 1, 1, batch=128, iters=265, **genie),
+        TraceJob("j3", 1607, 2, 18, withdraw=1903),
+        TraceJob("j4", 1607, 1, 1, batch=64, iters=100, **genie),
+        TraceJob("j6", 1607, 1, 1, withdraw=1608),
+        TraceJob("j5", 1902, 1, 13),
+    ]
+    run = one_vc("tetris-perf", "consolidate", "easy", [1, 8], jobs)
+    assert ("ns/j5", 1902, 1915) in run.segments
+
+
 def test_a_retired_jobs_finish_stays_the_partitions_latest_event() -> None:
     """SRTF: j0 finishes at 1 s; j2 (1 s left) and j1 (1 s, 2 GPUs) tie and the running one is kept. Once
     j0 was retired its finish was no longer among the objects the operator reads: the next pass took the
