@@ -372,6 +372,13 @@ class VirtualClusterStatus(_Model):
         "member's): preemptive policies (SRTF, LAS, RR, MLFQ) read running jobs' service as of it; kept here "
         "because a finished DLJob retired from the working set no longer shows its finish",
     )
+    active_jobs: int | None = Field(
+        None,
+        ge=0,
+        description="its DLJobs not finished as of activeJobsTime: one of them gone since was deleted before it "
+        "finished, a scheduling event (the simulator's withdrawal) that an operator restarted since still sees",
+    )
+    active_jobs_time: datetime | None = Field(None, description="the pass that counted activeJobs")
     observed_generation: int | None = Field(None, ge=0)
     conditions: Conditions | None = None
 

@@ -39,7 +39,7 @@ import math
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -552,9 +552,11 @@ class Planner:
         for v in vcs:
             name = meta(v)["name"]
             group = by_vc.get(name, [])
-            since = parse_time((v.get("status") or {}).get("lastEventTime"))
+            status = v.get("status") or {}
+            since = parse_time(status.get("lastEventTime"))
             active[name] = {d.job.id for d in group if d.phase not in FINISHED}
-            if self.memory.active.get(name, set()) - {d.job.id for d in group}:
+            was = self.memory.active.get(name)
+            if (was - {d.job.id for d in group}) if was is not None else deleted_since_count(status, group):
                 since = now  # a DLJob deleted before it finished (the simulator's withdrawal): an event now
             got = latest_event(
                 self._runtime(name, vc_specs[name]).policy,
@@ -1525,6 +1527,12 @@ class Planner:
                 "observedGeneration": meta(v).get("generation"),
             }
             have = v.get("status") or {}
+            # what a restarted operator compares with the DLJobs it finds (``deleted_since_count``): counted
+            # anew whenever a DLJob joined or left the unfinished ones (those passes write the counts anyway)
+            left = [d for d in group if d.phase not in FINISHED]
+            counted = parse_time(have.get("activeJobsTime"))
+            if have.get("activeJobs") != len(left) or counted is None or any(d.job.submit_time > counted for d in left):
+                want["activeJobs"], want["activeJobsTime"] = len(left), rfc3339(now)
             at = self._events.get(name)
             if at is not None and at > (parse_time(have.get("lastEventTime")) or -math.inf):
                 want["lastEventTime"] = rfc3339(at)
@@ -1534,7 +1542,7 @@ class Planner:
                 (c for c in have.get("conditions") or [] if c.get("type") == "Ready"), {}
             )
             changed = any(have.get(k) != want[k] for k in ("gpus", "queued", "running", "observedGeneration"))
-            changed |= "lastEventTime" in want
+            changed |= "lastEventTime" in want or "activeJobs" in want
             changed |= any(old_ready.get(k) != ready[k] for k in ("status", "reason", "message"))
             if changed or abs(int(have.get("oldestWaitSeconds") or 0) - oldest) >= OLDEST_WAIT_STEP_S:
                 self._w.add(f"vc/{name}", PatchVCStatus(name, want))
@@ -1691,6 +1699,26 @@ class Reconciler:
         rep.phases.update({f"stage{i}": s for i, s in enumerate(done.stage_s)})
         metrics.PASS_SECONDS.observe(rep.seconds)
         return rep
+
+
+def deleted_since_count(status: Mapping[str, Any], group: Sequence[DL]) -> bool:
+    """Whether a DLJob unfinished when a pass last counted them (a VirtualCluster's ``status.activeJobs`` at
+    ``activeJobsTime``) is gone from ``group``, its DLJobs now: deleted before it finished while no pass of
+    this operator's watched (it restarted). Those created since are not of the count; those finished
+    since were unfinished then."""
+    count, at = status.get("activeJobs"), parse_time(status.get("activeJobsTime"))
+    if count is None or at is None:
+        return False
+    alive = 0
+    for d in group:
+        if d.job.submit_time > at:
+            continue
+        if d.phase in FINISHED:
+            done = parse_time(d.status.get("completionTime"))
+            if done is None or done <= at:
+                continue
+        alive += 1
+    return alive < int(count)
 
 
 def confine(waiting: list[DL], nodes: list[dict[str, Any]], cluster: ClusterState) -> None:

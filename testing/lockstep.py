@@ -113,6 +113,7 @@ class Passes:
         *,
         vcs: Mapping[str, dict[str, Any]] | None = None,
         node_vc: Sequence[str] = (),
+        restarts: bool = False,
     ) -> None:
         if vcs is None:
             vcs, node_vc = {"default": vc_spec}, ["default"] * len(node_gpus)
@@ -129,11 +130,9 @@ class Passes:
         self.now = T0
         self.jobs = {j.name: j for j in jobs}
         self.duration = {f"ns/{j.name}": float(j.duration) for j in jobs}
-        self.rec = Reconciler(
-            self.kube,  # type: ignore[arg-type]
-            durations=Oracle(self.duration) if predict else Durations(None),
-            clock=lambda: self.now,
-        )
+        self.durations = Oracle(self.duration) if predict else Durations(None)
+        self.restarts = restarts  # a new operator (nothing in memory) before every pass
+        self.rec = self.operator()
         self.arrivals = sorted((T0 + j.submit, j.name) for j in jobs)
         self.ends: dict[str, float] = {}  # pod -> when it finishes its run
         self.open: dict[str, float] = {}  # job -> start of its current segment
@@ -144,6 +143,9 @@ class Passes:
         self.passes = 0
         self.deleted: set[str] = set()
         self.modeldb = ModelDB.builtin()
+
+    def operator(self) -> Reconciler:
+        return Reconciler(self.kube, durations=self.durations, clock=lambda: self.now)  # type: ignore[arg-type]
 
     def dljob(self, j: TraceJob) -> dict[str, Any]:
         return {
@@ -196,6 +198,8 @@ class Passes:
                 st["containerStatuses"] = [{"name": "main", "state": {"terminated": {"finishedAt": rfc3339(end)}}}]
                 del self.ends[pod]
         seen = len(self.kube.status_patches)
+        if self.restarts:
+            self.rec = self.operator()
         rep = self.rec.run_pass()
         self.wake = rep.wake_at
         for name, patch in self.kube.status_patches[seen:]:

@@ -86,12 +86,13 @@ def lockstep(
     jobs: list[TraceJob],
     placement: str,
     backfill: str,
+    restarts: bool = False,
 ) -> Passes:
     specs = {n: {**spec, "placement": placement, "backfill": backfill} for n, spec in vcs.items()}
     # QSSF orders by the predictor's run times: the operator's and the simulator's, each trained online on
     # the jobs that finished (the cases mix it only with policies that read no run time)
     learned = any(spec["policy"] == "qssf" for spec in vcs.values())
-    run = Passes({}, nodes, jobs, predict=not learned, vcs=specs, node_vc=node_vc)
+    run = Passes({}, nodes, jobs, predict=not learned, vcs=specs, node_vc=node_vc, restarts=restarts)
     run.run()  # asserts that no later pass preempts
     want = simulated(vcs, nodes, node_vc, jobs, placement, backfill, learned)
     assert same_segments(want, run.segments), f"\nsimulator {want}\noperator  {sorted(run.segments)}"
@@ -106,13 +107,14 @@ def one_vc(
     jobs: list[TraceJob],
     lower_priority: bool = False,
     array_split: float = 0.5,
+    restarts: bool = False,
 ) -> Passes:
     spec: dict[str, Any] = {"policy": policy}
     if policy == "soda":  # (the simulator's default derives it from the trace)
         spec["arraySplit"] = array_split
     if lower_priority:
         spec["preemption"] = {"withinVirtualCluster": "LowerPriority"}
-    return lockstep({"default": spec}, nodes, ["default"] * len(nodes), jobs, placement, backfill)
+    return lockstep({"default": spec}, nodes, ["default"] * len(nodes), jobs, placement, backfill, restarts)
 
 
 @st.composite
@@ -174,6 +176,15 @@ def test_the_operators_passes_make_the_simulators_decisions(
     case: tuple[str, str, str, list[int], list[TraceJob], bool, float],
 ) -> None:
     one_vc(*case)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_an_operator_restarted_before_every_pass_makes_the_simulators_decisions(
+    case: tuple[str, str, str, list[int], list[TraceJob], bool, float],
+) -> None:
+    """Nothing a decision needs lives only in the operator's memory: the objects' status is the truth."""
+    one_vc(*case, restarts=True)
 
 
 GENIE_POLICIES = ("swaf", "tetris-perf", "tetris-cer", "capacity", "minmin", "wfair", "fifo")
@@ -317,6 +328,25 @@ def test_backfilling_takes_times_a_microsecond_apart_for_one_instant() -> None:
     ]
     run = one_vc("tetris-perf", "consolidate", "easy", [1, 8], jobs)
     assert ("ns/j5", 1902, 1915) in run.segments
+
+
+def test_a_deletion_while_the_operator_was_down_is_an_event_after_its_restart() -> None:
+    """LAS, one 2-GPU node: j3 waits and is deleted at 483 s, an event (the simulator's withdrawal) at which
+    j4 (less service than the running j2 and j5) takes the GPUs. An operator restarted since had no
+    memory of j3 and saw no event: j4 waited for the next one. The VirtualCluster's status counts its
+    unfinished DLJobs (activeJobs at activeJobsTime): one of them gone is a deletion."""
+    jobs = [
+        TraceJob("j0", 0, 1, 1, withdraw=1),
+        TraceJob("j1", 0, 1, 1),
+        TraceJob("j4", 116, 2, 302),
+        TraceJob("j2", 189, 1, 301),
+        TraceJob("j5", 189, 2, 176),
+        TraceJob("j3", 365, 1, 5, withdraw=483),
+    ]
+    run = one_vc("las", "cer", "adaptive", [2], jobs, restarts=True)
+    assert ("ns/j4", 483, 712) in run.segments
+    vc = run.kube.virtual_clusters()[0]["status"]
+    assert vc["activeJobs"] == 0 and parse_time(vc["activeJobsTime"]) == T0 + 895  # the last finish
 
 
 def test_a_retired_jobs_finish_stays_the_partitions_latest_event() -> None:
