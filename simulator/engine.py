@@ -1024,10 +1024,11 @@ class Simulator:
         elif cause == LOWER_PRIORITY and job.vc in stats:
             stats[job.vc]["priority_preemptions"] += 1
 
-    def _place_now(self, i: int) -> Allocation | None:
-        """Room for waiting job ``i`` now, by its partition's placer (external deciders, fidelity)."""
+    def _place_now(self, i: int, books: ClusterState | None = None) -> Allocation | None:
+        """Room for waiting job ``i`` now (on ``books``, else the cluster), by its partition's placer
+        (external deciders, fidelity, a migration's trial)."""
         q = self.queues[self.vc_index[self.jobs[i].vc]]
-        return q.rt.placer.place(self._request(i), self.cluster)
+        return q.rt.placer.place(self._request(i), self.cluster if books is None else books)
 
     # ---- migration (AnalySIM §3.1) -----------------------------------------------------------
     def _migrate(self, qi: int) -> None:
@@ -1104,7 +1105,7 @@ class Simulator:
         for i in movers:
             trial.release(self.alloc[i])  # type: ignore[arg-type]
             trial.allocate(new[i])
-        return self.queues[qi].rt.placer.place(self._request(h), trial) is not None
+        return self._place_now(h, trial) is not None
 
     # ---- inference services (seed 002 §V-D2) -------------------------------------------------
     def _check_services(self) -> None:
