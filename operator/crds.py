@@ -601,6 +601,16 @@ class DLJobSpec(_Model):
         description="seconds a node of its running gang may be NotReady before the gang is requeued elsewhere "
         "(reason NodeLost); unset: its VirtualCluster's nodeLostSeconds (300)",
     )
+    checkpoint_interval_seconds: int | None = Field(
+        None,
+        ge=0,
+        description="seconds of run between the job's own periodic checkpoints. A run segment that ends without "
+        "a grace period (a failed pod, a lost node) keeps the progress of its whole checkpoint intervals only: "
+        "the rest is lost (status.lostRunSeconds) and the job's remaining time says so (SRTF, backfilling, ETA, "
+        "a GENIE task's work left); 0: no periodic checkpoints (such a segment keeps nothing); unset: every run "
+        "counts whole. A preemption, suspension or requeue stops the pods with their grace period "
+        "(SIGTERM: time to checkpoint) and keeps the whole segment",
+    )
     ttl_seconds_after_finished: int | None = Field(
         None, ge=0, description="the finished DLJob (and, through ownership, its pods) is deleted this long after"
     )
@@ -684,7 +694,16 @@ class DLJobStatus(_Model):
         "the current segment, since startTime, is not included",
     )
     executed_seconds: float | None = Field(
-        None, ge=0, description="seconds its finished run segments ran (SRTF: predicted duration minus this)"
+        None,
+        ge=0,
+        description="seconds of its finished run segments its progress keeps (SRTF: predicted duration minus "
+        "this): their run, less what failures lost since the last checkpoint (spec.checkpointIntervalSeconds)",
+    )
+    lost_run_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="seconds of run lost since the last checkpoint when segments ended without a grace period "
+        "(a failed pod, a lost node), in all; run again after the restart",
     )
     work_left: float | None = Field(
         None,

@@ -8,6 +8,11 @@ QUEUE_LENGTH = Gauge("qosmos_operator_queue_length", "DLJobs waiting in a Virtua
 OLDEST_WAIT = Gauge("qosmos_operator_oldest_wait_seconds", "wait so far of a VirtualCluster's oldest DLJob", ["vc"])
 ADMISSIONS = Counter("qosmos_operator_admissions_total", "DLJobs admitted", ["vc"])
 FINISHED = Counter("qosmos_operator_finished_total", "DLJobs finished", ["vc", "phase"])
+LOST_RUN = Counter(
+    "qosmos_operator_lost_run_seconds_total",
+    "run seconds of DLJobs lost since their last checkpoint to a failed pod or a lost node (run again)",
+    ["vc"],
+)
 PODS_CREATED = Counter("qosmos_operator_pods_created_total", "gang pods created")
 APPLY_TO_RUNNING = Histogram(
     "qosmos_operator_apply_to_running_seconds",

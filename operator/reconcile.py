@@ -112,6 +112,7 @@ from qosmos.operator.translate import (
     has_headless_service,
     headless_service,
     job_from_dljob,
+    kept_run,
     key_of,
     meta,
     parse_time,
@@ -1003,7 +1004,8 @@ class Planner:
                 int(dl.status.get("consecutiveFailures") or 0), None if started is None else now - started
             )
             delay = restart_delay(k)
-            served = self._fold(dl, now)
+            served = self._fold(dl, now, graceful=False)
+            lost = _lost(dl, served)  # (before the patch folds it into the status)
             counted = action is FailureAction.COUNT
             patch: dict[str, Any] = {"phase": DLJobPhase.ADMITTED.value, "startTime": None, **served,
                                      "consecutiveFailures": k, "restartAfter": rfc3339(now + delay)}  # fmt: skip
@@ -1016,7 +1018,7 @@ class Planner:
                 if _phase(p) not in FINISHED:
                     self._stop(dl, p)
             count = f"{restarts + 1}/{dl.spec.backoff_limit}" if counted else "not counted: podFailurePolicy Ignore"
-            self._event(dl, "Restarted", f"{what}: gang recreated in {delay:.0f} s ({count})")
+            self._event(dl, "Restarted", f"{what}: gang recreated in {delay:.0f} s ({count}){lost}")
             rep.restarted.append(dl.job.id)
             rep.wake(now + delay)
             return
@@ -1062,9 +1064,11 @@ class Planner:
         """Back to the queue (preempted or reclaimed): placement dropped, pods deleted. The service of the
         run it stops is folded into its status before ``startTime`` goes, and ``queuedSince`` says when
         it went back: ``at``, the event the decision was made for (the simulator's preemption instant),
-        else now. Its next gang is a new attempt (new pod names)."""
+        else now. Its next gang is a new attempt (new pod names). A node lost (``reason`` NodeLost) gave
+        its pods there no grace period to checkpoint in."""
         pods = self._placed_pods(dl)  # before the status drops the placement
-        served = self._fold(dl, now)
+        served = self._fold(dl, now, graceful=reason != "NodeLost")
+        why += _lost(dl, served)
         self._patch(
             dl,
             {
@@ -1092,12 +1096,17 @@ class Planner:
         (``core.backfill.expected_run``: a requeued job resumes, as in the simulator)."""
         return RunningJob(job, start, start + expected_run(job, alloc, predicted, cluster, self.modeldb), alloc)
 
-    def _fold(self, dl: DL, now: float) -> dict[str, float]:
+    def _fold(self, dl: DL, now: float, graceful: bool = True) -> dict[str, float]:
         """The status fields that fold the run segment ending now into the job's service (and a GENIE
         task's work left); the pass's Job follows (a job restarted and then preempted in one pass keeps
-        both segments)."""
+        both segments). A segment that ends without a grace period (``graceful`` false: a failed pod, a
+        lost node) keeps the progress up to its last checkpoint only (``spec.checkpointIntervalSeconds``)."""
         start = segment_start(dl.status)
-        served = service_status(dl.job, start, now)
+        ran = 0.0 if start is None else max(now - start, 0.0)
+        kept = ran if graceful else kept_run(ran, dl.spec.checkpoint_interval_seconds)
+        served = service_status(dl.job, start, now, kept, float(dl.status.get("lostRunSeconds") or 0.0))
+        if kept < ran:
+            metrics.LOST_RUN.labels(dl.spec.virtual_cluster).inc(ran - kept)
         dl.job.attained = served["attainedServiceGpuSeconds"]
         dl.job.executed = served["executedSeconds"]
         gang = Gang.of_status(dl.status)
@@ -1106,7 +1115,7 @@ class Planner:
             labels = meta(self._nodes.get(gang.node_names[0]) or {}).get("labels") or {}
             lat = task_latency(dl.job, shape, str(labels.get(LABEL_GPU_MODEL, "")), self.modeldb)
             if lat is not None:
-                dl.job.work_left = genie.work_left_after(dl.job.work_left, max(now - start, 0.0), lat)
+                dl.job.work_left = genie.work_left_after(dl.job.work_left, kept, lat)
                 served["workLeft"] = round(dl.job.work_left, 9)
         return served
 
@@ -1831,6 +1840,16 @@ def _node(pod: Mapping[str, Any]) -> str | None:
 def _holding(pod: Mapping[str, Any]) -> str | None:
     """The node whose devices the pod holds until it is gone (bound and not finished), else None."""
     return _node(pod) if _phase(pod) not in FINISHED else None
+
+
+def _lost(dl: DL, served: Mapping[str, float]) -> str:
+    """What a segment's fold lost since its last checkpoint, for the event and condition ('' if nothing)."""
+    lost = served.get("lostRunSeconds", 0.0) - float(dl.status.get("lostRunSeconds") or 0.0)
+    if lost <= 0:
+        return ""
+    every = dl.spec.checkpoint_interval_seconds
+    since = f"every {every} s" if every else "none periodic"
+    return f"; {lost:.0f} s of run since its last checkpoint lost (checkpoints: {since})"
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

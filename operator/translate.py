@@ -167,11 +167,32 @@ def with_service(job: Job, start: float | None, at: float) -> Job:
     return dataclasses.replace(job, executed=job.executed + ran, attained=job.attained + ran * job.gpus)
 
 
-def service_status(job: Job, start: float | None, now: float) -> dict[str, float]:
+def kept_run(ran: float, checkpoint_interval: int | None) -> float:
+    """Seconds of a run segment that ended without a grace period (a failed pod, a lost node) whose progress
+    the job keeps: its whole checkpoint intervals, one every ``checkpoint_interval`` seconds of run from the
+    segment's start (0: none, it keeps no periodic checkpoints; None: the whole run)."""
+    if checkpoint_interval is None:
+        return ran
+    if checkpoint_interval <= 0:
+        return 0.0
+    return math.floor(ran / checkpoint_interval) * float(checkpoint_interval)
+
+
+def service_status(
+    job: Job, start: float | None, now: float, kept: float | None = None, lost: float = 0.0
+) -> dict[str, float]:
     """Status fields folding the current segment into the service of the finished ones, written when the
-    segment ends without the job finishing (a requeue, a gang restart)."""
+    segment ends without the job finishing (a requeue, a gang restart). ``kept``: the run seconds its
+    progress keeps when that is less than the segment's run (:func:`kept_run`), the rest added to
+    ``lost`` (``lostRunSeconds`` so far); the service received (``attainedServiceGpuSeconds``) is the
+    whole run's."""
     j = with_service(job, start, now)
-    return {"attainedServiceGpuSeconds": round(j.attained, 3), "executedSeconds": round(j.executed, 3)}
+    out = {"attainedServiceGpuSeconds": round(j.attained, 3), "executedSeconds": round(j.executed, 3)}
+    ran = 0.0 if start is None else max(now - start, 0.0)
+    if kept is not None and kept < ran:
+        out["executedSeconds"] = round(job.executed + kept, 3)
+        out["lostRunSeconds"] = round(lost + ran - kept, 3)
+    return out
 
 
 def nodes_of(spec: DLJobSpec) -> int:
@@ -789,6 +810,7 @@ __all__ = [
     "hostname",
     "job_from_dljob",
     "job_key",
+    "kept_run",
     "node_ready",
     "node_usable",
     "nodes_of",

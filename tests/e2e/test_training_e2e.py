@@ -394,6 +394,40 @@ def test_preempted_and_suspended_jobs_checkpoint_in_their_grace_period_and_resum
         watch.close()
 
 
+def test_a_rank_killed_mid_run_resumes_from_its_last_periodic_checkpoint(training: Training) -> None:
+    """SIGKILL of rank 0's process from the node (as the OOM killer would): no grace period, so no
+    checkpoint of its last step. Its pod fails; the operator recreates the gang after the back-off, the new
+    gang resumes from the last periodic checkpoint (every 100 steps) and trains to the very parameters of
+    an uninterrupted run of the same job beside it. The status counts the run since the last checkpoint
+    (spec.checkpointIntervalSeconds) as lost, not as progress, and the Restarted event says so."""
+    env = training
+    ns = env.namespace()
+    slow = {"TRAIN_STEPS": "600", "TRAIN_STEP_SLEEP": "0.03", "TRAIN_CHECKPOINT_EVERY": "100"}
+    env.apply(env.train_job(ns, "crash", 2, env=slow, backoffLimit=1, checkpointIntervalSeconds=3),
+              env.train_job(ns, "steady", 2, env=slow))  # fmt: skip
+    env.wait_phase(ns, "crash", ("Running",), 240)
+    wait_for(lambda: _steps_logged(env, ns, "crash-0-0") >= 150, 240, "crash past step 150", every=0.2)
+    (pod,) = [p for p in env.pods(ns, "crash") if p["metadata"]["name"] == "crash-0-0"]
+    cid = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    env.node.ctr("tasks", "kill", "--signal", "SIGKILL", cid)
+    saved = env.checkpoint_step(ns, "crash")  # rank 0 is gone: nobody writes another
+    assert saved is not None and saved >= 100 and saved % 100 == 0, saved
+    st = env.wait_phase(ns, "crash", ("Succeeded", "Failed"), 420)
+    assert st["phase"] == "Succeeded" and st["restarts"] == 1, f"{st}\n{env.debug(ns)}"
+    assert f"resumed from step={saved}" in env.logs(ns, "crash-1-0")
+    steady = env.wait_phase(ns, "steady", ("Succeeded", "Failed"), 300)
+    assert steady["phase"] == "Succeeded", steady
+    ranks = finals(env, ns, "crash", 2) + finals(env, ns, "steady", 2)
+    assert len({c for _, _, c in ranks}) == 1, f"the resumed run's parameters differ: {ranks}"
+    # the first segment: its whole 3 s intervals kept, the rest lost; the service received is all of it
+    lost, kept = st["lostRunSeconds"], st["executedSeconds"]
+    assert 0 < lost < 3 and kept > 0 and kept % 3 == 0, st
+    assert st["attainedServiceGpuSeconds"] == pytest.approx((kept + lost) * 2, abs=0.01), st
+    events = json.loads(env.kubectl("get", "events", "-n", ns, "--field-selector",
+                                    "involvedObject.name=crash,reason=Restarted", "-o", "json").stdout)["items"]  # fmt: skip
+    assert any("since its last checkpoint lost (checkpoints: every 3 s)" in e["message"] for e in events), events
+
+
 def test_a_quota_reclaim_stops_a_borrower_with_its_grace_period_and_it_resumes(training: Training) -> None:
     """Cohorts (issue 21 §3) on the real node: VirtualCluster ``train`` (quota 4) borrows the idle quota
     of ``lender`` (quota 4, same cohort, no nodes of its own) for an 8-GPU job; a 4-GPU job of the

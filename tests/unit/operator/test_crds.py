@@ -180,7 +180,7 @@ def test_spec_fields_are_the_issues() -> None:
         "virtualCluster", "kind", "modelType", "globalBatchSize", "iterations", "gpus", "gpusPerNode", "cpus",
         "memory", "qosClass", "gpuModels", "template", "backoffLimit", "rendezvous", "priority",
         "podFailurePolicy", "cleanPodPolicy", "suspend", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
-        "startTimeoutSeconds", "nodeLostSeconds", "gpusPerPod",
+        "startTimeoutSeconds", "nodeLostSeconds", "gpusPerPod", "checkpointIntervalSeconds",
     }  # fmt: skip
     assert job["required"] == ["virtualCluster"]
     template = job["properties"]["template"]

@@ -453,3 +453,57 @@ def test_a_finished_job_with_nothing_left_leaves_the_working_set(by_status: bool
     kept.kube.pods["j-0-1"]["status"] = {"phase": "Succeeded"}
     kept.step()
     assert retired(kept) and kept.kube.dljobs() == []
+
+
+def _fail_after(r: Run, ran: float) -> Any:
+    """The gang runs (startTime), its pod fails ``ran`` seconds later, and a pass sees it."""
+    if r.kube.jobs["j"].get("status", {}).get("phase") != "Running":
+        r.step(11)  # (past a restart's back-off)
+        r.run_current()
+        r.step()
+    start = parse_time(r.status["startTime"])
+    assert start is not None
+    r.now = start + ran - 1
+    r.exit(1)
+    return r.step()
+
+
+@pytest.mark.parametrize(("every", "kept"), [(300, 600.0), (0, 0.0), (None, 700.0)])
+def test_a_failed_gang_keeps_the_progress_of_its_last_checkpoint(every: int | None, kept: float) -> None:
+    """A failed pod gives its gang no grace period: the segment keeps its whole checkpoint intervals
+    (spec.checkpointIntervalSeconds; 0: none; unset: all of it), the rest is lost and run again. The
+    service it received (LAS's attained GPU-seconds) is the whole run's."""
+    r = Run(backoffLimit=3, **({} if every is None else {"checkpointIntervalSeconds": every}))
+    _fail_after(r, 700)
+    assert r.status["restarts"] == 1
+    assert r.status["executedSeconds"] == kept and r.status["attainedServiceGpuSeconds"] == 700 * 8
+    assert r.status.get("lostRunSeconds") == (700 - kept or None)
+    (said,) = [m for _, reason, m in r.kube.events if reason == "Restarted"]
+    assert ("since its last checkpoint lost" in said) is (kept < 700)
+    if every == 300:
+        assert said.endswith("; 100 s of run since its last checkpoint lost (checkpoints: every 300 s)")
+    _fail_after(r, 350)  # the next segment: lost on top, progress on top of what was kept
+    assert r.status["executedSeconds"] == kept + {300: 300.0, 0: 0.0, None: 350.0}[every]
+    assert r.status["attainedServiceGpuSeconds"] == (700 + 350) * 8
+    assert r.status.get("lostRunSeconds") == ({300: 150.0, 0: 1050.0, None: None}[every])
+
+
+def test_a_lost_node_loses_the_run_since_the_last_checkpoint_and_a_suspension_keeps_it() -> None:
+    """A node lost gave its pods no grace period; a suspension (as a preemption) stops them with theirs,
+    time to checkpoint on SIGTERM: its whole run counts."""
+    r, _ = _running_on_a_node_gone_not_ready(100)
+    r.kube.edit("j", checkpointIntervalSeconds=60)
+    r.step(101)
+    requeue = next(st for name, st in r.kube.status_patches if st.get("phase") == "Queued")
+    assert requeue["executedSeconds"] == 60.0 and requeue["lostRunSeconds"] == 41.0
+    assert requeue["conditions"][0]["message"].endswith(
+        "; 41 s of run since its last checkpoint lost (checkpoints: every 60 s)"
+    )
+    r = Run(checkpointIntervalSeconds=0)
+    r.step()
+    r.run_current()
+    r.step()
+    r.kube.edit("j", suspend=True)
+    r.step(500)
+    assert r.status["phase"] == "Queued" and r.status["executedSeconds"] == 500.0
+    assert "lostRunSeconds" not in r.status
