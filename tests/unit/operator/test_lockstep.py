@@ -311,6 +311,18 @@ def test_ties_of_a_sorted_policy_go_by_arrival_not_by_name() -> None:
     assert sorted(run.segments, key=lambda s: s[1]) == [("ns/b", 0, 10), ("ns/z", 10, 15), ("ns/a", 15, 20)]
 
 
+@pytest.mark.parametrize("policy", ["minmin", "swaf"])
+def test_a_job_preempted_at_an_arrivals_instant_queues_behind_that_arrival(policy: str) -> None:
+    """At 10 s j2 and j5 (priorities 2 and 1) arrive with j4 and take the GPUs, preempting j1. The two
+    policies tie j1 and j4 (no GENIE task): the simulator's queue holds j4 first, enqueued on arrival before
+    the pass sent j1 back. The operator put j1 first (queuedSince 10 as j4's creation, created earlier) and
+    started it when j5's deletion freed 3 single GPUs, where the simulator keeps j4 as the blocked head."""
+    jobs = [TraceJob("j1", 0, 1, 400), TraceJob("j2", 10, 3, 1000, priority=2), TraceJob("j4", 10, 3, 1000),
+            TraceJob("j5", 10, 3, 1000, priority=1, gpus_per_node=1, withdraw=50)]  # fmt: skip
+    run = one_vc(policy, "consolidate", "none", [1, 1, 4], jobs, lower_priority=True)
+    assert ("ns/j1", 1010, 1400) in run.segments
+
+
 def test_backfilling_takes_times_a_microsecond_apart_for_one_instant() -> None:
     """j4 (a GENIE task) is reserved at j3's end, 1902.827... s, latest start the same (EASY). The operator's
     times are epoch seconds: its latest start came back 2.4e-7 s before the start (a double's step there),
