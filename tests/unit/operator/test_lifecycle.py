@@ -7,6 +7,7 @@ from functools import partial
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from pydantic import ValidationError
 from qosmos.operator.crds import DLJobSpec, FailureAction, PodFailurePolicy
 from qosmos.operator.durations import Durations
@@ -474,7 +475,10 @@ def test_a_failed_gang_keeps_the_progress_of_its_last_checkpoint(every: int | No
     (spec.checkpointIntervalSeconds; 0: none; unset: all of it), the rest is lost and run again. The
     service it received (LAS's attained GPU-seconds) is the whole run's."""
     r = Run(backoffLimit=3, **({} if every is None else {"checkpointIntervalSeconds": every}))
+    counted = REGISTRY.get_sample_value("qosmos_operator_lost_run_seconds_total", {"vc": "vc-a"}) or 0.0
     _fail_after(r, 700)
+    after = REGISTRY.get_sample_value("qosmos_operator_lost_run_seconds_total", {"vc": "vc-a"}) or 0.0
+    assert after - counted == pytest.approx(700 - kept)
     assert r.status["restarts"] == 1
     assert r.status["executedSeconds"] == kept and r.status["attainedServiceGpuSeconds"] == 700 * 8
     assert r.status.get("lostRunSeconds") == (700 - kept or None)
