@@ -888,13 +888,32 @@ class Simulator:
             self.qentry[i] = entry
             q.items.add(entry)
         else:
-            q.waiting[i] = None
+            self._enqueue_in_arrival_order(i, q.waiting)
         if self.mates[self.vc_index[q.name]]:  # a cohort member's demand, for the others' caps
             g = self.jobs[i].gpus
             q.gpu_hist[g] = q.gpu_hist.get(g, 0) + 1
         ln = len(q)
         if ln > q.max_len:
             q.max_len = ln
+
+    def _arrival_key(self, i: int) -> tuple[float, bool, float, int]:
+        """Where a waiting job stands in a queue that is not sorted by its policy's key: by when it entered
+        the queue; at one instant the jobs that arrived then before those sent back then; then by
+        submission (the trace's order). The operator sorts its waiting DLJobs by the same key, from their
+        objects (``queuedSince``, creation), so both break the policies' ties alike."""
+        job = self.jobs[i]
+        return job.queued_since, job.enqueued == job.enqueued, job.submit_time, i
+
+    def _enqueue_in_arrival_order(self, i: int, waiting: dict[int, None]) -> None:
+        """Append ``i``, keeping ``waiting`` in :meth:`_arrival_key` order: only jobs sent back at this
+        instant, by a pass before this one or earlier in this one, can stand behind it."""
+        key, later = self._arrival_key(i), []
+        while waiting and self._arrival_key(last := next(reversed(waiting))) > key:
+            later.append(last)
+            del waiting[last]
+        waiting[i] = None
+        for j in reversed(later):
+            waiting[j] = None
 
     def _dequeue(self, i: int, q: _Queue) -> None:
         if q.static:

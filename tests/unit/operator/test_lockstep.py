@@ -323,6 +323,18 @@ def test_a_job_preempted_at_an_arrivals_instant_queues_behind_that_arrival(polic
     assert ("ns/j1", 1010, 1400) in run.segments
 
 
+@pytest.mark.parametrize("policy", ["minmin", "swaf"])
+def test_the_jobs_one_pass_preempts_queue_by_submission(policy: str) -> None:
+    """h (priority 1, all 5 GPUs) preempts a (3 GPUs) and b (2): the simulator's queue held them in the
+    order its pass stopped them (b first: least lost work), the operator's by creation (a first). When h
+    ends, k (priority 2) takes a GPU, and of the tied a and b only the first fits. Both queues now hold
+    jobs sent back at one instant by submission."""
+    jobs = [TraceJob("a", 0, 3, 1000), TraceJob("b", 5, 2, 1000), TraceJob("h", 10, 5, 100, priority=1),
+            TraceJob("k", 110, 1, 1000, priority=2)]  # fmt: skip
+    run = one_vc(policy, "consolidate", "none", [5], jobs, lower_priority=True)
+    assert ("ns/a", 110, 1100) in run.segments
+
+
 def test_backfilling_takes_times_a_microsecond_apart_for_one_instant() -> None:
     """j4 (a GENIE task) is reserved at j3's end, 1902.827... s, latest start the same (EASY). The operator's
     times are epoch seconds: its latest start came back 2.4e-7 s before the start (a double's step there),
