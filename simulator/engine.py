@@ -88,6 +88,7 @@ FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED = range(6)
 # from EV_TICK on: no job's event; EV_SEEN: a rejected job's arrival or withdrawal (its partition passes, as the
 # operator's does when the DLJob is created, and waits Inadmissible, or deleted); EV_REVISIT: partition i's
 # policy decides otherwise for a waiting job with time alone (SWAF: a waiting allowance runs out)
+SAME_INSTANT_ROUNDS = 8  # passes again at one instant beyond one per queue (see the event loop)
 EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE, EV_SEEN, EV_REVISIT = range(8)
 
 
@@ -1405,7 +1406,9 @@ class Simulator:
                     dirty.update([j for qi in dirty for j in self.mates[qi]])
                 for qi in sorted(dirty) if len(dirty) > 1 else dirty:
                     self._schedule(qi)
-                rounds = len(self.queues)  # bounded: each round follows a preemption by another queue
+                # bounded: each round follows a preemption, by another queue's pass or by its own (SODA:
+                # a reclaimed borrower's array reclaims in turn, a chain as long as its arrays)
+                rounds = len(self.queues) + SAME_INSTANT_ROUNDS
                 while self.redo and rounds:
                     todo = sorted(self.redo)
                     self.redo.clear()

@@ -117,14 +117,21 @@ def one_vc(
     return lockstep({"default": spec}, nodes, ["default"] * len(nodes), jobs, placement, backfill, restarts)
 
 
+ROUND_TIMES = (0, 100, 200, 500, 1000)
+
+
 @st.composite
 def trace_jobs(draw: st.DrawFn, sizes: list[int]) -> list[TraceJob]:
     """One to seven jobs of ``sizes`` GPUs (0: a CPU job of 16 to 96 cores), submitted in the first 3,000 s,
-    running up to 4,000 s."""
+    running up to 4,000 s; many at a few round times, so that arrivals meet each other and the ends of
+    runs at one instant (what the two sides must order alike)."""
     raw = draw(
         st.lists(
             st.tuples(
-                st.integers(0, 3000), st.sampled_from(sizes), st.integers(1, 4000), st.sampled_from([16, 48, 96])
+                st.one_of(st.integers(0, 3000), st.sampled_from(ROUND_TIMES)),
+                st.sampled_from(sizes),
+                st.one_of(st.integers(1, 4000), st.sampled_from(ROUND_TIMES[1:])),
+                st.sampled_from([16, 48, 96]),
             ),
             min_size=1,
             max_size=7,
@@ -261,7 +268,12 @@ def cohorts(draw: st.DrawFn) -> Cohort:
     sizes = (1, 2, 4) if preemptive else (1, 2, 3, 4)
     raw = draw(
         st.lists(
-            st.tuples(st.integers(0, 2000), st.sampled_from(sizes), st.integers(1, 3000), st.sampled_from(names)),
+            st.tuples(
+                st.one_of(st.integers(0, 2000), st.sampled_from(ROUND_TIMES)),
+                st.sampled_from(sizes),
+                st.one_of(st.integers(1, 3000), st.sampled_from(ROUND_TIMES[1:])),
+                st.sampled_from(names),
+            ),
             min_size=1,
             max_size=7,
         )
@@ -333,6 +345,18 @@ def test_the_jobs_one_pass_preempts_queue_by_submission(policy: str) -> None:
             TraceJob("k", 110, 1, 1000, priority=2)]  # fmt: skip
     run = one_vc(policy, "consolidate", "none", [5], jobs, lower_priority=True)
     assert ("ns/a", 110, 1100) in run.segments
+
+
+def test_a_reclaimed_borrower_that_reclaims_in_turn_lets_the_rest_start_at_that_instant() -> None:
+    """SODA, at 500 s: j4 (8 GPUs) reclaims the 4-GPU array's node from j2 (1 GPU, a borrower); j2 takes
+    its own array back from j5 and j6, started there by the first pass; j6 (a CPU job) fits again at once.
+    The simulator's passes again at one instant stopped after one per queue, so j6 waited for j4's end;
+    the operator's next pass started it at 500 s."""
+    jobs = [TraceJob("j0", 0, 0, 1, cpus=16), TraceJob("j1", 60, 4, 100, gpus_per_node=2), TraceJob("j2", 159, 1, 500),
+            TraceJob("j3", 200, 0, 1, cpus=16), TraceJob("j4", 500, 8, 1), TraceJob("j5", 500, 4, 1),
+            TraceJob("j6", 500, 0, 1, cpus=16)]  # fmt: skip
+    run = one_vc("soda", "consolidate", "none", [2, 2, 8], jobs, array_split=0.25)
+    assert ("ns/j6", 500, 501) in run.segments
 
 
 def test_backfilling_takes_times_a_microsecond_apart_for_one_instant() -> None:
