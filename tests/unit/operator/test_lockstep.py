@@ -312,6 +312,30 @@ def test_cohort_members_of_genies_policies_make_the_simulators_decisions(case: C
     lockstep(*case)
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cohorts())
+def test_cohort_members_of_an_operator_restarted_before_every_pass_make_the_simulators_decisions(
+    case: Cohort,
+) -> None:
+    lockstep(*case, restarts=True)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(genie_cases())
+def test_genie_tasks_of_an_operator_restarted_before_every_pass_get_the_simulators_shapes_and_starts(
+    case: tuple[str, str, str, list[int], list[TraceJob], bool],
+) -> None:
+    one_vc(*case, restarts=True)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(genie_cohorts())
+def test_genie_cohorts_of_an_operator_restarted_before_every_pass_make_the_simulators_decisions(
+    case: Cohort,
+) -> None:
+    lockstep(*case, restarts=True)
+
+
 # ---- what they found --------------------------------------------------------------------------
 
 
