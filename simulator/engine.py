@@ -88,8 +88,8 @@ FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED = range(6)
 # from EV_TICK on: no job's event; EV_SEEN: a rejected job's arrival or withdrawal (its partition passes, as the
 # operator's does when the DLJob is created, and waits Inadmissible, or deleted); EV_REVISIT: partition i's
 # policy decides otherwise for a waiting job with time alone (SWAF: a waiting allowance runs out)
-SAME_INSTANT_ROUNDS = 8  # passes again at one instant beyond one per queue (see the event loop)
 EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE, EV_SEEN, EV_REVISIT = range(8)
+SAME_INSTANT_ROUNDS = 8  # passes again at one instant beyond one per queue (see the event loop)
 
 
 @dataclass
