@@ -1243,14 +1243,11 @@ class Planner:
             return _on_pass_clock(served.get(job.id, job), now)
 
         # ties of the policy's order go by arrival, as in the simulator's queue (the apiserver lists by name):
-        # a sorted policy's by submission, the others' by when each entered the queue; at one instant the
-        # jobs that arrived then go before those its pass sent back (the simulator's event loop enqueues an
-        # instant's arrivals, then runs the pass that preempts)
+        # a sorted policy's by submission, the others' by ``Job.arrival_order`` (when each entered the queue)
         if rt.policy.static:
             waiting_dl.sort(key=lambda d: (d.job.submit_time, d.job.id))
         else:
-            waiting_dl.sort(key=lambda d: (d.job.queued_since, not math.isnan(d.job.enqueued), d.job.submit_time,
-                                           d.job.id))  # fmt: skip
+            waiting_dl.sort(key=lambda d: (*d.job.arrival_order, d.job.id))
         waiting = [core_job(d.job) for d in waiting_dl]
         held = [RunningJob(core_job(r.job), r.start - now, r.expected_end - now, r.allocation) for r in running]
         rt.ctx = order_context(rt.partition, cluster, held, 0.0, self.modeldb)

@@ -898,12 +898,8 @@ class Simulator:
             q.max_len = ln
 
     def _arrival_key(self, i: int) -> tuple[float, bool, float, int]:
-        """Where a waiting job stands in a queue that is not sorted by its policy's key: by when it entered
-        the queue; at one instant the jobs that arrived then before those sent back then; then by
-        submission (the trace's order). The operator sorts its waiting DLJobs by the same key, from their
-        objects (``queuedSince``, creation), so both break the policies' ties alike."""
-        job = self.jobs[i]
-        return job.queued_since, job.enqueued == job.enqueued, job.submit_time, i
+        """A waiting job's place in an unsorted queue: ``Job.arrival_order``, then the trace's order."""
+        return (*self.jobs[i].arrival_order, i)
 
     def _enqueue_in_arrival_order(self, i: int, waiting: dict[int, None]) -> None:
         """Append ``i``, keeping ``waiting`` in :meth:`_arrival_key` order: only jobs sent back at this

@@ -124,6 +124,15 @@ class Job:
     def queued_since(self) -> float:
         return self.submit_time if self.enqueued != self.enqueued else self.enqueued
 
+    @property
+    def arrival_order(self) -> tuple[float, bool, float]:
+        """Where the job stands in a queue its policy does not sort: by when it entered the queue; at one
+        instant the jobs that arrived then before those sent back then (the simulator's event loop enqueues
+        an instant's arrivals, then runs the pass that preempts); then by submission. The simulator's
+        unsorted queues and the operator's waiting DLJobs keep this order (each with its own last tie:
+        trace index, name), so both break a policy's ties alike."""
+        return self.queued_since, self.enqueued == self.enqueued, self.submit_time
+
     def __post_init__(self) -> None:
         _require(isinstance(self.id, str) and self.id != "", "id", self.id, "must be a non-empty string")
         _require(_finite(self.submit_time), "submit_time", self.submit_time, "must be a finite number")
