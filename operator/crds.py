@@ -30,6 +30,7 @@ from qosmos.extender.core import genie
 from qosmos.extender.core.admission import DEFAULT_ARRAY_SPLIT, Partition
 from qosmos.extender.core.backfill import MODES
 from qosmos.extender.core.cohorts import RECLAIM_WITHIN_COHORT, WITHIN_PARTITION, PreemptionPolicy
+from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT
 from qosmos.extender.core.inference import (
     DEFAULT_HYSTERESIS,
     DEFAULT_SCALE_IN_AFTER_S,
@@ -72,7 +73,6 @@ JOB_KINDS: tuple[str, ...] = tuple(k.value for k in JobKind)
 DEFAULT_POLICY = "swaf"
 DEFAULT_PLACEMENT = "cer"
 DEFAULT_BACKFILL = "none"
-DEFAULT_BACKOFF_LIMIT = 3  # each retry restarts the whole gang, so fewer than batch/v1 Job's 6
 DEFAULT_START_TIMEOUT_S = 600  # a gang not all Running after 10 minutes is stuck (image pull, taint, lost node)
 DEFAULT_NODE_LOST_S = 300  # as the taint manager's default tolerationSeconds for not-ready/unreachable
 
@@ -735,6 +735,9 @@ class DLJobStatus(_Model):
     )
     restart_after: datetime | None = Field(
         None, description="a failed gang is recreated at this time (back-off: 10 s doubling up to 6 min)"
+    )
+    last_failure_time: datetime | None = Field(
+        None, description="when a pod of its gang last failed (an event of its VirtualCluster's queue)"
     )
     retired: bool | None = Field(
         None,

@@ -18,22 +18,6 @@ from typing import Any
 from qosmos.operator.crds import FailureAction, PodFailurePolicy
 from qosmos.operator.translate import parse_time
 
-BACKOFF_BASE_S = 10.0
-BACKOFF_CAP_S = 360.0
-BACKOFF_RESET_S = 600.0  # a run this long was not a crash loop: the next failure backs off from the start
-
-
-def restart_delay(consecutive: int) -> float:
-    """Seconds before the gang is recreated after its ``consecutive``-th failed run in a row (>= 1)."""
-    return min(BACKOFF_BASE_S * 2.0 ** (max(consecutive, 1) - 1), BACKOFF_CAP_S)
-
-
-def consecutive_failures(previous: int, ran_seconds: float | None) -> int:
-    """The count of failed runs in a row after one more that ran ``ran_seconds`` (None: never started)."""
-    if ran_seconds is not None and ran_seconds > BACKOFF_RESET_S:
-        return 1
-    return previous + 1
-
 
 def _terminated(container_status: Mapping[str, Any]) -> Mapping[str, Any]:
     """A container's termination record: its current state's, else its last one's ({} when neither)."""
@@ -157,14 +141,9 @@ def not_ready_since(node: Mapping[str, Any], now: float) -> float | None:
 
 
 __all__ = [
-    "BACKOFF_BASE_S",
-    "BACKOFF_CAP_S",
-    "BACKOFF_RESET_S",
-    "consecutive_failures",
     "exit_codes",
     "failure_action",
     "not_ready_since",
-    "restart_delay",
     "start_deadline",
     "started",
     "termination_message",

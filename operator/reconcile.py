@@ -60,6 +60,7 @@ from qosmos.extender.core.backfill import allocation_latency, expected_run, task
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.cohorts import CohortMember, nominal_of, quota_state
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.failures import consecutive_failures, kept_run, restart_delay
 from qosmos.extender.core.forecast import Forecast, forecast
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.quota import accounting
@@ -80,11 +81,9 @@ from qosmos.operator.durations import Durations
 from qosmos.operator.inference import pending_replica
 from qosmos.operator.kube import Kube
 from qosmos.operator.lifecycle import (
-    consecutive_failures,
     exit_codes,
     failure_action,
     not_ready_since,
-    restart_delay,
     start_deadline,
     started,
     termination_message,
@@ -112,7 +111,6 @@ from qosmos.operator.translate import (
     has_headless_service,
     headless_service,
     job_from_dljob,
-    kept_run,
     key_of,
     meta,
     parse_time,
@@ -1008,7 +1006,8 @@ class Planner:
             lost = _lost(dl, served)  # (before the patch folds it into the status)
             counted = action is FailureAction.COUNT
             patch: dict[str, Any] = {"phase": DLJobPhase.ADMITTED.value, "startTime": None, **served,
-                                     "consecutiveFailures": k, "restartAfter": rfc3339(now + delay)}  # fmt: skip
+                                     "consecutiveFailures": k, "restartAfter": rfc3339(now + delay),
+                                     "lastFailureTime": rfc3339(now)}  # fmt: skip
             if counted:
                 patch["restarts"] = restarts + 1
             else:
@@ -1034,6 +1033,7 @@ class Planner:
                 "phase": DLJobPhase.FAILED.value,
                 "completionTime": rfc3339(now),
                 "restartAfter": None,
+                "lastFailureTime": rfc3339(now),
                 "conditions": [condition("False", reason, f"{what}: {why}", now, dl.status.get("conditions"))],
             },
         )
@@ -1103,7 +1103,7 @@ class Planner:
         lost node) keeps the progress up to its last checkpoint only (``spec.checkpointIntervalSeconds``)."""
         start = segment_start(dl.status)
         ran = 0.0 if start is None else max(now - start, 0.0)
-        kept = ran if graceful else kept_run(ran, dl.spec.checkpoint_interval_seconds)
+        kept = ran if graceful else kept_run(ran, dl.job.checkpoint_interval)
         served = service_status(dl.job, start, now, kept, float(dl.status.get("lostRunSeconds") or 0.0))
         if kept < ran:
             metrics.LOST_RUN.labels(dl.spec.virtual_cluster).inc(ran - kept)

@@ -79,7 +79,7 @@ def last_event(
     now: float,
 ) -> float:
     """The partition's latest event up to ``now`` as the simulator has them: an arrival (a DLJob's
-    creation), a finish (its completion), a running job's turn end. (A requeue happens in the pass of an
+    creation), a finish (its completion, or a failure of its gang), a running job's turn end. (A requeue happens in the pass of an
     event and is none itself; ``now`` bounds times from other clocks.)"""
     times = [t for group in (arrivals, finishes, turn_ends) for t in group if t is not None]
     return min(max(times, default=now), now)
@@ -126,6 +126,7 @@ def _at(group: Sequence[tuple[Mapping[str, Any], Job]], t: _Turns, now: float, s
         (job.submit_time for _, job in group),
         [
             *(parse_time(st.get("completionTime")) for st, _ in group if st.get("phase") in ("Succeeded", "Failed")),
+            *(parse_time(st.get("lastFailureTime")) for st, _ in group),  # a failed gang: the simulator's EV_FAIL
             since,
         ],
         t.last_ends.values(),

@@ -126,6 +126,7 @@ def job_from_dljob(
         work_left=1.0 if st.get("workLeft") is None else float(st["workLeft"]),
         enqueued=math.nan if requeued is None else requeued,
         priority=spec.priority,  # Kueue's workload priority: ties of the VC's policy, LowerPriority preemption
+        checkpoint_interval=spec.checkpoint_interval_seconds,
     )
 
 
@@ -165,17 +166,6 @@ def with_service(job: Job, start: float | None, at: float) -> Job:
     if ran == 0.0:
         return dataclasses.replace(job)
     return dataclasses.replace(job, executed=job.executed + ran, attained=job.attained + ran * job.gpus)
-
-
-def kept_run(ran: float, checkpoint_interval: int | None) -> float:
-    """Seconds of a run segment that ended without a grace period (a failed pod, a lost node) whose progress
-    the job keeps: its whole checkpoint intervals, one every ``checkpoint_interval`` seconds of run from the
-    segment's start (0: none, it keeps no periodic checkpoints; None: the whole run)."""
-    if checkpoint_interval is None:
-        return ran
-    if checkpoint_interval <= 0:
-        return 0.0
-    return math.floor(ran / checkpoint_interval) * float(checkpoint_interval)
 
 
 def service_status(
@@ -810,7 +800,6 @@ __all__ = [
     "hostname",
     "job_from_dljob",
     "job_key",
-    "kept_run",
     "node_ready",
     "node_usable",
     "nodes_of",

@@ -17,10 +17,12 @@ from typing import Annotated, Any, Protocol
 import typer
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.explain import load_profiles
 from qosmos.predictors import DURATION_PREDICTORS
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, SimResult, simulate
+from qosmos.simulator.failures import GpuFailures
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.outputs import Drawers, artefacts, plot_compare, write_all, write_summary
 from qosmos.simulator.partitions import check_names, load_partitions
@@ -221,6 +223,9 @@ def run_simulation(
     quiet: bool = True,
     console: Console | None = None,
     partitions: Path | None = None,
+    mtbf_gpu_hours: float | None = None,
+    checkpoint_interval: float | None = None,
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT,
 ) -> dict[str, dict[str, object]]:
     """Load once (fully validated) per policy, simulate, write artefacts; returns summaries."""
     if fmt is not None and fmt not in FORMATS:
@@ -237,6 +242,8 @@ def run_simulation(
         names = ", ".join(t.name for t in timelines)
         notes.append(f"inference services {names} beside the jobs, times from the trace's first submission")
     specs = load_partitions(partitions, [p for p in POLICIES if p != "recorded"]) if partitions is not None else ()
+    # one failure model for every policy: each job meets the same failures in its run (GpuFailures)
+    failures = None if mtbf_gpu_hours is None else GpuFailures(mtbf_gpu_hours, seed)
     cfgs = []
     for pol in policies:
         cfg = SimConfig(
@@ -256,6 +263,9 @@ def run_simulation(
             predictor_fallback=predictor_fallback,
             services=timelines,
             partitions=specs,
+            failures=failures,
+            checkpoint_interval=checkpoint_interval,
+            backoff_limit=backoff_limit,
         )
         cfg.validate()  # every policy checked before anything runs
         cfgs.append(cfg)
@@ -510,6 +520,25 @@ def register(app: typer.Typer) -> None:
                 "reclaimWithinCohort}; see simulator/README.md (default: every VC on its own nodes)",
             ),
         ] = None,
+        mtbf_gpu_hours: Annotated[
+            float | None,
+            typer.Option(
+                help="running jobs fail once per this many GPU-hours of run on average (seeded by --seed, the same "
+                "failures in every policy's run of a job); a failed job restarts as a DLJob's gang does: after a "
+                "back-off, from its last checkpoint, up to --backoff-limit times (default: no failures)",
+            ),
+        ] = None,
+        checkpoint_interval: Annotated[
+            float | None,
+            typer.Option(
+                min=0.0,
+                help="seconds of run between a job's periodic checkpoints, for jobs whose trace gives none: a "
+                "failed run keeps its whole intervals only (0: none; default: a failed run keeps all it ran)",
+            ),
+        ] = None,
+        backoff_limit: Annotated[
+            int, typer.Option(min=0, help="restarts after failures before a job fails for good (a DLJob's default)")
+        ] = DEFAULT_BACKOFF_LIMIT,
     ) -> None:
         """Replay a trace through the scheduling core; write summary.json, jobs.csv, trace.json and plots.
 
@@ -549,6 +578,9 @@ def register(app: typer.Typer) -> None:
             plots=plots,
             quiet=quiet,
             partitions=partitions,
+            mtbf_gpu_hours=mtbf_gpu_hours,
+            checkpoint_interval=checkpoint_interval,
+            backoff_limit=backoff_limit,
         )
         if not quiet:
             typer.echo(f"wrote {out} ({', '.join(summaries)})")

@@ -30,6 +30,9 @@ Semantics (seed sections in brackets):
   lender's blocked head reclaims from borrowers and a LowerPriority partition preempts for a higher
   priority, all decided by ``admit`` (``core.cohorts``); the stopped jobs go through the same
   preemption path (progress kept, overhead on resume) and their queues get a pass at once.
+- failures (``SimConfig.failures``): a failure cuts a running job's segment; the run keeps its whole
+  checkpoint intervals and the job holds its GPUs through the back-off, then resumes, or past the
+  backoff limit fails for good (``core.failures``, the operator's rules for a failed gang's pod).
 Static orders (the policy declares ``static``: fifo, sjf, qssf) keep a sorted structure per
 queue: no re-sorting per event, and a blocked head ends the pass when backfill is off.
 """
@@ -59,6 +62,7 @@ from qosmos.extender.core.backfill import allocation_latency, expected_run, rema
 from qosmos.extender.core.cluster import FULL, ClusterState
 from qosmos.extender.core.cohorts import CohortMember, PreemptionPolicy, max_cap, nominal_of
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT, consecutive_failures, kept_run, restart_delay
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import POLICIES as ORDERING_POLICIES
 from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy, model_usage, reshaped, static_key
@@ -73,6 +77,7 @@ from qosmos.extender.core.types import (
     SubmissionPredictions,
 )
 from qosmos.predictors.readers import paused_gc
+from qosmos.simulator.failures import FailureModel
 from qosmos.simulator.partitions import PartitionSpec, check_names
 from qosmos.simulator.services import CPU, GPU, ServiceTimeline
 from qosmos.simulator.traces import Trace
@@ -82,13 +87,14 @@ POLICIES = (*ORDERING_POLICIES, "recorded")  # "recorded": the trace's own start
 PLACEMENTS = ("consolidate", "first-fit", "best-fit", "free-gpu", "cer")
 BACKFILL_ESTIMATES = ("predicted", "requested", "oracle")
 
-# job states
-FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED = range(6)
+# job states (FAILED: its run failed more often than the backoff limit allows)
+FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED, FAILED = range(7)
 # event kinds, in the order they apply at one instant
+# EV_FAIL: a failure cuts a running job's segment (``SimConfig.failures``), after its finish at that instant;
 # from EV_TICK on: no job's event; EV_SEEN: a rejected job's arrival or withdrawal (its partition passes, as the
 # operator's does when the DLJob is created, and waits Inadmissible, or deleted); EV_REVISIT: partition i's
 # policy decides otherwise for a waiting job with time alone (SWAF: a waiting allowance runs out)
-EV_FINISH, EV_WITHDRAW, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE, EV_SEEN, EV_REVISIT = range(8)
+EV_FINISH, EV_WITHDRAW, EV_FAIL, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE, EV_SEEN, EV_REVISIT = range(9)
 SAME_INSTANT_ROUNDS = 8  # passes again at one instant beyond one per queue (see the event loop)
 
 
@@ -117,6 +123,10 @@ class SimConfig:
     services: tuple[ServiceTimeline, ...] = ()
     # the VCs as partitions with cohorts, shares, limits and preemption (``--partitions``)
     partitions: tuple[PartitionSpec, ...] = ()
+    # failures of running jobs (``simulator.failures``): each restarts as a DLJob's failed gang does
+    failures: FailureModel | None = None
+    checkpoint_interval: float | None = None  # for jobs whose own ``checkpoint_interval`` is None
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT  # counted restarts before a job fails for good
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -152,6 +162,14 @@ class SimConfig:
                 )
         if self.partitions and self.policy == "recorded":
             raise InvalidInput("partitions", len(self.partitions), "the recorded replay starts jobs as recorded")
+        if self.checkpoint_interval is not None and not (
+            math.isfinite(self.checkpoint_interval) and self.checkpoint_interval >= 0
+        ):
+            raise InvalidInput("checkpoint_interval", self.checkpoint_interval, "must be a finite number >= 0")
+        if isinstance(self.backoff_limit, bool) or not isinstance(self.backoff_limit, int) or self.backoff_limit < 0:
+            raise InvalidInput("backoff_limit", self.backoff_limit, "must be an integer >= 0")
+        if self.failures is not None and self.policy == "recorded":
+            raise InvalidInput("failures", repr(self.failures), "the recorded replay runs jobs as recorded")
 
     def uses_qssf(self) -> bool:
         return (
@@ -314,6 +332,10 @@ class SimResult:
     # ``--partitions``: per partition its cohort, nominal share, most GPUs borrowed at once, GPU-hours
     # borrowed, reclaims it made, its jobs reclaimed and its jobs preempted for a higher priority
     partitions: dict[str, dict[str, object]] = field(default_factory=dict)
+    # failures (``SimConfig.failures``): per job its restarts and the run seconds lost since a checkpoint
+    restarts: list[int] = field(default_factory=list)
+    lost_s: list[float] = field(default_factory=list)
+    lost_gpu_seconds: float = 0.0
 
 
 class _Sampler:
@@ -376,7 +398,12 @@ class Simulator:
         self.backfilled = [False] * n
         self.alloc: list[Allocation | None] = [None] * n
         self.seg_start = [0.0] * n
-        self.seg_len = [0.0] * n  # run seconds of the current segment (without overhead)
+        self.seg_len = [0.0] * n  # seconds of the current segment, its resume overhead included
+        self.seg_over = [0.0] * n  # the current segment's resume overhead
+        self.restarts = [0] * n  # restarts after failures (counted against the backoff limit)
+        self.consecutive = [0] * n  # failed runs in a row (the back-off's)
+        self.lost = [0.0] * n  # run seconds lost to failures since the last checkpoint
+        self.lost_gpu_s = 0.0
         self.frac_left = [1.0] * n  # fraction of the job's work still to do
         self.gen = [0] * n
         self.base_exec = [0.0] * n
@@ -446,8 +473,11 @@ class Simulator:
             self.queues.append(_Queue(PartitionRuntime(part, ctx)))
         self.drf = any(q.policy.name == "soda" for q in self.queues)
         self._cohorts(specs)
-        self.track_progress = (
-            any(q.preemptive or q.policy.arrays for q in self.queues) or config.migration or self.may_preempt
+        self.track_progress = (  # (a failed run keeps what it checkpointed: executed adds up over segments)
+            any(q.preemptive or q.policy.arrays for q in self.queues)
+            or config.migration
+            or self.may_preempt
+            or config.failures is not None
         )
         # by submit time, ties in trace order (a stable sort)
         submit = np.fromiter((j.submit_time for j in self.jobs), float, n)
@@ -757,89 +787,146 @@ class Simulator:
         if alloc is not None:
             self._book(i, alloc, +1, booked)
         self.alloc[i] = alloc
-        full = self._full_runtime(i, alloc)
-        seg = full * self.frac_left[i]
-        extra = 0.0
-        if self.preempt[i] > 0:
-            extra = self.cfg.preemption_overhead
-            self.overhead[i] += extra
-        wd = self.withdraw[i]
-        if wd is not None:
-            seg = max(0.0, min(seg, wd - now))
         if math.isnan(self.start[i]):
             self.start[i] = now
             self._check_violation(i)
-        self.seg_start[i] = now
-        self.seg_len[i] = seg + extra
-        if q.rt.partition.backfill != "none":
-            self.exp_end[i] = now + extra + self._estimate(self.jobs[i], alloc)
-        if self.track_progress:
-            self.base_exec[i] = self.jobs[i].executed
-            self.base_att[i] = self.jobs[i].attained
         self.state[i] = RUNNING
         self.n_running += 1
         q.running.add(i)
         if q.first:  # started again: no longer held at the head
             q.first.discard(self.jobs[i].id)
-        self.gen[i] += 1
-        self._push(now + seg + extra, EV_FINISH, i)
-        if q.preemptive:
-            d = q.policy.requeue_after(self.jobs[i])
-            if d is not None and d < seg:
-                self._push(now + extra + max(d, 0.0), EV_REQUEUE, i)
+        self._segment(i, now, q)
         if alloc is not None:
             self.nodes_used[i] = max(self.nodes_used[i], len(alloc.grants))
             if alloc.cross_switch:
                 self.xswitch[i] = True
 
-    def _stop(self, i: int, finished: bool, released: bool = False) -> None:
-        """End the current run segment (completion or preemption; ``released``: the core has released
-        its allocation on the books already)."""
-        now = self.now
+    def _segment(self, i: int, at: float, q: _Queue) -> None:
+        """A run segment of running job ``i`` on its allocation from ``at`` (now, or the end of a failed
+        run's back-off): its end, a turn's end and a failure, as events. A resumed run (after a preemption
+        or a failure) first pays the resume overhead."""
         alloc = self.alloc[i]
-        ran = now - self.seg_start[i]
+        seg = self._full_runtime(i, alloc) * self.frac_left[i]
+        extra = self.cfg.preemption_overhead if self.preempt[i] or self.restarts[i] else 0.0
+        self.overhead[i] += extra
+        end = at + seg + extra
+        wd = self.withdraw[i]
+        if wd is not None:
+            seg = max(0.0, min(seg, wd - at))
+            end = at + seg + extra if wd >= at else max(wd, self.now)  # (deleted within its back-off)
+        self.seg_start[i] = at
+        self.seg_len[i] = seg + extra
+        self.seg_over[i] = extra
         job = self.jobs[i]
-        q = self.queues[self.vc_index[job.vc]]
-        q.running.discard(i)
-        self.n_running -= 1
+        if q.rt.partition.backfill != "none":
+            self.exp_end[i] = at + extra + self._estimate(job, alloc)
+        if self.track_progress:
+            self.base_exec[i] = job.executed
+            self.base_att[i] = job.attained
+        self.gen[i] += 1
+        self._push(end, EV_FINISH, i)
+        if q.preemptive:
+            d = q.policy.requeue_after(job)
+            if d is not None and d < seg:
+                self._push(at + extra + max(d, 0.0), EV_REQUEUE, i)
+        failures = self.cfg.failures
+        if failures is not None:
+            t = failures.next_failure(job, i, at, self._held_gpus(i, alloc), self.gpu_sec[i])
+            if t is not None and at < t < end:
+                self._push(t, EV_FAIL, i)
+
+    def _held_gpus(self, i: int, alloc: Allocation | None) -> float:
+        """GPUs job ``i`` holds on ``alloc`` (a share's fraction; a reshaped GENIE task's own count)."""
+        job = self.jobs[i]
         gpus = job.gpus if job.gpu_milli == 1000 else job.gpu_milli / 1000.0
         if alloc is not None:
             held = alloc.gpus
             gpus = max(held, gpus if held == 0 else 0)
+        return gpus
+
+    def _stop(self, i: int, finished: bool, released: bool = False, failed: bool = False) -> None:
+        """End the current run segment (completion or preemption; ``released``: the core has released
+        its allocation on the books already; ``failed``: its failed run ended it for good)."""
+        now = self.now
+        alloc = self.alloc[i]
+        ran = self._ran(i, alloc)  # (0 within a failed run's back-off)
+        job = self.jobs[i]
+        q = self.queues[self.vc_index[job.vc]]
+        q.running.discard(i)
+        self.n_running -= 1
+        if alloc is not None:
             self._book(i, alloc, -1, released)
-            if self.cfg.record_segments:
-                seg_start = self.seg_start[i]
-                self.segments.extend((i, g.node, seg_start, now, len(g.gpu_ids)) for g in alloc.grants)
-        self.run_time[i] += ran
-        self.gpu_sec[i] += ran * gpus
         self.alloc[i] = None
         self.gen[i] += 1
-        if finished:
-            self.state[i] = DONE
+        if finished or failed:
+            self.state[i] = FAILED if failed else DONE
             self.end[i] = now
             self.frac_left[i] = 0.0
-            if self.predictor is not None:
+            if failed:
+                self._forget_prediction(i)  # not a run time the history learns from
+            elif self.predictor is not None:
                 wd = self.withdraw[i]
                 if wd is None or now < wd:  # a job withdrawn while it ran did not finish: not history
-                    self.predictor.observe(job, self.run_time[i], now)
+                    # (its run without what failures lost: the work, as the operator observes it)
+                    self.predictor.observe(job, self.run_time[i] - self.lost[i], now)
                     self.observed = True
                 self._forget_prediction(i)
         else:
-            seg = self.seg_len[i]
-            overhead = self.cfg.preemption_overhead if self.preempt[i] > 0 else 0.0
-            useful = max(0.0, ran - overhead)
-            work = max(seg - overhead, 1e-12)
-            self.frac_left[i] *= max(0.0, 1.0 - useful / work)
-            if job.has_genie_task:  # the work left as GENIE's model (not the noise) counts it: the estimates'
-                lat = allocation_latency(job, alloc, self.cluster, self.modeldb)
-                job.work_left = job.work_left if lat is None else genie.work_left_after(job.work_left, useful, lat)
-            job.executed = self.base_exec[i] + useful
-            job.attained = self.base_att[i] + useful * job.gpus
+            useful = max(0.0, ran - self.seg_over[i])
+            self._progress(i, alloc, useful, useful)
             self.preempt[i] += 1
             self.state[i] = WAITING
             self.n_waiting += 1
             job.enqueued = now
             self._enqueue(i, q)
+
+    def _ran(self, i: int, alloc: Allocation | None) -> float:
+        """Seconds the current segment of job ``i`` ran up to now (its GPUs' time and its segments'), as
+        the run time and GPU-seconds count them."""
+        now = self.now
+        start = self.seg_start[i]
+        ran = max(now - start, 0.0)
+        self.run_time[i] += ran
+        self.gpu_sec[i] += ran * self._held_gpus(i, alloc)
+        if alloc is not None and ran > 0 and self.cfg.record_segments:
+            self.segments.extend((i, g.node, start, now, len(g.gpu_ids)) for g in alloc.grants)
+        return ran
+
+    def _progress(self, i: int, alloc: Allocation | None, kept: float, useful: float) -> None:
+        """The current segment's ``useful`` run (after its resume overhead) served job ``i``; its work
+        keeps ``kept`` of it (all of a stopped run, a failed run's checkpointed part)."""
+        job = self.jobs[i]
+        work = max(self.seg_len[i] - self.seg_over[i], 1e-12)
+        self.frac_left[i] *= max(0.0, 1.0 - kept / work)
+        if job.has_genie_task:  # the work left as GENIE's model (not the noise) counts it: the estimates'
+            lat = allocation_latency(job, alloc, self.cluster, self.modeldb)
+            job.work_left = job.work_left if lat is None else genie.work_left_after(job.work_left, kept, lat)
+        job.executed = self.base_exec[i] + kept
+        job.attained = self.base_att[i] + useful * job.gpus
+
+    def _fail(self, i: int) -> None:
+        """A failure cut running job ``i``'s segment now (as a failed pod fails a DLJob's gang): its run
+        keeps the progress of its whole checkpoint intervals, the rest is lost; it runs again on its
+        allocation after the back-off, or, past the backoff limit, fails for good (core.failures)."""
+        now = self.now
+        job = self.jobs[i]
+        alloc = self.alloc[i]
+        started = self.seg_start[i]
+        useful = max(0.0, now - started - self.seg_over[i])
+        interval = job.checkpoint_interval if job.checkpoint_interval is not None else self.cfg.checkpoint_interval
+        kept = kept_run(useful, interval)
+        k = self.consecutive[i] = consecutive_failures(self.consecutive[i], now - started)
+        if self.restarts[i] >= self.cfg.backoff_limit:
+            self._progress(i, alloc, kept, useful)
+            self._stop(i, finished=False, failed=True)
+            return
+        # lost: the run a restart does again (as the DLJob's status.lostRunSeconds counts it)
+        self.lost[i] += useful - kept
+        self.lost_gpu_s += (useful - kept) * self._held_gpus(i, alloc)
+        self.restarts[i] += 1
+        self._ran(i, alloc)  # (its segment ends: its figures, before the next begins)
+        self._progress(i, alloc, kept, useful)
+        self._segment(i, now + restart_delay(k), self.queues[self.vc_index[job.vc]])
 
     def _forget_prediction(self, i: int) -> None:
         """Job ``i`` is done (finished or withdrawn): its prediction is not asked for again."""
@@ -868,8 +955,7 @@ class Simulator:
             if static:
                 self._enqueue(i, q)
             elif self.state[i] == RUNNING and q.rt.partition.backfill != "none":
-                extra = self.cfg.preemption_overhead if self.preempt[i] > 0 else 0.0
-                self.exp_end[i] = self.seg_start[i] + extra + self._estimate(jobs[i], self.alloc[i])
+                self.exp_end[i] = self.seg_start[i] + self.seg_over[i] + self._estimate(jobs[i], self.alloc[i])
             dirty.add(qi)
 
     def _sync_progress(self, q: _Queue) -> None:
@@ -877,8 +963,7 @@ class Simulator:
         now = self.now
         for i in q.running:
             job = self.jobs[i]
-            ov = self.cfg.preemption_overhead if self.preempt[i] > 0 else 0.0
-            useful = max(0.0, now - self.seg_start[i] - ov)
+            useful = max(0.0, now - self.seg_start[i] - self.seg_over[i])
             job.executed = self.base_exec[i] + useful
             job.attained = self.base_att[i] + useful * job.gpus
 
@@ -1061,6 +1146,8 @@ class Simulator:
         if movers[0] < 0:  # an inference replica runs there (negative keys): it is not moved
             return
         if any(self.alloc[i] is None or len(self.alloc[i].grants) != 1 for i in movers):  # type: ignore[union-attr]
+            return
+        if any(self.seg_start[i] > self.now for i in movers):  # a failed run's gang waits out its back-off there
             return
         # onto nodes already in use (a job moved onto an idle node frees none), away from the nodes a blocked
         # head is reserved on (a move's overhead there would delay its start; 004 §VI-B) unless the move
@@ -1349,6 +1436,15 @@ class Simulator:
                     dirty.add(qi)
                     if finished_q is not None:
                         finished_q.add(qi)
+                elif kind == EV_FAIL:  # a failure: restarted after its back-off, or failed for good
+                    if state[i] != RUNNING:
+                        continue
+                    self._fail(i)
+                    if state[i] == FAILED:
+                        done_count += 1
+                        if finished_q is not None:
+                            finished_q.add(qi)
+                    dirty.add(qi)  # its run left to do grew: the policy may order it otherwise now
                 elif kind == EV_REQUEUE:  # a turn ended: back of its queue (MLFQ, RR, LAS)
                     if self.state[i] == RUNNING:
                         self._sync_progress(self.queues[qi])
@@ -1457,6 +1553,9 @@ class Simulator:
             service_segments=self.svc_segments,
             service_preemptions=self.svc_preemptions,
             partitions={name: {"cohort": self.part_cohort[name], **st} for name, st in self.part_stats.items()},
+            restarts=self.restarts,
+            lost_s=self.lost,
+            lost_gpu_seconds=self.lost_gpu_s,
         )
 
     def _borrowed_until(self, dt: float) -> None:

@@ -1,6 +1,7 @@
 """Metrics of a simulated run (Helios §4.2.3 Tables 3-4, GENIE §7.1 Eq. 14-16, AnalySIM §4, seed 004 §VI).
 
-Computed over finished jobs (state DONE); withdrawn and rejected jobs are counted apart.
+Computed over finished jobs (state DONE); withdrawn, rejected and failed jobs (past the backoff limit
+of ``SimConfig.failures``) are counted apart, with the restarts and the run that failures lost.
 JCT = end − submit; queuing delay = first start − submit; a job is *queued* when it waited
 more than 0 s. QoS-guarantee % (Eq. 14) and normalised latency (Eq. 16) only over jobs
 with a GENIE task; null otherwise. GPU utilisation = GPU-seconds used / (GPUs × makespan).
@@ -19,7 +20,7 @@ import numpy as np
 from qosmos.extender.core import genie
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.types import Shape
-from qosmos.simulator.engine import DONE, REJECTED, WITHDRAWN, SimResult
+from qosmos.simulator.engine import DONE, FAILED, REJECTED, WITHDRAWN, SimResult
 
 SHORT_S, LONG_S = 15 * 60.0, 6 * 3600.0  # Helios Table 4 job-length groups
 BSLD_TAU = 10.0
@@ -148,9 +149,12 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
     out["preemption_overhead_s"] = float(sum(res.overhead_s))
     out["cross_switch_jobs"] = int(sum(res.cross_switch))
     out["withdrawn_jobs"] = int((state == WITHDRAWN).sum())
+    out["failed_jobs"] = int((state == FAILED).sum())  # past the backoff limit (``SimConfig.failures``)
+    out["restarts"] = int(sum(res.restarts))
+    out["lost_gpu_hours"] = res.lost_gpu_seconds / 3600.0  # run lost to failures since the last checkpoint
     out["rejected_jobs"] = int((state == REJECTED).sum())
     out["rejected_reasons"] = res.rejected_reasons
-    out["unfinished_jobs"] = int((~np.isin(state, (DONE, WITHDRAWN, REJECTED))).sum())
+    out["unfinished_jobs"] = int((~np.isin(state, (DONE, WITHDRAWN, REJECTED, FAILED))).sum())
     out["recorded_overcommitted"] = res.overcommitted
     out["total_gpus"] = res.total_gpus
     out["nodes"] = len(res.node_names)
@@ -177,6 +181,9 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
         "seed": c.seed,
         "tick_s": c.tick,
         "services": [s.name for s in getattr(c, "services", ())],
+        "failures": None if c.failures is None else repr(c.failures),
+        "checkpoint_interval_s": c.checkpoint_interval,
+        "backoff_limit": c.backoff_limit,
         **{
             k: getattr(c, k)
             for k in ("backfill_estimates", "truth_noise", "predictor", "predictor_fallback")

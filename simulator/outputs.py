@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import orjson
 from qosmos.predictors.readers import paused_gc
-from qosmos.simulator.engine import DONE, REJECTED, WITHDRAWN, SimResult
+from qosmos.simulator.engine import DONE, FAILED, REJECTED, WITHDRAWN, SimResult
 
-STATE_NAMES = {DONE: "done", WITHDRAWN: "withdrawn", REJECTED: "rejected"}
+STATE_NAMES = {DONE: "done", WITHDRAWN: "withdrawn", REJECTED: "rejected", FAILED: "failed"}
 MAX_TRACE_SLICES = 300_000
 DETAIL_MAX_ROWS = 256  # GPU rows drawn one by one up to this many GPUs ...
 DETAIL_MAX_SEGMENTS = 20_000  # ... and this many job segments; else the binned view
@@ -66,6 +66,8 @@ JOB_COLUMNS = (
     "backfilled",
     "state",
     "end_state",
+    "restarts",
+    "lost_run_s",
 )
 
 
@@ -119,6 +121,8 @@ def write_jobs_csv(path: Path, res: SimResult) -> None:
                 [int(x) for x in res.backfilled[a:b]],
                 [STATE_NAMES.get(x, "unfinished") for x in res.state[a:b]],
                 [j.end_state.value for j in part],
+                res.restarts[a:b] if res.restarts else [0] * (b - a),
+                _fixed(np.asarray(res.lost_s[a:b] if res.lost_s else [0.0] * (b - a), float), 1),
             ]
             w.writerows(zip(*columns, strict=True))
 

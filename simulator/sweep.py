@@ -28,7 +28,9 @@ import orjson
 import typer
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.errors import InvalidInput
+from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, simulate
+from qosmos.simulator.failures import GpuFailures
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.traces import FORMATS, check_trace
 
@@ -54,6 +56,9 @@ COLUMNS = (
     "avg_bounded_slowdown",
     "backfilled_jobs",
     "preemptions",
+    "restarts",
+    "failed_jobs",
+    "lost_gpu_hours",
     "rejected_jobs",
     "unfinished_jobs",
     "wall_s",
@@ -82,6 +87,7 @@ def grid(traces: Sequence[str], policies: Sequence[str], placements: Sequence[st
 
 
 def cell_config(cell: Cell, options: Mapping[str, Any]) -> SimConfig:
+    mtbf = options.get("mtbf_gpu_hours")
     cfg = SimConfig(
         policy=cell.policy,
         placement=cell.placement,
@@ -91,6 +97,10 @@ def cell_config(cell: Cell, options: Mapping[str, Any]) -> SimConfig:
         backfill_estimates=options.get("backfill_estimates", "predicted"),
         truth_noise=options.get("truth_noise", 0.0),
         record_segments=False,  # a sweep keeps summaries only
+        # each seed of the grid its own draw of failures, the same for every policy and placement
+        failures=None if mtbf is None else GpuFailures(mtbf, cell.seed),
+        checkpoint_interval=options.get("checkpoint_interval"),
+        backoff_limit=options.get("backoff_limit", DEFAULT_BACKOFF_LIMIT),
     )
     cfg.validate()
     return cfg
@@ -419,6 +429,20 @@ def register(app: typer.Typer) -> None:
         truth_noise: Annotated[
             float, typer.Option(min=0.0, help="spread of real GPU throughput around the model (0 = exact)")
         ] = 0.0,
+        mtbf_gpu_hours: Annotated[
+            float | None,
+            typer.Option(
+                help="running jobs fail once per this many GPU-hours of run on average, drawn per seed "
+                "(see qosmos simulate --help; default: no failures)"
+            ),
+        ] = None,
+        checkpoint_interval: Annotated[
+            float | None,
+            typer.Option(min=0.0, help="seconds between checkpoints: what a failed run keeps (default: all it ran)"),
+        ] = None,
+        backoff_limit: Annotated[
+            int, typer.Option(min=0, help="restarts after failures before a job fails for good")
+        ] = DEFAULT_BACKOFF_LIMIT,
         db: Annotated[
             str | None,
             typer.Option(
@@ -458,8 +482,13 @@ def register(app: typer.Typer) -> None:
             "relax_factor": relax_factor,
             "backfill_estimates": backfill_estimates,
             "truth_noise": truth_noise,
+            "mtbf_gpu_hours": mtbf_gpu_hours,
+            "checkpoint_interval": checkpoint_interval,
+            "backoff_limit": backoff_limit,
             "db": load_profiles(db).file,  # checked here, before any cell runs
         }
+        for c in cells:  # (a bad value is exit 2 here, not a failed cell)
+            cell_config(c, options)
         rows, failed, ran = run_sweep(cells, options, out, workers=jobs, ray_address=ray, plot=plot, quiet=quiet)
         if not quiet:
             typer.echo(f"wrote {out / 'sweep.csv'} ({len(rows)} of {len(cells)} cells finished, {ran} run now)")

@@ -511,6 +511,7 @@ NATIVE_COLUMNS = [
     "predicted_duration",
     "requested_duration",
     "name",
+    "checkpoint_interval",
 ]
 
 
@@ -566,6 +567,7 @@ def load_native(path: Path, nodes: list[Node] | None = None, progress: Progress 
         dur = rows.num(line, r, "duration", optional=True) if "duration" in r else math.nan
         pd_ = rows.num(line, r, "predicted_duration", optional=True) if opt["predicted_duration"] else math.nan
         rd = rows.num(line, r, "requested_duration", optional=True) if opt["requested_duration"] else math.nan
+        ci = rows.num(line, r, "checkpoint_interval", optional=True) if opt["checkpoint_interval"] else math.nan
         try:
             job = Job(
                 opt["id"],
@@ -588,6 +590,7 @@ def load_native(path: Path, nodes: list[Node] | None = None, progress: Progress 
                 predicted_duration=None if math.isnan(pd_) else pd_,
                 requested_duration=None if math.isnan(rd) else rd,
                 name=opt["name"] or None,
+                checkpoint_interval=None if math.isnan(ci) else ci,
             )
         except InvalidInput as exc:
             raise rows.err(line, exc.field, exc.value, exc.reason) from None

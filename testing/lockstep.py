@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qosmos.extender.core import genie
+from qosmos.extender.core.failures import kept_run
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.types import Job, JobKind, QoSClass
 from qosmos.operator.durations import Durations
@@ -45,7 +46,9 @@ class TraceJob:
     ``gpus_per_node`` > 0 fixes its shape (``spec.gpusPerNode``), ``priority`` is ``spec.priority``; deleted
     at ``withdraw`` (the simulator's ``Trace.withdraw_at``). With ``model``, ``batch`` and ``iters`` it is a
     GENIE task of QoS class ``qos`` (its run time then follows from its shape, not ``duration``). With
-    ``cpus`` (and no GPUs) it is a CPU job (``kind: cpu``) of that many cores."""
+    ``cpus`` (and no GPUs) it is a CPU job (``kind: cpu``) of that many cores. At each of ``fail_at`` (s
+    after T0) at which its gang runs, a pod of it fails (exit code 1; the simulator's ``ScriptedFailures``);
+    ``checkpoint`` is its ``spec.checkpointIntervalSeconds``, ``backoff_limit`` its ``spec.backoffLimit``."""
 
     name: str
     submit: int
@@ -60,6 +63,9 @@ class TraceJob:
     iters: int = 0
     qos: str = "Normal"
     cpus: int = 0
+    fail_at: tuple[int, ...] = ()
+    checkpoint: int | None = None
+    backoff_limit: int | None = None
 
     def job(self) -> Job:
         """The simulator's Job of this DLJob (namespace ``ns``: its user, as the operator translates it)."""
@@ -81,6 +87,7 @@ class TraceJob:
             nodes=nodes,
             kind=JobKind.CPU if self.cpus else JobKind.TRAINING,
             cpu_milli=self.cpus * 1000,
+            checkpoint_interval=self.checkpoint,
         )
 
 
@@ -142,6 +149,7 @@ class Passes:
         self.wake: float | None = None
         self.passes = 0
         self.deleted: set[str] = set()
+        self.failures: set[tuple[str, float]] = set()  # (job, time) of the failures that came
         self.modeldb = ModelDB.builtin()
 
     def operator(self) -> Reconciler:
@@ -164,6 +172,8 @@ class Passes:
                 **({"globalBatchSize": j.batch, "iterations": j.iters} if j.batch else {}),
                 **({"qosClass": j.qos} if j.qos != "Normal" else {}),
                 **({"kind": "cpu", "cpus": str(j.cpus)} if j.cpus else {}),
+                **({"checkpointIntervalSeconds": j.checkpoint} if j.checkpoint is not None else {}),
+                **({"backoffLimit": j.backoff_limit} if j.backoff_limit is not None else {}),
             },
             "status": {},
         }
@@ -171,6 +181,7 @@ class Passes:
     def next_event(self) -> float | None:
         times = [t for t, n in self.arrivals if n not in self.kube.jobs and n not in self.deleted]
         times += [T0 + j.withdraw for n, j in self.jobs.items() if j.withdraw is not None and n not in self.deleted]
+        times += [T0 + f for n, j in self.jobs.items() for f in j.fail_at if T0 + f > self.now]
         times += list(self.ends.values())
         times += [self.wake] if self.wake is not None else []
         return min(times, default=None)
@@ -197,6 +208,17 @@ class Passes:
                 st["phase"] = "Succeeded"
                 st["containerStatuses"] = [{"name": "main", "state": {"terminated": {"finishedAt": rfc3339(end)}}}]
                 del self.ends[pod]
+        for n, j in self.jobs.items():  # a failure at this instant (its first pass): a pod of its running gang fails
+            if any(T0 + f == now for f in j.fail_at) and (n, now) not in self.failures:
+                self.failures.add((n, now))
+                running = sorted(p for p in self.ends if self.kube.pods[p]["metadata"]["labels"]["qosmos.io/job"] == n)
+                if running:
+                    st = self.kube.pods[running[0]]["status"]
+                    st["phase"] = "Failed"
+                    st["containerStatuses"] = [
+                        {"name": "main", "state": {"terminated": {"exitCode": 1, "finishedAt": rfc3339(now)}}}
+                    ]
+                    del self.ends[running[0]]
         seen = len(self.kube.status_patches)
         if self.restarts:
             self.rec = self.operator()
@@ -206,14 +228,16 @@ class Passes:
             key = f"ns/{name}"
             if patch.get("phase") == "Running":
                 self.open[key] = parse_time(patch["startTime"]) or now
-            elif patch.get("phase") in ("Queued", "Succeeded") and key in self.open:
+            elif patch.get("phase") in ("Queued", "Succeeded", "Admitted", "Failed") and key in self.open:
+                # (Admitted again: its gang failed and is recreated after a back-off)
                 end = parse_time(patch.get("completionTime")) or now
                 start = self.open.pop(key)
                 self.segments.append((key, start - T0, end - T0))
+                kept = end - start
+                if patch["phase"] in ("Admitted", "Failed"):  # a failed run keeps what it checkpointed
+                    kept = kept_run(kept, self.jobs[name].checkpoint)
                 if key in self.latency:  # a GENIE task stopped: the rest of its work is left (0 when it finished)
-                    self.work_left[key] = genie.work_left_after(
-                        self.work_left.get(key, 1.0), end - start, self.latency[key]
-                    )
+                    self.work_left[key] = genie.work_left_after(self.work_left.get(key, 1.0), kept, self.latency[key])
         self.kube.terminate()  # preempted pods leave at once
         for obj in [p for p in self.kube.pods.values() if not p["spec"].get("nodeName")]:
             name = obj["metadata"]["name"]

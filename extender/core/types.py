@@ -90,6 +90,8 @@ class Job:
     e.g. the nodes a DLJob's pod template may run on); None: any node of its VC.
     ``priority`` (higher first, Kueue's workload priority) breaks ties of the partition's policy and
     says whom a partition with ``within_partition: LowerPriority`` preemption may stop for it.
+    ``checkpoint_interval``: seconds of run between the job's own periodic checkpoints, what a run that
+    fails keeps (``core.failures.kept_run``; 0: none periodic; None: a failed run keeps all it ran).
     """
 
     id: str
@@ -119,6 +121,7 @@ class Job:
     enqueued: float = math.nan
     pool: str | None = None
     priority: int = 0
+    checkpoint_interval: float | None = None
 
     @property
     def queued_since(self) -> float:
@@ -157,6 +160,13 @@ class Job:
             _require(self.gpus == 1, "gpu_milli", self.gpu_milli, "GPU sharing (gpu_milli < 1000) needs gpus == 1")
         if self.kind is JobKind.CPU:
             _require(self.gpus == 0, "gpus", self.gpus, "a cpu job requests no GPUs")
+        if self.checkpoint_interval is not None:
+            _require(
+                _finite(self.checkpoint_interval) and self.checkpoint_interval >= 0,
+                "checkpoint_interval",
+                self.checkpoint_interval,
+                "must be >= 0",
+            )
         if self.duration is not None:
             _require(_finite(self.duration) and self.duration >= 0, "duration", self.duration, "must be >= 0")
         if self.requested_duration is not None:

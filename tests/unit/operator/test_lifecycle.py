@@ -9,14 +9,13 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 from pydantic import ValidationError
+from qosmos.extender.core.failures import consecutive_failures, restart_delay
 from qosmos.operator.crds import DLJobSpec, FailureAction, PodFailurePolicy
 from qosmos.operator.durations import Durations
 from qosmos.operator.lifecycle import (
-    consecutive_failures,
     exit_codes,
     failure_action,
     not_ready_since,
-    restart_delay,
     start_deadline,
     started,
     unstarted_nodes,
@@ -116,6 +115,7 @@ def test_a_failed_gang_is_recreated_after_a_doubling_back_off_keeping_the_failed
     rep = r.step()
     assert rep.restarted == ["team/j"] and r.status["restarts"] == 1 and r.status["consecutiveFailures"] == 1
     assert rep.wake_at == pytest.approx(r.now + 10)
+    assert parse_time(r.status["lastFailureTime"]) == r.now  # an event of its queue (the simulator's EV_FAIL)
     assert r.live() == ["j-0-0"]  # no new gang during the back-off; the failed pod kept for its logs
     r.step(5)
     assert r.live() == ["j-0-0"]

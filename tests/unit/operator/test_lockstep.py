@@ -15,9 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from qosmos.extender.core.admission import FitMemo, Partition, PartitionRuntime, RunningJob, admit
 from qosmos.extender.core.cluster import ClusterState
+from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT
 from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant
 from qosmos.operator.translate import parse_time, rfc3339
 from qosmos.simulator.engine import SimConfig, simulate
+from qosmos.simulator.failures import ScriptedFailures
 from qosmos.simulator.partitions import PartitionSpec
 from qosmos.simulator.traces import Trace
 from qosmos.testing.lockstep import GPU_MODEL, NODE_CPU_MILLI, NODE_MEMORY_MIB, T0, Passes, TraceJob, same_segments
@@ -67,6 +69,8 @@ def simulated(
                 array_split=spec.get("arraySplit"),
             )
         )
+    failures = ScriptedFailures({f"ns/{j.name}": j.fail_at for j in jobs if j.fail_at})
+    (limit,) = {j.backoff_limit for j in jobs} or {None}
     cfg = SimConfig(
         placement=placement,
         backfill=backfill,
@@ -74,6 +78,8 @@ def simulated(
         backfill_estimates="predicted" if learned else "oracle",
         predictor="qssf",
         partitions=tuple(parts),
+        failures=failures if failures.times else None,
+        backoff_limit=DEFAULT_BACKOFF_LIMIT if limit is None else limit,
     )
     sim = simulate(trace, cfg)
     return sorted({(trace.jobs[i].id, s, e) for i, _, s, e, _ in sim.segments})  # one per job, not per node
@@ -161,17 +167,26 @@ def cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], bo
 
 @st.composite
 def shaped(draw: st.DrawFn, jobs: list[TraceJob], nodes: list[int]) -> list[TraceJob]:
-    """Some jobs with a priority (ties of the policy, LowerPriority preemption), a fixed gpusPerNode, or
-    deleted after their creation (waiting, running or finished by then)."""
+    """Some jobs with a priority (ties of the policy, LowerPriority preemption), a fixed gpusPerNode,
+    deleted after their creation (waiting, running or finished by then), or failing at some times (running,
+    backing off or not running then), checkpointing or not, failing for good past a backoff limit."""
     out = []
+    limit = draw(st.sampled_from([None, 0, 1]))  # (one for all: the simulator's is the replay's)
     for j in jobs:
         gpn = [g for g in (1, 2, 4, 8) if j.gpus and j.gpus % g == 0 and g <= max(nodes)]  # (not a CPU job's)
+        fails = ()
+        if draw(st.integers(0, 3)) == 0:
+            at = st.one_of(st.integers(1, 5000), st.sampled_from(ROUND_TIMES[1:]), st.just(j.submit + 10))
+            fails = tuple(draw(st.lists(at, min_size=1, max_size=4, unique=True)))
         out.append(
             dataclasses.replace(
                 j,
                 priority=draw(st.sampled_from([0, 0, 1, 2, -1])),
                 gpus_per_node=draw(st.sampled_from([0, *gpn])) if draw(st.booleans()) else 0,
                 withdraw=j.submit + draw(st.integers(1, 4000)) if draw(st.integers(0, 4)) == 0 else None,
+                fail_at=fails,
+                checkpoint=draw(st.sampled_from([None, 0, 100, 300])) if fails else None,
+                backoff_limit=limit,
             )
         )
     return out
@@ -774,3 +789,32 @@ def test_a_waiting_job_stops_the_lowest_ranked_job_that_lets_it_start() -> None:
     ]
     run = one_vc("las", "consolidate", "none", [1, 4], jobs)
     assert ("ns/j2", 121, 244) in run.segments and ("ns/j1", 1, 243) in run.segments
+
+
+def test_a_failed_gang_is_an_event_of_its_queue() -> None:
+    """LAS, 2 GPUs: j0 and j1 run from 0; at 1 s a pod of j0 fails (it backs off until 11 s). The simulator
+    passes at the failure and ranks everyone by the service at that instant: j2 and j3 (none yet) stop j0
+    and j1 (1 s each). The operator ranked its running jobs as of the queue's last event (0 s: a failure
+    was none) and kept j1."""
+    jobs = [TraceJob("j0", 0, 1, 2, fail_at=(1,)), TraceJob("j1", 0, 1, 2), TraceJob("j2", 0, 1, 1),
+            TraceJob("j3", 0, 1, 1)]  # fmt: skip
+    run = one_vc("las", "consolidate", "none", [2], jobs)
+    assert ("ns/j1", 0, 1) in run.segments and ("ns/j3", 1, 2) in run.segments
+
+
+def test_a_failed_run_restarts_from_its_checkpoint_on_its_gpus_as_the_simulator_restarts_it() -> None:
+    """SRTF: j0 fails at 250 s, keeping 200 s of its 500 (checkpoints every 100 s) and its GPU through the
+    10 s back-off; it fails again at 300 s (40 s after its restart: nothing kept), and past its backoff
+    limit at the third, at 600 s. j1, which waits for the GPU, starts then."""
+    jobs = [TraceJob("j0", 0, 1, 500, fail_at=(250, 300, 400, 600), checkpoint=100), TraceJob("j1", 5, 1, 1000)]
+    run = one_vc("srtf", "consolidate", "none", [1], jobs)
+    assert sorted(run.segments) == [("ns/j0", 0, 250), ("ns/j0", 260, 300), ("ns/j0", 320, 400),
+                                    ("ns/j0", 440, 600), ("ns/j1", 600, 1600)]  # fmt: skip
+    status = run.kube.jobs["j0"]["status"]
+    assert status["phase"] == "Failed" and status["restarts"] == 3
+    assert status["lostRunSeconds"] == pytest.approx(50 + 40 + 80)  # (what the restarts ran again)
+    sim = simulate(
+        Trace("t", [j.job() for j in jobs], [Node("n0", 1, gpu_model=GPU_MODEL)]),
+        SimConfig(policy="srtf", preemption_overhead=0.0, failures=ScriptedFailures({"ns/j0": jobs[0].fail_at})),
+    )
+    assert sim.lost_s[0] == pytest.approx(50 + 40 + 80) and sim.restarts[0] == 3

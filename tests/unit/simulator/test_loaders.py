@@ -291,6 +291,13 @@ def test_native_negative_duration_and_truncated_row(tiny) -> None:  # type: igno
         load_native(tiny("id,submit,gpus,duration\na,0,1,10\nb,1,1"))
 
 
+def test_native_checkpoint_interval_is_each_jobs_and_checked(tiny) -> None:  # type: ignore[no-untyped-def]
+    tr = load_native(tiny("id,submit,gpus,duration,checkpoint_interval\na,0,1,10,600\nb,1,1,10,"))
+    assert [j.checkpoint_interval for j in tr.jobs] == [600.0, None]
+    with pytest.raises(TraceFormatError, match=r"jobs\.csv:3: field checkpoint_interval: must be >= 0 \(got '-1'\)"):
+        load_native(tiny("id,submit,gpus,duration,checkpoint_interval\na,0,1,10,0\nb,1,1,10,-1"))
+
+
 # ---- messages that used to mislead ---------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from qosmos.simulator.engine import SimConfig, simulate
+from qosmos.simulator.failures import GpuFailures
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.sweep import Cell, grid
 from qosmos.simulator.traces import load_trace
@@ -78,6 +79,24 @@ def test_local_grid_then_resume(tmp_path: Path) -> None:
     r = runner.invoke(app, [*GRID[:-6], "--placement", "consolidate,best-fit", *GRID[-4:], "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "16 cells: 8 already finished, 8 to run" in r.output and len(rows(out)) == 16
+
+
+def test_each_seed_of_a_sweep_draws_its_own_failures_for_every_policy(tmp_path: Path) -> None:
+    out = tmp_path / "sw"
+    args = ["sweep", "--trace", "builtin:helios-synth", "--policy", "fifo,sjf", "--seed", "0,1", "--synth-jobs", "300"]
+    failing = ["--mtbf-gpu-hours", "20", "--checkpoint-interval", "600", "--backoff-limit", "2"]
+    r = runner.invoke(app, [*args, *failing, "--jobs", "1", "--out", str(out), "--no-plot"])
+    assert r.exit_code == 0, r.output
+    got = {(g["policy"], g["seed"]): g for g in rows(out)}
+    fifo0 = got[("fifo", "0")]
+    trace = load_trace("builtin:helios-synth", jobs=300, seed=0)
+    cfg = SimConfig(seed=0, failures=GpuFailures(20.0, 0), checkpoint_interval=600, backoff_limit=2)
+    direct = summarize(simulate(trace, cfg))
+    assert int(fifo0["restarts"]) == direct["restarts"] > 0 and int(fifo0["failed_jobs"]) == direct["failed_jobs"]
+    assert float(fifo0["lost_gpu_hours"]) == pytest.approx(direct["lost_gpu_hours"])
+    assert fifo0["restarts"] != got[("fifo", "1")]["restarts"]  # another seed, other failures
+    bad = runner.invoke(app, [*args, "--mtbf-gpu-hours", "-1", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "mtbf_gpu_hours" in bad.output and not (tmp_path / "bad").exists()
 
 
 def test_sweep_rejects_bad_grids_before_running(tmp_path: Path) -> None:
