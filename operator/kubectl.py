@@ -272,7 +272,11 @@ def explain_dljob(
             "d_gpn": fixed.d_gpn,
             "lat": row.lat if math.isfinite(row.lat) else None,
             "feasible": genie.is_feasible(row.lat, now, dl),
-            "waiting_allowance": genie.waiting_allowance(dl, row.lat, now) if math.isfinite(row.lat) else None,
+            "waiting_allowance": (
+                genie.waiting_allowance(genie.ect(task, profile), row.lat, now - task.submit)
+                if math.isfinite(row.lat)
+                else None
+            ),
         }
     return result
 

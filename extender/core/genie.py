@@ -270,9 +270,11 @@ def feasible_until(lat: float, task_deadline: float) -> float:
     return t
 
 
-def waiting_allowance(task_deadline: float, lat: float, now: float) -> float:
-    """w = e - (l* + t_curr) (Eq. 13); may be negative."""
-    return task_deadline - (lat + now)
+def waiting_allowance(ect: float, lat: float, waited: float) -> float:
+    """w = e - (l* + t_curr) (Eq. 13), with e (``ect``) and t_curr (``waited``) counted from the task's
+    submission, as (e - l*) - waited: tasks whose e - l* agree and that waited alike tie exactly, on a
+    trace's clock and on Unix time alike (SWAF's ties are then the queue's order on both). May be negative."""
+    return (ect - lat) - waited
 
 
 # The most GPUs one placement may use. It bounds Alg. 1's enumeration on any platform: at
@@ -429,15 +431,16 @@ def evaluate_placements(
     if not math.isfinite(now):
         raise InvalidInput("now", now, "must be finite")
     table = placement_table(task, profile, platform, theta, shapes, cancel)
-    dl = deadline(task, profile)
+    e = ect(task, profile)
+    dl = task.submit + e  # (deadline())
     chosen = choose(by_cer(table), now, dl)
     return GenieDecision(
         table,
         tuple(is_feasible(r.lat, now, dl) for r in table),
         chosen,
-        dl - task.submit,
+        e,
         dl,
-        waiting_allowance(dl, chosen.lat, now),
+        waiting_allowance(e, chosen.lat, now - task.submit),
     )
 
 

@@ -377,7 +377,8 @@ class SWAF(_GeniePolicy):
             dl = t.deadline(job.submit_time)
             row = genie.choose(t.rows, ctx.now, dl, t.candidates)
             until = genie.feasible_until(row.lat, dl) if genie.is_feasible(row.lat, ctx.now, dl) else INF
-            out.append(Decision(job, row.shape, genie.waiting_allowance(dl, row.lat, ctx.now), choice_until=until))
+            w = genie.waiting_allowance(t.ect, row.lat, ctx.now - job.submit_time)
+            out.append(Decision(job, row.shape, w, choice_until=until))
         order = genie.swaf_order(d.waiting_allowance for d in out)  # type: ignore[misc]
         return [out[i] for i in order]
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from qosmos.operator.translate import parse_time
 from qosmos.testing.controlplane import ControlPlane, scheduler_config
 from qosmos.testing.node import APISERVER_ARGS, Node, wait_for
 from qosmos.testing.processes import OperatorProcess
@@ -423,6 +424,9 @@ def test_a_rank_killed_mid_run_resumes_from_its_last_periodic_checkpoint(trainin
     lost, kept = st["lostRunSeconds"], st["executedSeconds"]
     assert 0 < lost < 3 and kept > 0 and kept % 3 == 0, st
     assert st["attainedServiceGpuSeconds"] == pytest.approx((kept + lost) * 2, abs=0.01), st
+    # the failure is an event of its queue (the simulator's EV_FAIL): after the first start, before the second
+    failed, started = parse_time(st["lastFailureTime"]), parse_time(st["startTime"])
+    assert failed is not None and started is not None and started >= failed + 10 - 1, st
     events = json.loads(env.kubectl("get", "events", "-n", ns, "--field-selector",
                                     "involvedObject.name=crash,reason=Restarted", "-o", "json").stdout)["items"]  # fmt: skip
     assert any("since its last checkpoint lost (checkpoints: every 3 s)" in e["message"] for e in events), events

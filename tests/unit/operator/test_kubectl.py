@@ -204,7 +204,7 @@ def test_explain_a_fixed_shape_ranks_that_shape() -> None:
         "d_gpn": 2,
         "lat": row.lat,
         "feasible": genie.is_feasible(row.lat, NOW, dl),
-        "waiting_allowance": genie.waiting_allowance(dl, row.lat, NOW),
+        "waiting_allowance": pytest.approx(dl - (row.lat + NOW), abs=1e-6),  # Eq. 13
     }
     text = format_explain(job, result, NOW, rows=3)
     assert "spec.gpusPerNode fixes 2x2, the only placement GENIE policies consider" in text

@@ -818,3 +818,16 @@ def test_a_failed_run_restarts_from_its_checkpoint_on_its_gpus_as_the_simulator_
         SimConfig(policy="srtf", preemption_overhead=0.0, failures=ScriptedFailures({"ns/j0": jobs[0].fail_at})),
     )
     assert sim.lost_s[0] == pytest.approx(50 + 40 + 80) and sim.restarts[0] == 3
+
+
+def test_swaf_ties_of_equal_waiting_allowances_go_by_the_queue_on_both_clocks() -> None:
+    """SWAF on one GPU: j2 and j3 (Prior ResNet50 tasks of batch 32 and 64) both have e = l on it, so equal
+    waiting allowances at every instant. Computed as e - (l + t) on the trace's clock (the simulator's) and
+    on Unix time (the operator's), the sums rounded differently: the simulator put j3 first, the operator
+    j2. Counted from the submission, (e - l) - waited, they tie exactly on both, and go by the queue."""
+    jobs = [TraceJob("j0", 0, 1, 1), TraceJob("j1", 0, 1, 1, model="ResNet50", batch=32, iters=100, qos="Urgent"),
+            TraceJob("j2", 0, 1, 1, model="ResNet50", batch=32, iters=100, qos="Prior"),
+            TraceJob("j3", 0, 1, 1, model="ResNet50", batch=64, iters=100, qos="Prior"), TraceJob("j4", 0, 1, 1)]  # fmt: skip
+    run = one_vc("swaf", "consolidate", "none", [1], jobs)
+    (j2,) = [s for s in run.segments if s[0] == "ns/j2"]
+    assert j2[1] == pytest.approx(17.397767, abs=1e-3)  # right after j1 (Urgent)
