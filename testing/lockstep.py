@@ -274,14 +274,15 @@ class Passes:
             assert events <= max_events, f"more than {max_events} events: the passes do not settle"
             stopped = Counter(self.step(t)[0])
             for _ in range(MAX_QUIET_PASSES):
-                before = (len(self.kube.status_patches), len(self.kube.pods))
+                # (the pods by name: a pass may delete one pod and create another)
+                before = (len(self.kube.status_patches), set(self.kube.pods))
                 # A later pass may decide what an earlier one could not see (a cohort member's pass ran
                 # before another's start lent it GPUs; a job stopped for its GPUs starts on others, or
                 # preempts one of lower priority there); no job is stopped twice at one instant.
                 stopped.update(self.step(t)[0])
                 twice = [j for j, n in stopped.items() if n > 1]
                 assert not twice, f"passes at {t - T0:g} s stopped {twice} again after starting them"
-                if (len(self.kube.status_patches), len(self.kube.pods)) == before:
+                if (len(self.kube.status_patches), set(self.kube.pods)) == before:
                     break
             nxt = self.next_event()
             if nxt is not None and nxt > t + 2:  # a pass of the operator's timer between two events

@@ -831,3 +831,14 @@ def test_swaf_ties_of_equal_waiting_allowances_go_by_the_queue_on_both_clocks() 
     run = one_vc("swaf", "consolidate", "none", [1], jobs)
     (j2,) = [s for s in run.segments if s[0] == "ns/j2"]
     assert j2[1] == pytest.approx(17.397767, abs=1e-3)  # right after j1 (Urgent)
+
+
+def test_passes_at_one_instant_go_on_while_one_deletes_a_pod_and_creates_another() -> None:
+    """At 200 s j1's second failure stops its gang; j6's pod waits for j1's pod on n1 to be gone, and the
+    next pass creates it: as many pods as before, and the harness took that pass for a quiet one. So no
+    pass wrote j6 Running at 200 s (its status went Admitted, then Succeeded with startTime 200 s)."""
+    jobs = [TraceJob("j0", 0, 0, 1, cpus=16), TraceJob("j1", 0, 16, 571, withdraw=201, fail_at=(10, 200)),
+            TraceJob("j5", 0, 1, 2673, withdraw=1), TraceJob("j4", 1, 0, 1, cpus=16, fail_at=(1,)),
+            TraceJob("j2", 121, 0, 1, cpus=16), TraceJob("j3", 128, 0, 142, cpus=16), TraceJob("j6", 200, 0, 1, cpus=96)]  # fmt: skip
+    run = one_vc("fifo", "consolidate", "none", [8, 4, 4], jobs)
+    assert ("ns/j6", 200, 201) in run.segments
