@@ -508,11 +508,17 @@ class Planner:
             # the services: a replica that preempted a job keeps the room it was given (kube-scheduler
             # binds it once the old pods are gone) instead of preempting another job every pass meanwhile
             current = {dl.job.id: attempt_of(dl.status) for dl in jobs if dl.phase in ACTIVE}
+            ended = {dl.job.id for dl in jobs if dl.phase in FINISHED}
             held_by_leftovers = []
             for key, gang_of_key in pods_of.items():
                 for p in gang_of_key:
                     if key in current and _attempt(p) == current[key]:
                         continue  # booked with its gang above
+                    if key in ended and f"{key.split('/')[0]}/{meta(p)['name']}" in self._deleted:
+                        # a gang that failed in this pass, its running pods stopped by it: its devices go to
+                        # this pass's admissions (as the simulator frees them), as a preemption's victims'
+                        # do; a gang placed there creates its pods once these are gone (_leaving)
+                        continue
                     if (p.get("spec") or {}).get("nodeName") and _phase(p) not in FINISHED:
                         try:
                             held_by_leftovers.append(pod_info(p))

@@ -842,3 +842,16 @@ def test_passes_at_one_instant_go_on_while_one_deletes_a_pod_and_creates_another
             TraceJob("j2", 121, 0, 1, cpus=16), TraceJob("j3", 128, 0, 142, cpus=16), TraceJob("j6", 200, 0, 1, cpus=96)]  # fmt: skip
     run = one_vc("fifo", "consolidate", "none", [8, 4, 4], jobs)
     assert ("ns/j6", 200, 201) in run.segments
+
+
+def test_a_gang_that_fails_for_good_leaves_its_gpus_to_the_same_pass() -> None:
+    """SWAF on nodes of 1, 1 and 2 GPUs: j0 (all 4) fails past its backoff limit at 1 s, when j1 arrives.
+    The pass that failed j0 stopped its running pods and still booked them as leftovers, so j1 went to the
+    2-GPU node, the only one free of them, and j2 (which wants 1x2) waited for j1. The simulator frees a
+    failed job's GPUs at once: j1 on a 1-GPU node, j2 on the 2-GPU node at 2 s."""
+    jobs = [TraceJob("j0", 0, 4, 2, fail_at=(1,), backoff_limit=0),
+            TraceJob("j1", 1, 1, 1, model="ResNet50", batch=32, iters=100, qos="Urgent", backoff_limit=0),
+            TraceJob("j2", 2, 1, 1, model="ResNet50", batch=64, iters=100, qos="Urgent", backoff_limit=0)]  # fmt: skip
+    run = one_vc("swaf", "consolidate", "none", [1, 1, 2], jobs)
+    (j2,) = [s for s in run.segments if s[0] == "ns/j2"]
+    assert j2[1] == 2
