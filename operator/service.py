@@ -79,8 +79,8 @@ def last_event(
     now: float,
 ) -> float:
     """The partition's latest event up to ``now`` as the simulator has them: an arrival (a DLJob's
-    creation), a finish (its completion, or a failure of its gang), a running job's turn end. (A requeue happens in the pass of an
-    event and is none itself; ``now`` bounds times from other clocks.)"""
+    creation), a finish (its completion, or a failure of its gang), a running job's turn end. (A requeue
+    happens in the pass of an event and is none itself; ``now`` bounds times from other clocks.)"""
     times = [t for group in (arrivals, finishes, turn_ends) for t in group if t is not None]
     return min(max(times, default=now), now)
 

@@ -121,8 +121,8 @@ def write_jobs_csv(path: Path, res: SimResult) -> None:
                 [int(x) for x in res.backfilled[a:b]],
                 [STATE_NAMES.get(x, "unfinished") for x in res.state[a:b]],
                 [j.end_state.value for j in part],
-                res.restarts[a:b] if res.restarts else [0] * (b - a),
-                _fixed(np.asarray(res.lost_s[a:b] if res.lost_s else [0.0] * (b - a), float), 1),
+                res.restarts[a:b],
+                _fixed(np.asarray(res.lost_s[a:b], float), 1),
             ]
             w.writerows(zip(*columns, strict=True))
 

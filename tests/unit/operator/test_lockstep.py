@@ -804,8 +804,8 @@ def test_a_failed_gang_is_an_event_of_its_queue() -> None:
 
 def test_a_failed_run_restarts_from_its_checkpoint_on_its_gpus_as_the_simulator_restarts_it() -> None:
     """SRTF: j0 fails at 250 s, keeping 200 s of its 500 (checkpoints every 100 s) and its GPU through the
-    10 s back-off; it fails again at 300 s (40 s after its restart: nothing kept), and past its backoff
-    limit at the third, at 600 s. j1, which waits for the GPU, starts then."""
+    10 s back-off; it fails again at 300 s (40 s after its restart: nothing kept) and at 400 s, and past its
+    backoff limit (3) at the fourth, at 600 s. j1, which waits for the GPU, starts then."""
     jobs = [TraceJob("j0", 0, 1, 500, fail_at=(250, 300, 400, 600), checkpoint=100), TraceJob("j1", 5, 1, 1000)]
     run = one_vc("srtf", "consolidate", "none", [1], jobs)
     assert sorted(run.segments) == [("ns/j0", 0, 250), ("ns/j0", 260, 300), ("ns/j0", 320, 400),
