@@ -71,6 +71,10 @@ def _finite(x: float) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _seconds(x: float, field_name: str) -> None:
+    _require(_finite(x) and x >= 0, field_name, x, "must be >= 0")
+
+
 @dataclass(slots=True)
 class Job:
     """A task/job as every component sees it.
@@ -160,29 +164,15 @@ class Job:
             _require(self.gpus == 1, "gpu_milli", self.gpu_milli, "GPU sharing (gpu_milli < 1000) needs gpus == 1")
         if self.kind is JobKind.CPU:
             _require(self.gpus == 0, "gpus", self.gpus, "a cpu job requests no GPUs")
+        # optional seconds (a check only when set: a trace of a million jobs builds a million of these)
         if self.checkpoint_interval is not None:
-            _require(
-                _finite(self.checkpoint_interval) and self.checkpoint_interval >= 0,
-                "checkpoint_interval",
-                self.checkpoint_interval,
-                "must be >= 0",
-            )
+            _seconds(self.checkpoint_interval, "checkpoint_interval")
         if self.duration is not None:
-            _require(_finite(self.duration) and self.duration >= 0, "duration", self.duration, "must be >= 0")
+            _seconds(self.duration, "duration")
         if self.requested_duration is not None:
-            _require(
-                _finite(self.requested_duration) and self.requested_duration >= 0,
-                "requested_duration",
-                self.requested_duration,
-                "must be >= 0",
-            )
+            _seconds(self.requested_duration, "requested_duration")
         if self.predicted_duration is not None:
-            _require(
-                _finite(self.predicted_duration) and self.predicted_duration >= 0,
-                "predicted_duration",
-                self.predicted_duration,
-                "must be >= 0",
-            )
+            _seconds(self.predicted_duration, "predicted_duration")
 
     @property
     def fixed_shape(self) -> Shape | None:
