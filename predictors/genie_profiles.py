@@ -113,12 +113,20 @@ def measured_sessions(root: Path = MEASURED_ROOT) -> list[Path]:
 
 def fit_measured(root: Path = MEASURED_ROOT) -> tuple[list[ThroughputProfile], list[ComputeCurve]]:
     """Throughput profiles (every form scored by leave-one-out, :func:`profiler.fit_profile`; repeats
-    across sessions at their median) and inference curves from each folder's samples."""
+    across sessions at their median) and inference curves from each folder's samples.
+
+    A model's profile on a GPU model, and each inference curve, come from the newest folder that
+    measured it (the date of the folder's newest sample; the same date: the later folder name): a
+    later run of a GPU supersedes an earlier one, which stays on disk as the record of its day (the
+    method changed between them, hack/gpu/README.md), and a run of a few models supersedes only those.
+    """
+    from qosmos.extender.core.gpus import gpu_key
+    from qosmos.extender.core.inference_profiles import model_key
     from qosmos.predictors.inference_profiles import curves_from_samples, read_inference_samples
     from qosmos.predictors.profiler import fit_profile, read_samples
 
-    profiles: list[ThroughputProfile] = []
-    curves: list[ComputeCurve] = []
+    profiles: dict[tuple[str, str], tuple[str, ThroughputProfile]] = {}
+    curves: dict[tuple[str, str, str, int], tuple[str, ComputeCurve]] = {}
     for folder in measured_sessions(root):
         by_model: dict[str, list[Sample]] = defaultdict(list)
         sessions_of: dict[str, set[Path]] = defaultdict(set)
@@ -126,14 +134,21 @@ def fit_measured(root: Path = MEASURED_ROOT) -> tuple[list[ThroughputProfile], l
             for s in read_samples(f):
                 by_model[s.model].append(s)
                 sessions_of[s.model].add(f)
+        inference = [s for f in sorted(folder.rglob("inference.csv")) for s in read_inference_samples(f)]
+        dates = [dict(s.env).get("measured_at", "") for ss in by_model.values() for s in ss]
+        day = max([*dates, *(s.meta.get("measured", "") for s in inference)], default="")
         for model in sorted(by_model):
             sessions = len(sessions_of[model])
             source = f"predictors/measured/{folder.name}: hack/gpu/run.sh, {sessions} session(s)"
-            profiles.append(fit_profile(by_model[model], source=source).profile)
-        inference = [s for f in sorted(folder.rglob("inference.csv")) for s in read_inference_samples(f)]
-        if inference:
-            curves += curves_from_samples(inference, source=f"predictors/measured/{folder.name}: hack/gpu/run.sh")
-    return profiles, curves
+            p = fit_profile(by_model[model], source=source).profile
+            key = (gpu_key(p.gpu_model), model_key(model))
+            if key not in profiles or day >= profiles[key][0]:
+                profiles[key] = (day, p)
+        for c in curves_from_samples(inference, source=f"predictors/measured/{folder.name}: hack/gpu/run.sh"):
+            ckey = (model_key(c.model), c.device.value, gpu_key(c.gpu_model), c.cores)
+            if ckey not in curves or day >= curves[ckey][0]:
+                curves[ckey] = (day, c)
+    return [p for _, (_, p) in sorted(profiles.items())], [c for _, (_, c) in sorted(curves.items())]
 
 
 def _py(value: object) -> str:

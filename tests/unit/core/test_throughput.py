@@ -58,6 +58,22 @@ def test_one_floor_averages_the_launch_bound_noise_out() -> None:
     assert knots[-1] == (512.0, pytest.approx(0.01 + 0.0001 * 448, rel=1e-3))
 
 
+def test_a_bend_before_the_last_size_alone_is_recovered() -> None:
+    # launch-bound up to 384, GPU-bound at 512 only (time proportional to the batch there, as EfficientNet's
+    # and MobileNetV2's steps on an H200): one size above the bend still places it, at f / c = 400
+    t = [max(0.02, 0.00005 * b) for b in BATCHES]
+    rates = [b / ti for b, ti in zip(BATCHES, t, strict=True)]
+    knots = throughput.fit_launch_floor(BATCHES, rates)
+    assert knots == (
+        (8.0, pytest.approx(0.02)),
+        (pytest.approx(400.0), pytest.approx(0.02)),
+        (512.0, pytest.approx(0.0256)),
+    )
+    p = genie.fit_single_gpu_profile("m", BATCHES, rates, form="launch-floor")
+    assert p.spr(448) == pytest.approx(1 / 0.00005)  # past the bend: the rate of the GPU-bound size
+    assert p.spr(1024) == pytest.approx(1 / 0.00005)  # beyond b_max the time keeps growing with the batch
+
+
 def test_launch_floor_degenerates_to_a_line_or_a_flat_time() -> None:
     line = throughput.fit_launch_floor(BATCHES, affine_rates())  # no launch-bound head
     assert line == ((8.0, pytest.approx(0.018)), (512.0, pytest.approx(0.522)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from qosmos.extender.core.profiles_measured import MEASURED_INFERENCE_CURVES, ME
 from qosmos.extender.core.throughput import FORMS
 from qosmos.extender.core.types import Shape
 from qosmos.predictors.genie_profiles import MEASURED_ROOT, fit_measured, render_measured_module
-from qosmos.predictors.profiler import Sample, fit_file, fit_profile, write_samples
+from qosmos.predictors.profiler import Sample, fit_file, fit_profile, read_samples, write_samples
 from qosmos.predictors.timing import window_steps
 from qosmos.testing.generated import generated_apart
 from typer.testing import CliRunner
@@ -88,9 +89,28 @@ def test_window_steps_lengthen_short_windows() -> None:
     assert window_steps(5, 0.0, 0.25) == 5
 
 
+def test_a_newer_run_of_a_gpu_supersedes_the_older_one_model_by_model(tmp_path: Path) -> None:
+    root = tmp_path / "measured"
+    for run in ("h200-2026-11-26", "h200-2026-11-29"):
+        shutil.copytree(MEASURED_ROOT / run, root / run)
+    profiles, curves = fit_measured(root)
+    assert len(profiles) == 12 and {p.source.split(":")[0] for p in profiles} == {"predictors/measured/h200-2026-11-29"}
+    assert {c.meta["source"].split(":")[0] for c in curves} == {"predictors/measured/h200-2026-11-29"}
+    # a later run of one model (named so that it sorts first: the samples' date decides, not the name)
+    old = [s for s in read_samples(MEASURED_ROOT / "h200-2026-11-26" / "training.csv") if s.model == "VGG"]
+    later = [
+        replace(s, env=tuple((k, "2026-12-01T00:00:00Z" if k == "measured_at" else v) for k, v in s.env)) for s in old
+    ]
+    (root / "a-rerun").mkdir()
+    write_samples(root / "a-rerun" / "training.csv", later)
+    by_model = {p.model: p for p in fit_measured(root)[0]}
+    assert len(by_model) == 12 and by_model["VGG"].source.startswith("predictors/measured/a-rerun:")
+    assert by_model["ResNet18"].source.startswith("predictors/measured/h200-2026-11-29:")
+
+
 def test_profile_builtin_measured_and_fit_of_several_files(app: typer.Typer, tmp_path: Path) -> None:
     root = tmp_path / "measured"
-    shutil.copytree(MEASURED_ROOT / "h200-2026-11-26", root / "h200-2026-11-26")
+    shutil.copytree(MEASURED_ROOT / "h200-2026-11-29", root / "h200-2026-11-29")
     out = tmp_path / "mod.py"
     res = runner.invoke(app, ["profile", "builtin", "--measured", str(root), "--out", str(out)])
     assert res.exit_code == 0, res.output

@@ -59,10 +59,10 @@ def test_the_summary_names_every_thresholds_source(tmp_path: Path) -> None:
     s = json.loads((out / "summary.json").read_text())
     th = s["serving"]["thresholds"]
     assert th["gpu_switch_batch"] == {
-        "value": 774,
-        "source": "profile NVIDIA H200 (measured 2026-11-26, fp32, PyTorch 2.11.0)",
+        "value": 773,
+        "source": "profile NVIDIA H200 (measured 2026-11-29, fp32, PyTorch 2.11.0)",
     }
-    assert th["cpu_max_batch"]["value"] == 7 and th["cpu_max_batch"]["source"].startswith("profile 16 cores")
+    assert th["cpu_max_batch"]["value"] == 5 and th["cpu_max_batch"]["source"].startswith("profile 16 cores")
     assert s["forecast"]["enabled"] and s["forecast"]["horizon_slots"] == 2  # 30 s start-up + a 60 s slot
     assert "gpu_switch_batch" in res.output and "profile NVIDIA H200" in res.output
     res = runner.invoke(app, [*base, "--no-inference-profile", "--no-forecast", "--cpu-max-batch", "2"])
