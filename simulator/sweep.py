@@ -3,7 +3,10 @@
 Cells run in local processes (``concurrent.futures``) or, with ``--ray ADDRESS``, as Ray
 tasks on an existing cluster (``pip install qosmos[ray]``; Ray is imported only then).
 A cell returns its summary; the driver writes ``DIR/<cell>/summary.json``, so a cell whose
-summary.json exists is finished and skipped when the sweep is run again (resumable).
+summary.json exists is finished and skipped when the sweep is run again (resumable). The summary
+keeps the sweep's options: run again with other options (failures, backfilling, cluster size...)
+into the same folder, the sweep refuses before running anything rather than mix results of two
+configurations in one sweep.csv.
 At the end every finished cell is one row of ``DIR/sweep.csv``, drawn in ``DIR/sweep.png``.
 With Ray, every worker must be able to read the trace (builtins always can).
 """
@@ -128,6 +131,7 @@ def run_cell(cell: Cell, options: Mapping[str, Any]) -> dict[str, object]:
     modeldb = load_profiles(options["db"]).db if options.get("db") else None
     summary = summarize(simulate(tr, cfg, modeldb), modeldb)
     summary["cell"] = asdict(cell)
+    summary["sweep_options"] = dict(options)
     summary["ran_on"] = _where()
     return summary
 
@@ -142,6 +146,28 @@ def _where() -> dict[str, object]:
 
 def finished(out: Path, cell: Cell) -> bool:
     return (out / cell.name / SUMMARY).is_file()
+
+
+def check_resumable(out: Path, cells: Sequence[Cell], options: Mapping[str, Any]) -> None:
+    """InvalidInput when a finished cell in ``out`` ran with other options than these (summaries written
+    before the options were kept say nothing, and are kept as finished)."""
+    want = orjson.loads(orjson.dumps(dict(options)))  # as the summary stores them (a tuple reads back a list)
+    differ: dict[str, list[str]] = {}
+    for c in cells:
+        if not finished(out, c):
+            continue
+        had = orjson.loads((out / c.name / SUMMARY).read_bytes()).get("sweep_options")
+        if isinstance(had, dict) and had != want:
+            keys = sorted(k for k in want.keys() | had.keys() if want.get(k) != had.get(k))
+            differ[c.name] = [f"{k} {had.get(k)!r} (now {want.get(k)!r})" for k in keys]
+    if differ:
+        first, why = next(iter(differ.items()))
+        raise InvalidInput(
+            "out",
+            str(out),
+            f"{len(differ)} finished cell(s) there ran with other options, e.g. {first}: {', '.join(why)}; "
+            "give another --out, or remove those cells' folders to run them again",
+        )
 
 
 def save_cell(out: Path, cell: Cell, summary: Mapping[str, object]) -> None:
@@ -349,6 +375,7 @@ def run_sweep(
 
     for c in cells:  # every configuration is checked before anything runs
         cell_config(c, options)
+    check_resumable(out, cells, options)
     out.mkdir(parents=True, exist_ok=True)
     todo = [c for c in cells if not finished(out, c)]
     if not quiet:

@@ -81,6 +81,31 @@ def test_local_grid_then_resume(tmp_path: Path) -> None:
     assert "16 cells: 8 already finished, 8 to run" in r.output and len(rows(out)) == 16
 
 
+def test_a_sweep_resumed_with_other_options_refuses_and_loses_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "sw"
+    args = ["sweep", "--trace", "builtin:helios-synth", "--seed", "0,1", "--synth-jobs", "200", "--no-plot"]
+    r = runner.invoke(app, [*args, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    before = (out / "sweep.csv").read_bytes()
+    stamps = {p: p.read_bytes() for p in out.glob("*/summary.json")}
+    for other in (["--mtbf-gpu-hours", "50"], ["--backfill", "easy"], ["--synth-jobs", "300"]):
+        r = runner.invoke(app, [*args, *other, "--out", str(out)])
+        assert r.exit_code == 2, r.output
+        assert "2 finished cell(s) there ran with other options" in r.output, r.output
+        assert other[0].removeprefix("--").replace("-", "_") in r.output, r.output
+    assert {p: p.read_bytes() for p in out.glob("*/summary.json")} == stamps
+    assert (out / "sweep.csv").read_bytes() == before
+    r = runner.invoke(app, [*args, "--out", str(out)])  # the same options: resumed, nothing to run
+    assert r.exit_code == 0 and "2 cells: 2 already finished, 0 to run" in r.output, r.output
+    # a summary from before the options were kept says nothing: still finished
+    old = next(iter(stamps))
+    summary = json.loads(old.read_text())
+    del summary["sweep_options"]
+    old.write_text(json.dumps(summary))
+    r = runner.invoke(app, [*args, "--mtbf-gpu-hours", "50", "--out", str(out)])
+    assert r.exit_code == 2 and "1 finished cell(s)" in r.output, r.output
+
+
 def test_each_seed_of_a_sweep_draws_its_own_failures_for_every_policy(tmp_path: Path) -> None:
     out = tmp_path / "sw"
     args = ["sweep", "--trace", "builtin:helios-synth", "--policy", "fifo,sjf", "--seed", "0,1", "--synth-jobs", "300"]
