@@ -4,9 +4,10 @@ Cells run in local processes (``concurrent.futures``) or, with ``--ray ADDRESS``
 tasks on an existing cluster (``pip install qosmos[ray]``; Ray is imported only then).
 A cell returns its summary; the driver writes ``DIR/<cell>/summary.json``, so a cell whose
 summary.json exists is finished and skipped when the sweep is run again (resumable). The summary
-keeps the sweep's options: run again with other options (failures, backfilling, cluster size...)
-into the same folder, the sweep refuses before running anything rather than mix results of two
-configurations in one sweep.csv.
+keeps the sweep's options and the sha256 of the trace file the cell read (and the options that of
+the model database file): run again into the same folder with other options (failures,
+backfilling, cluster size...) or an edited trace or database, the sweep refuses before running
+anything rather than mix results of two configurations in one sweep.csv.
 At the end every finished cell is one row of ``DIR/sweep.csv``, drawn in ``DIR/sweep.png``.
 With Ray, every worker must be able to read the trace (builtins always can).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import csv
+import hashlib
 import itertools
 import multiprocessing
 import os
@@ -132,6 +134,7 @@ def run_cell(cell: Cell, options: Mapping[str, Any]) -> dict[str, object]:
     summary = summarize(simulate(tr, cfg, modeldb), modeldb)
     summary["cell"] = asdict(cell)
     summary["sweep_options"] = dict(options)
+    summary["trace_sha256"] = input_digest(cell.trace)  # what this cell read, for a resumed sweep's check
     summary["ran_on"] = _where()
     return summary
 
@@ -148,24 +151,49 @@ def finished(out: Path, cell: Cell) -> bool:
     return (out / cell.name / SUMMARY).is_file()
 
 
+def input_digest(spec: str | None) -> str | None:
+    """sha256 of a trace or database file (a folder: of its files' names and contents); None for a
+    builtin trace or no file."""
+    if spec is None or spec.startswith("builtin:"):
+        return None
+    path = Path(spec)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
+        if f != path:
+            h.update(str(f.relative_to(path)).encode() + b"\0")
+        with f.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()
+
+
 def check_resumable(out: Path, cells: Sequence[Cell], options: Mapping[str, Any]) -> None:
-    """InvalidInput when a finished cell in ``out`` ran with other options than these (summaries written
-    before the options were kept say nothing, and are kept as finished)."""
+    """InvalidInput when a finished cell in ``out`` ran with other options than these, or read another
+    version of its trace file (summaries written before these were kept say nothing, and stay finished)."""
     want = orjson.loads(orjson.dumps(dict(options)))  # as the summary stores them (a tuple reads back a list)
+    digests: dict[str, str | None] = {}
     differ: dict[str, list[str]] = {}
     for c in cells:
         if not finished(out, c):
             continue
-        had = orjson.loads((out / c.name / SUMMARY).read_bytes()).get("sweep_options")
+        summary = orjson.loads((out / c.name / SUMMARY).read_bytes())
+        had, why = summary.get("sweep_options"), []
         if isinstance(had, dict) and had != want:
             keys = sorted(k for k in want.keys() | had.keys() if want.get(k) != had.get(k))
-            differ[c.name] = [f"{k} {had.get(k)!r} (now {want.get(k)!r})" for k in keys]
+            why = [f"{k} {had.get(k)!r} (now {want.get(k)!r})" for k in keys]
+        if summary.get("trace_sha256") is not None:
+            if c.trace not in digests:
+                digests[c.trace] = input_digest(c.trace)
+            if digests[c.trace] != summary["trace_sha256"]:
+                why.append(f"the trace {c.trace} has changed since (sha256)")
+        if why:
+            differ[c.name] = why
     if differ:
         first, why = next(iter(differ.items()))
         raise InvalidInput(
             "out",
             str(out),
-            f"{len(differ)} finished cell(s) there ran with other options, e.g. {first}: {', '.join(why)}; "
+            f"{len(differ)} finished cell(s) there ran with other options or inputs, e.g. {first}: {', '.join(why)}; "
             "give another --out, or remove those cells' folders to run them again",
         )
 
@@ -497,6 +525,7 @@ def register(app: typer.Typer) -> None:
             _checked("placement", placement, PLACEMENTS),
             list(dict.fromkeys(_ints("seed", seed))),
         )
+        db_file = load_profiles(db).file  # checked here, before any cell runs
         options = {
             "format": format,
             "synth_jobs": synth_jobs,
@@ -512,7 +541,8 @@ def register(app: typer.Typer) -> None:
             "mtbf_gpu_hours": mtbf_gpu_hours,
             "checkpoint_interval": checkpoint_interval,
             "backoff_limit": backoff_limit,
-            "db": load_profiles(db).file,  # checked here, before any cell runs
+            "db": db_file,
+            "db_sha256": input_digest(db_file),
         }
         for c in cells:  # (a bad value is exit 2 here, not a failed cell)
             cell_config(c, options)

@@ -91,7 +91,7 @@ def test_a_sweep_resumed_with_other_options_refuses_and_loses_nothing(tmp_path: 
     for other in (["--mtbf-gpu-hours", "50"], ["--backfill", "easy"], ["--synth-jobs", "300"]):
         r = runner.invoke(app, [*args, *other, "--out", str(out)])
         assert r.exit_code == 2, r.output
-        assert "2 finished cell(s) there ran with other options" in r.output, r.output
+        assert "2 finished cell(s) there ran with other options or inputs" in r.output, r.output
         assert other[0].removeprefix("--").replace("-", "_") in r.output, r.output
     assert {p: p.read_bytes() for p in out.glob("*/summary.json")} == stamps
     assert (out / "sweep.csv").read_bytes() == before
@@ -104,6 +104,26 @@ def test_a_sweep_resumed_with_other_options_refuses_and_loses_nothing(tmp_path: 
     old.write_text(json.dumps(summary))
     r = runner.invoke(app, [*args, "--mtbf-gpu-hours", "50", "--out", str(out)])
     assert r.exit_code == 2 and "1 finished cell(s)" in r.output, r.output
+
+
+def test_a_sweep_resumed_over_an_edited_trace_or_database_refuses(tmp_path: Path) -> None:
+    from qosmos.extender.core.genie import ThroughputProfile
+    from qosmos.predictors.profiler import write_db
+
+    trace, db, out = tmp_path / "jobs.csv", tmp_path / "models.json", tmp_path / "sw"
+    trace.write_text("id,submit,gpus,duration\na,0,1,10\nb,5,2,20\n")
+    write_db(db, [ThroughputProfile("ResNet50", 4.0, 0.0, 0.0, b_min=32, b_max=128, source="a slow cluster")])
+    args = ["sweep", "--trace", f"{trace},builtin:genie", "--db", str(db), "--out", str(out), "--no-plot"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    trace.write_text("id,submit,gpus,duration\na,0,1,10\nb,5,2,40\n")  # one job longer
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "1 finished cell(s)" in r.output and "has changed since" in r.output, r.output
+    trace.write_text("id,submit,gpus,duration\na,0,1,10\nb,5,2,20\n")  # as it was: resumed
+    assert "2 already finished, 0 to run" in runner.invoke(app, args).output
+    write_db(db, [ThroughputProfile("ResNet50", 8.0, 0.0, 0.0, b_min=32, b_max=128, source="a faster cluster")])
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "2 finished cell(s)" in r.output and "db_sha256" in r.output, r.output
 
 
 def test_each_seed_of_a_sweep_draws_its_own_failures_for_every_policy(tmp_path: Path) -> None:
