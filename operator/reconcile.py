@@ -886,7 +886,9 @@ class Planner:
         if overdue or (hit and dl.phase == DLJobPhase.RUNNING.value):
             names = overdue or list(down)
             since = ", ".join(f"{n} since {rfc3339(down[n])}" for n in names)
-            self._requeue(dl, f"node not Ready ({since}; nodeLostSeconds {grace})", now, rep, reason="NodeLost")
+            why = f"node not Ready ({since}; nodeLostSeconds {grace})"
+            # the gang stalled when its first node went: neither the grace nor an eviction's wait ran it
+            self._requeue(dl, why, now, rep, reason="NodeLost", stalled=min(down.values()))
             return True
         rep.wake(min(t + grace for t in down.values()))
         return False
@@ -1066,14 +1068,17 @@ class Planner:
         reason: str = "Preempted",
         head: bool = False,
         extra: Mapping[str, Any] | None = None,
+        stalled: float | None = None,
     ) -> None:
         """Back to the queue (preempted or reclaimed): placement dropped, pods deleted. The service of the
         run it stops is folded into its status before ``startTime`` goes, and ``queuedSince`` says when
         it went back: ``at``, the event the decision was made for (the simulator's preemption instant),
         else now. Its next gang is a new attempt (new pod names). A node lost (``reason`` NodeLost) gave
-        its pods there no grace period to checkpoint in."""
+        its pods there no grace period to checkpoint in; ``stalled``: since when the run made no progress
+        (its node stopped being Ready), where its run is counted to."""
         pods = self._placed_pods(dl)  # before the status drops the placement
-        served = self._fold(dl, now, graceful=reason != "NodeLost")
+        end = now if stalled is None else min(max(stalled, segment_start(dl.status) or stalled), now)
+        served = self._fold(dl, end, graceful=reason != "NodeLost")
         why += _lost(dl, served)
         self._patch(
             dl,

@@ -334,6 +334,22 @@ def test_a_pod_evicted_from_a_not_ready_node_is_the_nodes_loss_not_a_restart() -
     assert any(reason == "NodeLost" for _, reason, _ in r.kube.events)
 
 
+def test_a_lost_node_keeps_the_checkpoints_made_before_it_went_not_ready() -> None:
+    """The gang stalled when its node stopped being Ready: the grace that follows (nodeLostSeconds) is no
+    run, and no checkpoint was written in it."""
+    r = Run(nodes=("n0", "n1"), nodeLostSeconds=300, checkpointIntervalSeconds=600)
+    r.step()
+    node = pinned(r.kube.pods["j-0-0"])
+    r.run_current()
+    r.step()  # Running from here
+    r.step(550)
+    _not_ready(r, node, r.now)  # 550 s into its run: no checkpoint yet
+    rep = r.step(300)
+    assert rep.preempted == ["team/j"] and not r.status.get("restarts")
+    requeue = next(st for _, st in r.kube.status_patches if st.get("phase") == "Queued")
+    assert requeue["executedSeconds"] == 0 and requeue["lostRunSeconds"] == pytest.approx(550)
+
+
 class Racing(FakeKube):
     """Another writer edits the DLJob right after the pass read it (once)."""
 
@@ -495,9 +511,14 @@ def test_a_failed_gang_keeps_the_progress_of_its_last_checkpoint(every: int | No
 def test_a_lost_node_loses_the_run_since_the_last_checkpoint_and_a_suspension_keeps_it() -> None:
     """A node lost gave its pods no grace period; a suspension (as a preemption) stops them with theirs,
     time to checkpoint on SIGTERM: its whole run counts."""
-    r, _ = _running_on_a_node_gone_not_ready(100)
-    r.kube.edit("j", checkpointIntervalSeconds=60)
-    r.step(101)
+    r = Run(nodes=("n0", "n1"), nodeLostSeconds=100, checkpointIntervalSeconds=60)
+    r.step()
+    node = pinned(r.kube.pods["j-0-0"])
+    r.run_current()
+    r.step()
+    r.step(101)  # 101 s of run, then its node stops being Ready: requeued when the grace ends
+    _not_ready(r, node, r.now)
+    r.step(100)
     requeue = next(st for name, st in r.kube.status_patches if st.get("phase") == "Queued")
     assert requeue["executedSeconds"] == 60.0 and requeue["lostRunSeconds"] == 41.0
     assert requeue["conditions"][0]["message"].endswith(
