@@ -11,6 +11,7 @@ the draws). :class:`ScriptedFailures` fails named jobs at given times, when they
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -41,14 +42,21 @@ class GpuFailures:
         self.mtbf_gpu_hours = mtbf_gpu_hours
         self.seed = seed
         self._rate = 1.0 / (mtbf_gpu_hours * 3600.0)  # failures per GPU-second
+        # per job index: its draws and the failure points drawn so far (GPU-seconds, increasing), so each
+        # segment start reads on from them instead of drawing the job's failures again from its first
+        self._points: dict[int, tuple[random.Random, list[float]]] = {}
 
     def next_failure(self, job: Job, index: int, start: float, gpus: float, served: float) -> float | None:
         if gpus < 1:
             return None
-        draws = random.Random(f"qosmos-failures:{self.seed}:{index}")  # (a str seed is hashed: stable)
-        at = 0.0
-        while at <= served + SERVED_TOLERANCE:
-            at += draws.expovariate(self._rate)
+        found = self._points.get(index)
+        if found is None:  # (a str seed is hashed: stable across processes)
+            found = self._points[index] = (random.Random(f"qosmos-failures:{self.seed}:{index}"), [])
+        draws, points = found
+        after = served + SERVED_TOLERANCE
+        while not points or points[-1] <= after:
+            points.append((points[-1] if points else 0.0) + draws.expovariate(self._rate))
+        at = points[bisect.bisect_right(points, after)]
         return start + (at - served) / gpus
 
     def __repr__(self) -> str:

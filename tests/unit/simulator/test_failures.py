@@ -99,6 +99,22 @@ def test_gpu_failures_come_at_the_rate_asked_for() -> None:
     assert eight.restarts == res.restarts  # the same GPU-hours of run: the same failures, 8 times as often
 
 
+def test_gpu_failures_read_on_from_the_points_drawn_so_far() -> None:
+    """Each segment start reads the job's next failure point on from those drawn before (not all drawn
+    again); the points are those of the job's own draws, whatever order the jobs and times are asked in."""
+    import random
+
+    model, job = GpuFailures(0.01, seed=5), Job("a", 0.0, 1, duration=1.0)
+    rng = random.Random(0)
+    asks = [(rng.randrange(4), rng.uniform(0, 2000.0), rng.choice((1.0, 2.0, 8.0))) for _ in range(300)]
+    for index, served, gpus in asks:  # jobs interleaved, each job's served time up and down
+        draws, at = random.Random(f"qosmos-failures:5:{index}"), 0.0
+        while at <= served + 1e-3:
+            at += draws.expovariate(1.0 / 36.0)
+        assert model.next_failure(job, index, 100.0, gpus, served) == pytest.approx(100.0 + (at - served) / gpus)
+    assert max(len(points) for _, points in model._points.values()) < 2000 / 36 * 2  # drawn once, not per ask
+
+
 def test_every_policy_meets_the_same_failures_in_each_jobs_run() -> None:
     """Common random numbers: each job's failures are drawn on its own GPU-seconds from the seed and its
     index, so non-preemptive policies that order the jobs differently lose the same runs to them."""
