@@ -8,7 +8,7 @@
     python benchmarks/genie_forms.py --json
 
 Per model, the distinct batch sizes are split into every other one from the smallest (fit) and
-the rest (held out). Each form (quadratic = GENIE Eq. 7, affine-time, interpolated) is fitted on
+the rest (held out). Each form (quadratic = GENIE Eq. 7, affine-time, interpolated, launch-floor) is fitted on
 the fit half exactly as `qosmos profile fit` stores it and predicts the held-out rates through
 the profile's sPR (out-of-range guards included): mean and max abs % error. "selected" is what
 `qosmos profile fit` would store from the fit half alone (the form with the lowest leave-one-out
@@ -131,12 +131,15 @@ def evaluate(
         if held:
             choice = select_single_gpu_profile("split", [b for b, _ in fit], [r for _, r in fit])
             p = choice.profile
-            errs = [100.0 * abs(p.spr(b) - r) / r for b, r in held]
+            signed = {b: 100.0 * (p.spr(b) - r) / r for b, r in held}  # + : predicted faster than measured
+            errs = [abs(e) for e in signed.values()]
             entry["selected"] = {
                 # '*': no form could be scored on the fit half; profile fit keeps fit_spr's (degraded) Eq. 7
                 "form": p.form + ("*" if p.heldout_error is None else ""),
                 "mean_pct": statistics.fmean(errs),
                 "max_pct": max(errs),
+                "errors_pct": signed,
+                "worst_batch": max(signed, key=lambda b: abs(signed[b])),
             }
         models[model] = entry
     summary = {}
@@ -169,11 +172,11 @@ def _fmt(v: float | None) -> str:
 def print_table(result: dict[str, Any], title: str) -> None:
     print(title)
     head = f"{'model':14s} {'fit/held':>9s} " + " ".join(f"{f:>21s}" for f in FORMS)
-    print(head + f" {'selected (fit half)':>30s} {'sessions %':>12s}")
+    print(head + f" {'selected (fit half)':>30s} {'worst at':>18s} {'sessions %':>12s}")
     print(
         f"{'':14s} {'':>9s} "
         + " ".join(f"{'mean/max % | LOO %':>21s}" for _ in FORMS)
-        + f" {'form mean/max %':>30s} {'mean/max':>12s}"
+        + f" {'form mean/max %':>30s} {'batch (error %)':>18s} {'mean/max':>12s}"
     )
     for model, e in result["models"].items():
         cells = []
@@ -182,10 +185,15 @@ def print_table(result: dict[str, Any], title: str) -> None:
             cells.append(f"{_fmt(s['mean_pct'])}/{_fmt(s['max_pct'])} | {_fmt(e['loo_pct'][f])}")
         sel = e["selected"]
         sel_text = "n/a" if sel is None else f"{sel['form']} {_fmt(sel['mean_pct'])}/{_fmt(sel['max_pct'])}"
+        worst = "" if sel is None else f"{sel['worst_batch']:g} ({sel['errors_pct'][sel['worst_batch']]:+.1f})"
         sizes = f"{len(e['fit_batches'])}/{len(e['scored_batches'])}"
         sess = e["sessions_pct"]
         sess_text = "" if sess is None else f"{sess['mean']:.1f}/{sess['max']:.1f}"
-        print(f"{model:14s} {sizes:>9s} " + " ".join(f"{c:>21s}" for c in cells) + f" {sel_text:>30s} {sess_text:>12s}")
+        print(
+            f"{model:14s} {sizes:>9s} "
+            + " ".join(f"{c:>21s}" for c in cells)
+            + f" {sel_text:>30s} {worst:>18s} {sess_text:>12s}"
+        )
     print("\nover models with a held-out error (mean of per-model means, worst per-model max):")
     for key, s in result["summary"].items():
         if key == "target_met":

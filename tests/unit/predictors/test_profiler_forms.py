@@ -132,7 +132,7 @@ def test_genie_forms_benchmark_on_samples(tmp_path: Path) -> None:
         [sys.executable, str(script), "--samples", str(path)], capture_output=True, text=True, check=True,
         env={**os.environ, "PYTHONSAFEPATH": "1"},
     )  # fmt: skip
-    assert "Line" in out.stdout and "affine-time" in out.stdout and "target" in out.stdout
+    assert "Line" in out.stdout and "affine-time" in out.stdout and "target" in out.stdout and "worst at" in out.stdout
 
 
 def test_genie_forms_scores_only_steady_sizes_when_asked(tmp_path: Path) -> None:
@@ -150,6 +150,8 @@ def test_genie_forms_scores_only_steady_sizes_when_asked(tmp_path: Path) -> None
     every = bench.evaluate(data)["models"]["Kink"]
     steady = bench.evaluate(data, steady=bench.window_spreads([path]), max_spread=5.0)["models"]["Kink"]
     assert every["scored_batches"] == [16.0, 64.0, 256.0, 1024.0] and every["selected"]["max_pct"] > 30.0
+    # the worst held-out size named, with its signed error (+: predicted faster than measured)
+    assert every["selected"]["worst_batch"] == 16.0 and every["selected"]["errors_pct"][16.0] > 30.0
     assert steady["scored_batches"] == [64.0, 256.0, 1024.0]
     assert steady["selected"]["max_pct"] < every["selected"]["max_pct"]
 
