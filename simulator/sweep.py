@@ -151,12 +151,25 @@ def finished(out: Path, cell: Cell) -> bool:
     return (out / cell.name / SUMMARY).is_file()
 
 
+_DIGESTS: dict[tuple[str, int, int], str] = {}  # a worker runs many cells of one trace: each file hashed once
+
+
 def input_digest(spec: str | None) -> str | None:
     """sha256 of a trace or database file (a folder: of its files' names and contents); None for a
     builtin trace or no file."""
     if spec is None or spec.startswith("builtin:"):
         return None
     path = Path(spec)
+    if path.is_file():
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+        if key not in _DIGESTS:
+            _DIGESTS[key] = _sha256(path)
+        return _DIGESTS[key]
+    return _sha256(path)
+
+
+def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
         if f != path:
