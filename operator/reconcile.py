@@ -1077,7 +1077,7 @@ class Planner:
         its pods there no grace period to checkpoint in; ``stalled``: since when the run made no progress
         (its node stopped being Ready), where its run is counted to."""
         pods = self._placed_pods(dl)  # before the status drops the placement
-        end = now if stalled is None else min(max(stalled, segment_start(dl.status) or stalled), now)
+        end = now if stalled is None else min(stalled, now)  # (a stall before the segment's start: no run)
         served = self._fold(dl, end, graceful=reason != "NodeLost")
         why += _lost(dl, served)
         self._patch(
