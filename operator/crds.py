@@ -30,7 +30,7 @@ from qosmos.extender.core import genie
 from qosmos.extender.core.admission import DEFAULT_ARRAY_SPLIT, Partition
 from qosmos.extender.core.backfill import MODES
 from qosmos.extender.core.cohorts import RECLAIM_WITHIN_COHORT, WITHIN_PARTITION, PreemptionPolicy
-from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT
+from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT, DEFAULT_NODE_LOST_S
 from qosmos.extender.core.inference import (
     DEFAULT_HYSTERESIS,
     DEFAULT_SCALE_IN_AFTER_S,
@@ -74,7 +74,6 @@ DEFAULT_POLICY = "swaf"
 DEFAULT_PLACEMENT = "cer"
 DEFAULT_BACKFILL = "none"
 DEFAULT_START_TIMEOUT_S = 600  # a gang not all Running after 10 minutes is stuck (image pull, taint, lost node)
-DEFAULT_NODE_LOST_S = 300  # as the taint manager's default tolerationSeconds for not-ready/unreachable
 
 PolicyName = Literal[POLICY_NAMES]  # type: ignore[valid-type]
 PlacementName = Literal[PLACEMENT_NAMES]  # type: ignore[valid-type]
@@ -738,6 +737,12 @@ class DLJobStatus(_Model):
     )
     last_failure_time: datetime | None = Field(
         None, description="when a pod of its gang last failed (an event of its VirtualCluster's queue)"
+    )
+    stalled_since: datetime | None = Field(
+        None,
+        description="since when a node of its admitted gang has not been Ready (its pods there make no "
+        "progress): its run is counted to here when the gang is requeued (NodeLost), preempted or restarted "
+        "before that node is back with its pods running; unset while every node of it is Ready",
     )
     retired: bool | None = Field(
         None,

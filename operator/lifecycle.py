@@ -131,6 +131,12 @@ def unstarted_nodes(pods_by_node: Mapping[str, Iterable[Mapping[str, Any]] | Non
     ]
 
 
+def ready_since(node: Mapping[str, Any]) -> float | None:
+    """When the node's Ready condition last changed (``lastTransitionTime``; None when it does not say)."""
+    ready = _condition(node.get("status") or {}, "Ready")
+    return None if ready is None else parse_time(ready.get("lastTransitionTime"))
+
+
 def not_ready_since(node: Mapping[str, Any], now: float) -> float | None:
     """Since when (epoch seconds) a node's Ready condition is False or Unknown (``now`` when it does not
     say); None while Ready or while it reports no Ready condition yet."""
@@ -144,6 +150,7 @@ __all__ = [
     "exit_codes",
     "failure_action",
     "not_ready_since",
+    "ready_since",
     "start_deadline",
     "started",
     "termination_message",

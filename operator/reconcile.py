@@ -60,7 +60,7 @@ from qosmos.extender.core.backfill import allocation_latency, expected_run, task
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.cohorts import CohortMember, nominal_of, quota_state
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.failures import consecutive_failures, kept_run, restart_delay
+from qosmos.extender.core.failures import consecutive_failures, kept_run, node_lost_at, restart_delay
 from qosmos.extender.core.forecast import Forecast, forecast
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.quota import accounting
@@ -84,6 +84,7 @@ from qosmos.operator.lifecycle import (
     exit_codes,
     failure_action,
     not_ready_since,
+    ready_since,
     start_deadline,
     started,
     termination_message,
@@ -185,6 +186,13 @@ def condition(status: str, reason: str, message: str, now: float, old: list[dict
     prev = next((c for c in old or [] if c.get("type") == ADMITTED), None)
     since = prev["lastTransitionTime"] if prev and prev.get("status") == status else rfc3339(now)
     return {"type": ADMITTED, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
+
+
+def _run_end(dl: DL, now: float) -> float:
+    """Where the current run segment ends when its gang stops now: at ``status.stalledSince`` when a node
+    of it stopped being Ready before (its pods there ran no further), else now."""
+    stalled = parse_time(dl.status.get("stalledSince"))
+    return now if stalled is None else min(stalled, now)
 
 
 def _same_condition(old: list[dict[str, Any]] | None, new: dict[str, Any]) -> bool:
@@ -419,6 +427,8 @@ class Planner:
         self._retire_in_status = snap.retire_in_status
         self._waiting = {}
         self._events: dict[str, float] = {}  # VirtualCluster -> its own latest event (status.lastEventTime)
+        self._lost_at: dict[str, float] = {}  # VirtualCluster -> its latest NodeLost requeue's due time
+        self._lost: set[str] = set()  # jobs this pass requeued because a node of theirs was lost
         jobs = [_own(dl) for dl in snap.jobs]
         self.predictions.retain({dl.uid for dl in jobs if dl.phase not in FINISHED})
         nodes, pods, others = snap.nodes, snap.pods, snap.others
@@ -514,10 +524,13 @@ class Planner:
                 for p in gang_of_key:
                     if key in current and _attempt(p) == current[key]:
                         continue  # booked with its gang above
-                    if key in ended and f"{key.split('/')[0]}/{meta(p)['name']}" in self._deleted:
-                        # a gang that failed in this pass, its running pods stopped by it: its devices go to
-                        # this pass's admissions (as the simulator frees them), as a preemption's victims'
-                        # do; a gang placed there creates its pods once these are gone (_leaving)
+                    if (
+                        key in ended or key in self._lost
+                    ) and f"{key.split('/')[0]}/{meta(p)['name']}" in self._deleted:
+                        # a gang that failed in this pass, or that it requeued for a lost node, its pods
+                        # stopped by it: its devices go to this pass's admissions (as the simulator frees
+                        # them), as a preemption's victims' do; a gang placed there creates its pods once
+                        # these are gone (_leaving)
                         continue
                     if (p.get("spec") or {}).get("nodeName") and _phase(p) not in FINISHED:
                         try:
@@ -554,11 +567,21 @@ class Planner:
             return vc_specs[vc].cohort or f"/{vc}"
 
         waits = {cohort_of(n) for n in vc_specs if self._waiting_jobs(n, by_vc)}
+        # a node going down or coming back is an event of every partition (the simulator passes them all),
+        # a gang requeued because its node was lost one of its own
+        moved = [t for n in nodes if (t := ready_since(n)) is not None and t <= now]
         for v in vcs:
             name = meta(v)["name"]
             group = by_vc.get(name, [])
             status = v.get("status") or {}
-            since = parse_time(status.get("lastEventTime"))
+            since = max(
+                [
+                    t
+                    for t in (parse_time(status.get("lastEventTime")), self._lost_at.get(name), *moved)
+                    if t is not None
+                ],
+                default=None,
+            )
             active[name] = {d.job.id for d in group if d.phase not in FINISHED}
             was = self.memory.active.get(name)
             if (was - {d.job.id for d in group}) if was is not None else deleted_since_count(status, group):
@@ -817,6 +840,8 @@ class Planner:
         if "Failed" in phases or (dl.phase == DLJobPhase.RUNNING.value and None in phases):
             self._failed(dl, [cur[n] for n in want if n in cur], now, rep)
             return
+        if st.get("stalledSince") and not any(not_ready_since(nodes[n], now) is not None for n in gang.node_names):
+            self._patch(dl, {"stalledSince": None}, why="stalled")  # its nodes are back and its pods run on
         if all(p == "Succeeded" for p in phases):
             end = max((_finished_at(cur[n]) or now for n in want), default=now)
             start = parse_time(st.get("startTime")) or parse_time(st.get("admittedAt")) or end
@@ -824,6 +849,7 @@ class Planner:
                 "phase": DLJobPhase.SUCCEEDED.value,
                 "completionTime": rfc3339(end),
                 "startTime": st.get("startTime") or rfc3339(start),
+                **({"stalledSince": None} if st.get("stalledSince") else {}),
             }
             if self._retire_in_status and dl.spec.ttl_seconds_after_finished is None:
                 done["retired"] = True  # nothing left to do (every pod finished): retired in this write
@@ -875,22 +901,42 @@ class Planner:
         evicts pods from an unreachable node): that is the node's loss, not the job's failure. True
         when requeued; otherwise a pass is asked for when the grace ends."""
         grace = dl.spec.node_lost_seconds if dl.spec.node_lost_seconds is not None else vc.node_lost_seconds
-        down = {n: t for n in dict.fromkeys(gang.node_names) if (t := not_ready_since(nodes[n], now)) is not None}
+        # (a pod that succeeded there before the node went is done: not lost with it)
+        live = [n for name, n in zip(want, gang.node_names, strict=True) if _phase(cur.get(name) or {}) != "Succeeded"]
+        down = {n: t for n in dict.fromkeys(live) if (t := not_ready_since(nodes[n], now)) is not None}
         if not down:
             return False
+        # a pod there gone, or failed after its node went (evicted, lost with it); one that failed before
+        # (or as) its node went failed on its own: a restart, as the simulator's failure before the outage
         hit = any(
-            node in down and (name not in cur or _phase(cur[name]) == "Failed")
+            node in down
+            and (
+                name not in cur
+                or (_phase(cur[name]) == "Failed" and ((end := _finished_at(cur[name])) is None or end > down[node]))
+            )
             for name, node in zip(want, gang.node_names, strict=True)
         )
-        overdue = [n for n, t in down.items() if now >= t + grace]
-        if overdue or (hit and dl.phase == DLJobPhase.RUNNING.value):
-            names = overdue or list(down)
+        first = min(down.values())
+        if any(
+            _phase(cur[name]) == "Failed" and (end := _finished_at(cur[name])) is not None and end <= first
+            for name in want
+            if name in cur
+        ):  # a pod of it failed before its node went: that failure first (a restart), the node's loss after
+            return False
+        due = node_lost_at(first, grace, now if hit and dl.phase == DLJobPhase.RUNNING.value else math.inf)
+        if now >= due:
+            vc_name = dl.spec.virtual_cluster
+            self._lost_at[vc_name] = max(self._lost_at.get(vc_name, -math.inf), due)
+            self._lost.add(dl.job.id)
+            names = [n for n, t in down.items() if now >= t + grace] or list(down)
             since = ", ".join(f"{n} since {rfc3339(down[n])}" for n in names)
             why = f"node not Ready ({since}; nodeLostSeconds {grace})"
             # the gang stalled when its first node went: neither the grace nor an eviction's wait ran it
-            self._requeue(dl, why, now, rep, reason="NodeLost", stalled=min(down.values()))
+            self._requeue(dl, why, now, rep, reason="NodeLost", stalled=first)
             return True
-        rep.wake(min(t + grace for t in down.values()))
+        if parse_time(dl.status.get("stalledSince")) != first:  # the run's end if it stops before the node is back
+            self._patch(dl, {"stalledSince": rfc3339(first)}, why="stalled")
+        rep.wake(node_lost_at(first, grace))
         return False
 
     def _start_timeout(
@@ -1006,16 +1052,17 @@ class Planner:
             action is FailureAction.IGNORE or restarts < dl.spec.backoff_limit
         ):
             started = parse_time(dl.status.get("startTime"))
+            end = _run_end(dl, now)
             k = consecutive_failures(
-                int(dl.status.get("consecutiveFailures") or 0), None if started is None else now - started
+                int(dl.status.get("consecutiveFailures") or 0), None if started is None else end - started
             )
             delay = restart_delay(k)
-            served = self._fold(dl, now, graceful=False)
+            served = self._fold(dl, end, graceful=False)
             lost = _lost(dl, served)  # (before the patch folds it into the status)
             counted = action is FailureAction.COUNT
             patch: dict[str, Any] = {"phase": DLJobPhase.ADMITTED.value, "startTime": None, **served,
                                      "consecutiveFailures": k, "restartAfter": rfc3339(now + delay),
-                                     "lastFailureTime": rfc3339(now)}  # fmt: skip
+                                     "lastFailureTime": rfc3339(now), "stalledSince": None}  # fmt: skip
             if counted:
                 patch["restarts"] = restarts + 1
             else:
@@ -1042,6 +1089,7 @@ class Planner:
                 "completionTime": rfc3339(now),
                 "restartAfter": None,
                 "lastFailureTime": rfc3339(now),
+                "stalledSince": None,
                 "conditions": [condition("False", reason, f"{what}: {why}", now, dl.status.get("conditions"))],
             },
         )
@@ -1077,8 +1125,10 @@ class Planner:
         its pods there no grace period to checkpoint in; ``stalled``: since when the run made no progress
         (its node stopped being Ready), where its run is counted to."""
         pods = self._placed_pods(dl)  # before the status drops the placement
+        if stalled is None:  # preempted (or timed out) while a node of it is not Ready: no grace there either
+            stalled = parse_time(dl.status.get("stalledSince"))
         end = now if stalled is None else min(stalled, now)  # (a stall before the segment's start: no run)
-        served = self._fold(dl, end, graceful=reason != "NodeLost")
+        served = self._fold(dl, end, graceful=reason != "NodeLost" and stalled is None)
         why += _lost(dl, served)
         self._patch(
             dl,
@@ -1091,6 +1141,8 @@ class Planner:
                 "queuedSince": rfc3339(now if at is None else at),
                 "preemptions": int(dl.status.get("preemptions") or 0) + 1,
                 "queueHead": True if head else None,
+                "stalledSince": None,
+                "restartAfter": None,  # a failed gang's back-off was for the gang on that placement
                 "conditions": [condition("False", reason, why, now, dl.status.get("conditions"))],
                 **(extra or {}),
             },
@@ -1099,6 +1151,9 @@ class Planner:
             self._delete_pod(dl, p, node)
         self._event(dl, reason, why, "Warning")
         rep.preempted.append(dl.job.id)
+        # back in its queue as of now for this pass's admissions too (a NodeLost or timed-out gang's
+        # requeue comes before them): the round-robin's and LAS's turn order, the simulator's ``enqueued``
+        dl.job.enqueued = now if at is None else at
 
     def _running(
         self, job: Job, start: float, alloc: Allocation | None, predicted: float | None, cluster: ClusterState

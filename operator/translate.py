@@ -256,13 +256,8 @@ def book_cordoned(cluster: ClusterState, nodes: Iterable[Mapping[str, Any]]) -> 
         if node_usable(obj):
             continue
         i = cluster.index.get(str(meta(obj).get("name", "")))
-        if i is None:
-            continue
-        ids = _free_ids(cluster, i, int(cluster.free_gpus[i]))
-        cpu = 0 if cluster.cpu_untracked[i] else max(int(cluster.free_cpu[i]), 0)
-        mem = 0 if cluster.mem_untracked[i] else max(int(cluster.free_mem[i]), 0)
-        if ids or cpu or mem:
-            cluster.allocate(Allocation((NodeGrant(i, ids, 1000, cpu, mem),)))
+        if i is not None:
+            cluster.book_free(i)
 
 
 def _free_ids(cluster: ClusterState, node: int, gpus: int) -> tuple[int, ...]:

@@ -17,12 +17,12 @@ from typing import Annotated, Any, Protocol
 import typer
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT
+from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT, DEFAULT_NODE_LOST_S
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.explain import load_profiles
 from qosmos.predictors import DURATION_PREDICTORS
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, SimResult, simulate
-from qosmos.simulator.failures import GpuFailures
+from qosmos.simulator.failures import DEFAULT_NODE_MTTR_H, GpuFailures, node_outage_model
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.outputs import Drawers, artefacts, plot_compare, write_all, write_summary
 from qosmos.simulator.partitions import check_names, load_partitions
@@ -226,6 +226,10 @@ def run_simulation(
     mtbf_gpu_hours: float | None = None,
     checkpoint_interval: float | None = None,
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT,
+    node_mtbf_hours: float | None = None,
+    node_mttr_hours: float = DEFAULT_NODE_MTTR_H,
+    node_outages: Path | None = None,
+    node_lost_seconds: float = DEFAULT_NODE_LOST_S,
 ) -> dict[str, dict[str, object]]:
     """Load once (fully validated) per policy, simulate, write artefacts; returns summaries."""
     if fmt is not None and fmt not in FORMATS:
@@ -244,6 +248,11 @@ def run_simulation(
     specs = load_partitions(partitions, [p for p in POLICIES if p != "recorded"]) if partitions is not None else ()
     # one failure model for every policy: each job meets the same failures in its run (GpuFailures)
     failures = None if mtbf_gpu_hours is None else GpuFailures(mtbf_gpu_hours, seed)
+    outages = node_outage_model(node_mtbf_hours, node_mttr_hours, node_outages, seed)
+    if outages is not None:
+        notes.append(
+            f"node outages: {outages!r}, NodeLost after {node_lost_seconds:g} s (times from the first submission)"
+        )
     cfgs = []
     for pol in policies:
         cfg = SimConfig(
@@ -266,6 +275,8 @@ def run_simulation(
             failures=failures,
             checkpoint_interval=checkpoint_interval,
             backoff_limit=backoff_limit,
+            outages=outages,
+            node_lost_seconds=node_lost_seconds,
         )
         cfg.validate()  # every policy checked before anything runs
         cfgs.append(cfg)
@@ -539,6 +550,32 @@ def register(app: typer.Typer) -> None:
         backoff_limit: Annotated[
             int, typer.Option(min=0, help="restarts after failures before a job fails for good (a DLJob's default)")
         ] = DEFAULT_BACKOFF_LIMIT,
+        node_mtbf_hours: Annotated[
+            float | None,
+            typer.Option(
+                help="each node goes down once per this many hours up on average (seeded by --seed and the node's "
+                "name: the same outages for every policy); nothing is placed on it until it is back, and a gang "
+                "there is requeued as a DLJob on a lost node is (NodeLost) (default: no outages)",
+            ),
+        ] = None,
+        node_mttr_hours: Annotated[
+            float, typer.Option(help="with --node-mtbf-hours: hours a down node takes to come back, on average")
+        ] = DEFAULT_NODE_MTTR_H,
+        node_outages: Annotated[
+            Path | None,
+            typer.Option(
+                help="CSV of node outages instead of --node-mtbf-hours: node,down,up rows, seconds from the trace's "
+                "first submission (up empty: it never comes back)",
+            ),
+        ] = None,
+        node_lost_seconds: Annotated[
+            float,
+            typer.Option(
+                min=0.0,
+                help="a gang on a down node is requeued after this long, or when the node is back if sooner "
+                "(a VirtualCluster's nodeLostSeconds)",
+            ),
+        ] = DEFAULT_NODE_LOST_S,
     ) -> None:
         """Replay a trace through the scheduling core; write summary.json, jobs.csv, trace.json and plots.
 
@@ -581,6 +618,10 @@ def register(app: typer.Typer) -> None:
             mtbf_gpu_hours=mtbf_gpu_hours,
             checkpoint_interval=checkpoint_interval,
             backoff_limit=backoff_limit,
+            node_mtbf_hours=node_mtbf_hours,
+            node_mttr_hours=node_mttr_hours,
+            node_outages=node_outages,
+            node_lost_seconds=node_lost_seconds,
         )
         if not quiet:
             typer.echo(f"wrote {out} ({', '.join(summaries)})")

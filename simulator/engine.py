@@ -33,6 +33,12 @@ Semantics (seed sections in brackets):
 - failures (``SimConfig.failures``): a failure cuts a running job's segment; the run keeps its whole
   checkpoint intervals and the job holds its GPUs through the back-off, then resumes, or past the
   backoff limit fails for good (``core.failures``, the operator's rules for a failed gang's pod).
+- node outages (``SimConfig.outages``): a node that goes down is booked full and unusable until it is
+  back (as the operator books a node that is not Ready); a gang with a node there stalls, holding its
+  GPUs, its run counted to the stall and its work kept to its last checkpoint: it goes back to its queue
+  once that node has been down ``node_lost_seconds`` (``core.failures.node_lost_at``, the operator's
+  NodeLost), or, when the node is back sooner, its pods there failed and it restarts as after a failure;
+  an inference replica there is asked for again.
 Static orders (the policy declares ``static``: fifo, sjf, qssf) keep a sorted structure per
 queue: no re-sorting per event, and a blocked head ends the pass when backfill is off.
 """
@@ -62,7 +68,14 @@ from qosmos.extender.core.backfill import allocation_latency, expected_run, rema
 from qosmos.extender.core.cluster import FULL, ClusterState
 from qosmos.extender.core.cohorts import CohortMember, PreemptionPolicy, max_cap, nominal_of
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT, consecutive_failures, kept_run, restart_delay
+from qosmos.extender.core.failures import (
+    DEFAULT_BACKOFF_LIMIT,
+    DEFAULT_NODE_LOST_S,
+    consecutive_failures,
+    kept_run,
+    node_lost_at,
+    restart_delay,
+)
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.core.ordering import POLICIES as ORDERING_POLICIES
 from qosmos.extender.core.ordering import OrderContext, OrderingPolicy, get_policy, model_usage, reshaped, static_key
@@ -77,7 +90,7 @@ from qosmos.extender.core.types import (
     SubmissionPredictions,
 )
 from qosmos.predictors.readers import paused_gc
-from qosmos.simulator.failures import FailureModel
+from qosmos.simulator.failures import FailureModel, NodeOutages, ScriptedOutages
 from qosmos.simulator.partitions import PartitionSpec, check_names
 from qosmos.simulator.services import CPU, GPU, ServiceTimeline
 from qosmos.simulator.traces import Trace
@@ -91,10 +104,11 @@ BACKFILL_ESTIMATES = ("predicted", "requested", "oracle")
 FUTURE, WAITING, RUNNING, DONE, WITHDRAWN, REJECTED, FAILED = range(7)
 # event kinds, in the order they apply at one instant
 # EV_FAIL: a failure cuts a running job's segment (``SimConfig.failures``), after its finish at that instant;
+# EV_LOST: a gang stalled on a node that went down goes back to its queue (NodeLost);
 # from EV_TICK on: no job's event; EV_SEEN: a rejected job's arrival or withdrawal (its partition passes, as the
 # operator's does when the DLJob is created, and waits Inadmissible, or deleted); EV_REVISIT: partition i's
 # policy decides otherwise for a waiting job with time alone (SWAF: a waiting allowance runs out)
-EV_FINISH, EV_WITHDRAW, EV_FAIL, EV_REQUEUE, EV_RSTART, EV_TICK, EV_SERVICE, EV_SEEN, EV_REVISIT = range(9)
+EV_FINISH, EV_WITHDRAW, EV_FAIL, EV_REQUEUE, EV_RSTART, EV_LOST, EV_TICK, EV_SERVICE, EV_SEEN, EV_REVISIT = range(10)
 SAME_INSTANT_ROUNDS = 8  # passes again at one instant beyond one per queue (see the event loop)
 
 
@@ -127,6 +141,9 @@ class SimConfig:
     failures: FailureModel | None = None
     checkpoint_interval: float | None = None  # for jobs whose own ``checkpoint_interval`` is None
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT  # counted restarts before a job fails for good
+    # nodes going down and coming back (``simulator.failures``): their gangs are requeued as NodeLost
+    outages: NodeOutages | None = None
+    node_lost_seconds: float = DEFAULT_NODE_LOST_S  # a stalled gang's grace before it is requeued
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -170,6 +187,10 @@ class SimConfig:
             raise InvalidInput("backoff_limit", self.backoff_limit, "must be an integer >= 0")
         if self.failures is not None and self.policy == "recorded":
             raise InvalidInput("failures", repr(self.failures), "the recorded replay runs jobs as recorded")
+        if not (math.isfinite(self.node_lost_seconds) and self.node_lost_seconds >= 0):
+            raise InvalidInput("node_lost_seconds", self.node_lost_seconds, "must be a finite number >= 0")
+        if self.outages is not None and self.policy == "recorded":
+            raise InvalidInput("outages", repr(self.outages), "the recorded replay runs jobs as recorded")
 
     def uses_qssf(self) -> bool:
         return (
@@ -189,6 +210,7 @@ SERVICE_STATS = (
     "pending_replica_seconds",
     "replicas_placed",
     "replicas_pending_at_end",
+    "replicas_lost",  # placed on a node that went down: asked for again
 )
 
 
@@ -336,6 +358,10 @@ class SimResult:
     restarts: list[int] = field(default_factory=list)
     lost_s: list[float] = field(default_factory=list)
     lost_gpu_seconds: float = 0.0
+    # node outages (``SimConfig.outages``): per job its NodeLost requeues; outages begun, GPU-seconds down
+    node_lost: list[int] = field(default_factory=list)
+    outages: int = 0
+    down_gpu_seconds: float = 0.0
 
 
 class _Sampler:
@@ -404,6 +430,8 @@ class Simulator:
         self.consecutive = [0] * n  # failed runs in a row (the back-off's)
         self.lost = [0.0] * n  # run seconds lost to failures since the last checkpoint
         self.lost_gpu_s = 0.0
+        self.node_lost = [0] * n  # requeues because a node of its placement went down (NodeLost)
+        self.stalled = [nan] * n  # when its gang stalled on a node that went down (nan: it runs)
         self.frac_left = [1.0] * n  # fraction of the job's work still to do
         self.gen = [0] * n
         self.base_exec = [0.0] * n
@@ -425,6 +453,19 @@ class Simulator:
         self.recorded = config.policy == "recorded"
         cl = self.cluster
         self.node_jobs: list[set[int]] = [set() for _ in cl.nodes]
+        # node outages: per down node what was free on it, booked (so nothing new goes there); when each
+        # went down and when its next outage ends; outages begun and the GPU-seconds they took away
+        self.cordons: dict[int, list[Allocation]] = {}
+        self.down_since = [math.nan] * len(cl.nodes)
+        self.up_at = [math.inf] * len(cl.nodes)
+        # (time, 0 when it brings the node back else 1, seq, node): at one instant a node comes back before
+        # its gangs' grace runs out (EV_LOST) and goes down after what finished or failed then
+        self.node_events: list[tuple[float, int, int, int]] = []
+        self.outages = 0
+        self.down_gpu_s = 0.0
+        self.out_origin = 0.0
+        self.ups_pending = 0  # node events that bring a node back
+        self.done_now = 0  # jobs that ended outside the event loop's own handlers this instant (progress)
         self.used_gpus = 0
         self.used_nodes = 0
         self.frag_integral = 0.0
@@ -478,6 +519,7 @@ class Simulator:
             or config.migration
             or self.may_preempt
             or config.failures is not None
+            or config.outages is not None
         )
         # by submit time, ties in trace order (a stable sort)
         submit = np.fromiter((j.submit_time for j in self.jobs), float, n)
@@ -505,6 +547,10 @@ class Simulator:
         if self.services:
             self.track_progress = True  # a preempted job's executed time must add up over segments
             self._check_services()
+        if isinstance(config.outages, ScriptedOutages):  # a misspelt node would silently never go down
+            unknown = sorted(set(config.outages.outages) - set(cl.index))
+            if unknown:
+                raise InvalidInput("node_outages", ", ".join(unknown[:5]), "names no node of the trace's cluster")
 
     # ---- set-up ------------------------------------------------------------------------------
     def _make_predictor(self) -> DurationPredictor | None:
@@ -807,7 +853,7 @@ class Simulator:
         or a failure) first pays the resume overhead."""
         alloc = self.alloc[i]
         seg = self._full_runtime(i, alloc) * self.frac_left[i]
-        extra = self.cfg.preemption_overhead if self.preempt[i] or self.restarts[i] else 0.0
+        extra = self.cfg.preemption_overhead if self.preempt[i] or self.restarts[i] or self.node_lost[i] else 0.0
         self.overhead[i] += extra
         end = at + seg + extra
         wd = self.withdraw[i]
@@ -844,12 +890,19 @@ class Simulator:
             gpus = max(held, gpus if held == 0 else 0)
         return gpus
 
-    def _stop(self, i: int, finished: bool, released: bool = False, failed: bool = False) -> None:
+    def _stop(
+        self, i: int, finished: bool, released: bool = False, failed: bool = False, node_lost: bool = False
+    ) -> None:
         """End the current run segment (completion or preemption; ``released``: the core has released
-        its allocation on the books already; ``failed``: its failed run ended it for good)."""
+        its allocation on the books already; ``failed``: its failed run ended it for good; ``node_lost``:
+        requeued because a node of it went down). A stalled gang's run ends at its stall and keeps its
+        work to its last checkpoint only (no grace: its pods there are gone)."""
         now = self.now
         alloc = self.alloc[i]
+        held = self._held_gpus(i, alloc)
         ran = self._ran(i, alloc)  # (0 within a failed run's back-off)
+        stalled = self.stalled[i] == self.stalled[i]
+        self.stalled[i] = math.nan
         job = self.jobs[i]
         q = self.queues[self.vc_index[job.vc]]
         q.running.discard(i)
@@ -873,17 +926,32 @@ class Simulator:
                 self._forget_prediction(i)
         else:
             useful = max(0.0, ran - self.seg_over[i])
-            self._progress(i, alloc, useful, useful)
-            self.preempt[i] += 1
+            kept = kept_run(useful, self._checkpoints(job)) if stalled else useful
+            self.lost[i] += useful - kept
+            self.lost_gpu_s += (useful - kept) * held
+            self._progress(i, alloc, kept, useful)
+            if node_lost:
+                self.node_lost[i] += 1
+            else:
+                self.preempt[i] += 1
             self.state[i] = WAITING
             self.n_waiting += 1
             job.enqueued = now
             self._enqueue(i, q)
 
+    def _until(self, i: int) -> float:
+        """Now, or when running job ``i``'s gang stalled on a node that went down (it ran no further)."""
+        stalled = self.stalled[i]
+        return self.now if stalled != stalled else min(self.now, stalled)
+
+    def _checkpoints(self, job: Job) -> float | None:
+        """The checkpoint interval ``job``'s run keeps its work by (``core.failures.kept_run``)."""
+        return job.checkpoint_interval if job.checkpoint_interval is not None else self.cfg.checkpoint_interval
+
     def _ran(self, i: int, alloc: Allocation | None) -> float:
-        """Seconds the current segment of job ``i`` ran up to now (its GPUs' time and its segments'), as
-        the run time and GPU-seconds count them."""
-        now = self.now
+        """Seconds the current segment of job ``i`` ran up to now (or its stall), as the run time and
+        GPU-seconds count them (its GPUs' time and its segments')."""
+        now = self._until(i)
         start = self.seg_start[i]
         ran = max(now - start, 0.0)
         self.run_time[i] += ran
@@ -912,10 +980,10 @@ class Simulator:
         job = self.jobs[i]
         alloc = self.alloc[i]
         started = self.seg_start[i]
-        useful = max(0.0, now - started - self.seg_over[i])
-        interval = job.checkpoint_interval if job.checkpoint_interval is not None else self.cfg.checkpoint_interval
-        kept = kept_run(useful, interval)
-        k = self.consecutive[i] = consecutive_failures(self.consecutive[i], now - started)
+        ran = self._until(i) - started  # (a gang stalled on a node that went down ran to the stall)
+        useful = max(0.0, ran - self.seg_over[i])
+        kept = kept_run(useful, self._checkpoints(job))
+        k = self.consecutive[i] = consecutive_failures(self.consecutive[i], ran)
         if self.restarts[i] >= self.cfg.backoff_limit:
             self._progress(i, alloc, kept, useful)
             self._stop(i, finished=False, failed=True)
@@ -926,6 +994,7 @@ class Simulator:
         self.restarts[i] += 1
         self._ran(i, alloc)  # (its segment ends: its figures, before the next begins)
         self._progress(i, alloc, kept, useful)
+        self.stalled[i] = math.nan
         self._segment(i, now + restart_delay(k), self.queues[self.vc_index[job.vc]])
 
     def _forget_prediction(self, i: int) -> None:
@@ -963,6 +1032,7 @@ class Simulator:
         now = self.now
         for i in q.running:
             job = self.jobs[i]
+            # (a stalled gang's too, as the operator's view of it: its GPUs are held; its fold ends at the stall)
             useful = max(0.0, now - self.seg_start[i] - self.seg_over[i])
             job.executed = self.base_exec[i] + useful
             job.attained = self.base_att[i] + useful * job.gpus
@@ -1138,7 +1208,7 @@ class Simulator:
         migration can improve the overall node utilization"); nothing moves unless all of them can."""
         cl = self.cluster
         part = (cl.vc_id == qi) & (cl.free_gpus > 0) & (cl.free_gpus < cl.gpu_cap)
-        nodes = [int(n) for n in np.flatnonzero(part) if self.node_jobs[n]]
+        nodes = [int(n) for n in np.flatnonzero(part) if self.node_jobs[n] and n not in self.cordons]
         if len(nodes) < 2:
             return
         target = min(nodes, key=lambda n: (int(cl.gpu_cap[n] - cl.free_gpus[n]), n))
@@ -1148,6 +1218,8 @@ class Simulator:
         if any(self.alloc[i] is None or len(self.alloc[i].grants) != 1 for i in movers):  # type: ignore[union-attr]
             return
         if any(self.seg_start[i] > self.now for i in movers):  # a failed run's gang waits out its back-off there
+            return
+        if any(self.stalled[i] == self.stalled[i] for i in movers):  # stalled on a lost node elsewhere
             return
         # onto nodes already in use (a job moved onto an idle node frees none), away from the nodes a blocked
         # head is reserved on (a move's overhead there would delay its start; 004 §VI-B) unless the move
@@ -1209,6 +1281,126 @@ class Simulator:
             trial.release(self.alloc[i])  # type: ignore[arg-type]
             trial.allocate(new[i])
         return self._place_now(h, trial) is not None
+
+    # ---- node outages (``SimConfig.outages``) ----------------------------------------------------
+    def _next_outage(self, k: int, after: float) -> None:
+        """Node ``k``'s first outage beginning after ``after`` as an event (the models count their times
+        from the first submission, as the services' timelines do)."""
+        outages = self.cfg.outages
+        assert outages is not None
+        got = outages.next_outage(self.cluster.nodes[k].name, after - self.out_origin)
+        if got is not None:
+            self.up_at[k] = self.out_origin + got[1]
+            self._push_node(self.out_origin + got[0], k, up=False)
+
+    def _push_node(self, t: float, k: int, up: bool) -> None:
+        self.seq += 1
+        self.ups_pending += up
+        heapq.heappush(self.node_events, (t, 0 if up else 1, self.seq, k))
+
+    def _stall(self, i: int) -> None:
+        """Running job ``i`` has a node that is down: its gang stalls from now (its end and failures will not
+        come; its turns still end, as the operator's view of a gang holding its GPUs counts them) and goes
+        back to its queue when the first of its nodes down now has been down for ``node_lost_seconds``
+        (``node_lost_at``, as the operator's NodeLost reads the nodes' Ready conditions), or ends then if
+        it is deleted before."""
+        alloc = self.alloc[i]
+        assert alloc is not None
+        if self.stalled[i] != self.stalled[i]:
+            self.stalled[i] = self.now
+        first = min(self.down_since[g.node] for g in alloc.grants if g.node in self.cordons)
+        at = node_lost_at(first, self.cfg.node_lost_seconds)
+        wd = self.withdraw[i]
+        if wd is not None:
+            at = min(at, wd)
+        if at <= self.now:  # (no grace: before this instant's passes, as the operator's lifecycle goes first)
+            self._lose(i)
+        else:
+            self._push(at, EV_LOST, i)
+
+    def _lost_by(self, i: int, t: float) -> bool:
+        """Whether stalled job ``i`` is lost by ``t``: deleted, or a node of it down its grace by then."""
+        wd = self.withdraw[i]
+        alloc = self.alloc[i]
+        assert alloc is not None
+        downs = [self.down_since[g.node] for g in alloc.grants if g.node in self.cordons]
+        return (wd is not None and wd <= t) or (
+            bool(downs) and node_lost_at(min(downs), self.cfg.node_lost_seconds) <= t
+        )
+
+    def _lose(self, i: int) -> None:
+        """Stalled job ``i`` goes back to its queue (NodeLost), or ends if it was deleted meanwhile."""
+        wd = self.withdraw[i]
+        if wd is not None and wd <= self.now:  # deleted while it stalled: it ends as deleted while running
+            self._stop(i, finished=True)
+            self.done_now += 1
+        else:
+            self._stop(i, finished=False, node_lost=True)
+
+    def _node_down(self, k: int, dirty: set[int]) -> None:
+        """Node ``k`` goes down until ``up_at[k]``: each gang on it stalls (:meth:`_stall`); its replicas
+        are asked for again; what is free on it is booked (``_cordon``), as the operator books a node that
+        is not Ready."""
+        now, up = self.now, self.up_at[k]
+        self.down_since[k] = now
+        self.outages += 1
+        self.cordons[k] = []
+        if up < math.inf:
+            self._push_node(up, k, up=True)
+        for i in sorted(self.node_jobs[k]):
+            if i >= 0:  # (not an inference replica: below)
+                self._stall(i)
+        for s, lives in enumerate(self.svc_live):
+            for mode, live in lives.items():
+                for r in [r for r in live if r.alloc is not None and any(g.node == k for g in r.alloc.grants)]:
+                    self._release_replica(r, dirty)
+                    live.remove(r)
+                    self.svc_serial += 1
+                    r.rep = self.services[s].replica(mode, self.svc_serial, now)
+                    live.append(r)  # pending: among the newest, which fewer replicas release first
+                    self.svc_pending.append(r)
+                    self.svc_stats[s]["replicas_lost"] += 1
+        self._cordon(k)
+        dirty.update(range(len(self.queues)))  # an event of every partition, as the operator reads it
+
+    def _node_up(self, k: int, dirty: set[int]) -> None:
+        """Node ``k`` is back before its gangs' grace ran out: the machine restarted, so their pods there
+        failed, and each gang restarts as after a failure (``_fail``: back-off, backoff limit; stalled
+        again at once if another of its nodes is still down), unless another of its nodes has been down
+        its grace by now (NodeLost: the operator's lifecycle asks that first). Its booked free space is
+        released and every partition passes again."""
+        for booked in self.cordons.pop(k):
+            self.cluster.release(booked)
+        self.cluster.set_usable(k, True)
+        self.down_gpu_s += (self.now - self.down_since[k]) * int(self.cluster.gpu_cap[k])
+        self.down_since[k], self.up_at[k] = math.nan, math.inf
+        self._next_outage(k, self.now)
+        for i in sorted(self.node_jobs[k]):
+            if i < 0 or self.state[i] != RUNNING or self.stalled[i] != self.stalled[i]:
+                continue
+            alloc = self.alloc[i]
+            assert alloc is not None
+            others = any(g.node in self.cordons for g in alloc.grants)
+            if self._lost_by(i, self.now):  # another node of it down its grace by now
+                self._lose(i)
+            elif self.seg_start[i] > self.now:  # backing off after a failure: it had no pods there to fail
+                if others:
+                    self._stall(i)  # (its grace now from the nodes still down)
+                else:
+                    self.stalled[i] = math.nan
+            else:
+                self._fail(i)
+                if self.state[i] == FAILED:
+                    self.done_now += 1
+                elif others:
+                    self._stall(i)
+        dirty.update(range(len(self.queues)))
+
+    def _cordon(self, k: int) -> None:
+        """Book what is free on down node ``k`` (a stalled gang or replica released there, say)."""
+        alloc = self.cluster.book_free(k)
+        if alloc is not None:
+            self.cordons[k].append(alloc)
 
     # ---- inference services (seed 002 §V-D2) -------------------------------------------------
     def _check_services(self) -> None:
@@ -1388,7 +1580,14 @@ class Simulator:
         recorded = self.recorded
         state, gen, queues = self.state, self.gen, self.queues
         svc_pending = self.svc_pending  # mutated in place, never rebound
-        self._push_services(jobs[order[0]].submit_time if order else 0.0)
+        # services' and outages' times count from the trace's first submission (a job refused up front's too)
+        first = jobs[self.order[0]].submit_time if self.order else 0.0
+        self._push_services(first)
+        node_ev = self.node_events
+        if self.cfg.outages is not None:
+            self.out_origin = first
+            for k in range(len(self.cluster.nodes)):
+                self._next_outage(k, -math.inf)
         predictions, supplied, withdraw = self.predictions, self.supplied, self.withdraw
         heappop = heapq.heappop
         n_arrivals = 0 if recorded else n_order  # recorded runs start jobs by their recorded-start events
@@ -1396,6 +1595,10 @@ class Simulator:
             t_arr = jobs[order[pos]].submit_time if pos < n_arrivals else math.inf
             t_ev = ev[0][0] if ev else math.inf
             t = t_arr if t_arr < t_ev else t_ev
+            # a node's outage matters while anything else may happen, or when it brings a node back that
+            # waiting jobs may need: else the replay is over (outages would go on for ever)
+            if node_ev and (t < math.inf or svc_pending or (self.n_waiting and self.ups_pending)):
+                t = min(t, node_ev[0][0])
             if t == math.inf:
                 break
             # time-weighted fragmentation (used GPUs / used nodes, AnalySIM §4.2)
@@ -1409,6 +1612,10 @@ class Simulator:
             last_t = t
             self.now = t
             finished_q: set[int] | None = set() if migrate else None
+            while node_ev and node_ev[0][0] == t and node_ev[0][1] == 0:  # nodes back
+                k = heappop(node_ev)[3]
+                self.ups_pending -= 1
+                self._node_up(k, dirty)
             while ev and ev[0][0] == t:
                 _, kind, _, i, g = heappop(ev)
                 if kind >= EV_TICK:
@@ -1428,8 +1635,9 @@ class Simulator:
                 if g != gen[i] and kind != EV_RSTART and kind != EV_WITHDRAW:
                     continue
                 qi = qidx[i]
+                stalled = self.stalled[i] == self.stalled[i]  # (on a node that went down: it neither ends nor fails)
                 if kind == EV_FINISH:
-                    if state[i] != RUNNING:
+                    if state[i] != RUNNING or stalled:
                         continue
                     self._stop(i, finished=True)
                     done_count += 1
@@ -1437,7 +1645,7 @@ class Simulator:
                     if finished_q is not None:
                         finished_q.add(qi)
                 elif kind == EV_FAIL:  # a failure: restarted after its back-off, or failed for good
-                    if state[i] != RUNNING:
+                    if state[i] != RUNNING or stalled:
                         continue
                     self._fail(i)
                     if state[i] == FAILED:
@@ -1450,7 +1658,7 @@ class Simulator:
                         self._sync_progress(self.queues[qi])
                         jobs[i].enqueued = t
                         d = self.queues[qi].policy.requeue_after(jobs[i])
-                        left = self.seg_start[i] + self.seg_len[i] - t
+                        left = math.inf if stalled else self.seg_start[i] + self.seg_len[i] - t
                         if d is not None and 0 < d < left:
                             self._push(t + d, EV_REQUEUE, i)
                         dirty.add(qi)
@@ -1465,8 +1673,19 @@ class Simulator:
                     elif self.state[i] == FUTURE and self.recorded:
                         self.state[i] = WITHDRAWN
                         done_count += 1
+                elif kind == EV_LOST:  # its gang stalled on a node that went down: back to its queue
+                    if state[i] != RUNNING or not stalled or not self._lost_by(i, t):
+                        continue  # (its nodes came back meanwhile, or the one down now went later)
+                    self._lose(i)
+                    dirty.add(qi)
                 elif kind == EV_RSTART:
                     self._recorded_start(i)
+            while node_ev and node_ev[0][0] == t:  # nodes down (one back at this instant came first)
+                self._node_down(heappop(node_ev)[3], dirty)
+            for k in self.cordons:  # what was released on a down node this instant: booked too
+                self._cordon(k)
+            done_count += self.done_now
+            self.done_now = 0
             while pos < n_arrivals and jobs[order[pos]].submit_time == t:
                 i = order[pos]
                 pos += 1
@@ -1520,6 +1739,9 @@ class Simulator:
                 self.notes.append(f"job {jobs[i].id} never started (stuck in queue)")
                 break
         self._end_services()
+        for k, since in enumerate(self.down_since):  # nodes still down at the end
+            if since == since:
+                self.down_gpu_s += (self.now - since) * int(self.cluster.gpu_cap[k])
         self.result = SimResult(
             trace=self.trace,
             config=self.cfg,
@@ -1556,6 +1778,9 @@ class Simulator:
             restarts=self.restarts,
             lost_s=self.lost,
             lost_gpu_seconds=self.lost_gpu_s,
+            node_lost=self.node_lost,
+            outages=self.outages,
+            down_gpu_seconds=self.down_gpu_s,
         )
 
     def _borrowed_until(self, dt: float) -> None:

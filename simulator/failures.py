@@ -7,19 +7,28 @@ the job? :class:`GpuFailures` draws failures at a rate per GPU-hour of run on th
 GPU-seconds run so far), so that two policies replaying one trace and seed meet the same failures in each
 job's run, whenever they schedule it (common random numbers: the comparison shows the schedules, not
 the draws). :class:`ScriptedFailures` fails named jobs at given times, when they run then.
+
+Node outages (:class:`NodeOutages`) take a whole node away: nothing is placed on it until it is back, and
+a gang with a node there stalls and goes back to its queue as the operator requeues a DLJob whose node
+stopped being Ready (reason NodeLost, ``core.failures.node_lost_at``). :class:`RandomOutages` draws each
+node's failures (MTBF) and repairs (MTTR) from the seed and the node's name alone; :class:`ScriptedOutages`
+takes them from a file (``node,down,up`` rows).
 """
 
 from __future__ import annotations
 
 import bisect
+import csv
 import math
 import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Job
 
+DEFAULT_NODE_MTTR_H = 1.0  # hours a failed node takes to come back when only its MTBF is given
 SERVED_TOLERANCE = 1e-3  # GPU-seconds: a failure at the instant a segment resumes was that segment's last
 
 
@@ -77,4 +86,102 @@ class ScriptedFailures:
         return f"ScriptedFailures({len(self.times)} jobs)"
 
 
-__all__ = ["FailureModel", "GpuFailures", "ScriptedFailures"]
+class NodeOutages(Protocol):
+    def next_outage(self, node: str, after: float) -> tuple[float, float] | None:
+        """The first outage of ``node`` that begins after ``after`` (the replay's seconds): (down, up), up >
+        down (up may be inf: it never comes back); None: no more."""
+        ...
+
+
+class RandomOutages:
+    """Each node fails once per ``mtbf_hours`` of being up on average and is back after ``mttr_hours`` on
+    average (both exponential), from ``origin`` on; the draws depend on the seed and the node's name only,
+    so every policy replaying a trace meets the same outages."""
+
+    def __init__(self, mtbf_hours: float, mttr_hours: float, seed: int = 0, origin: float = 0.0) -> None:
+        for name, v in (("node_mtbf_hours", mtbf_hours), ("node_mttr_hours", mttr_hours)):
+            if not (math.isfinite(v) and v > 0):
+                raise InvalidInput(name, v, "must be a finite number > 0")
+        self.mtbf_hours, self.mttr_hours, self.seed, self.origin = mtbf_hours, mttr_hours, seed, origin
+        self._drawn: dict[str, tuple[random.Random, list[tuple[float, float]]]] = {}
+
+    def next_outage(self, node: str, after: float) -> tuple[float, float] | None:
+        found = self._drawn.get(node)
+        if found is None:
+            found = self._drawn[node] = (random.Random(f"qosmos-outages:{self.seed}:{node}"), [])
+        draws, seen = found
+        while not seen or seen[-1][0] <= after:
+            up = seen[-1][1] if seen else self.origin
+            down = up + draws.expovariate(1.0 / (self.mtbf_hours * 3600.0))
+            seen.append((down, down + draws.expovariate(1.0 / (self.mttr_hours * 3600.0))))
+        return next(o for o in seen if o[0] > after)
+
+    def __repr__(self) -> str:
+        return f"RandomOutages(mtbf_hours={self.mtbf_hours:g}, mttr_hours={self.mttr_hours:g}, seed={self.seed})"
+
+
+class ScriptedOutages:
+    """Outages per node name: ``outages[node]`` is a list of (down, up) in the replay's seconds."""
+
+    def __init__(self, outages: Mapping[str, Sequence[tuple[float, float]]]) -> None:
+        self.outages: dict[str, list[tuple[float, float]]] = {}
+        for node, spans in outages.items():
+            ordered = sorted((float(d), float(u)) for d, u in spans)
+            for k, (down, up) in enumerate(ordered):
+                if not (math.isfinite(down) and up > down):
+                    raise InvalidInput(f"outages[{node}]", (down, up), "needs a finite down and up > down")
+                if k and down < ordered[k - 1][1]:
+                    raise InvalidInput(f"outages[{node}]", (down, up), f"overlaps {ordered[k - 1]}")
+            self.outages[node] = ordered
+
+    @classmethod
+    def read(cls, path: Path) -> ScriptedOutages:
+        """``node,down,up`` rows with a header (seconds from the trace's first submission; ``up`` empty or
+        ``inf``: the node never comes back). A bad row is named by its line."""
+        spans: dict[str, list[tuple[float, float]]] = {}
+        with open(path, newline="") as f:
+            rows = csv.DictReader(f)
+            missing = {"node", "down", "up"} - set(rows.fieldnames or ())
+            if missing:
+                raise InvalidInput(f"{path}", ",".join(rows.fieldnames or ()), "needs columns node,down,up")
+            for row in rows:
+                where = f"{path}:{rows.line_num}"
+                node = (row["node"] or "").strip()
+                if not node:
+                    raise InvalidInput(f"{where} node", row["node"], "a node name is required")
+                try:
+                    down = float(row["down"])
+                    up = float(row["up"]) if (row["up"] or "").strip() else math.inf
+                except (TypeError, ValueError):
+                    raise InvalidInput(f"{where} down/up", f"{row['down']},{row['up']}", "expected numbers") from None
+                if not (math.isfinite(down) and up > down):
+                    raise InvalidInput(f"{where} up", f"{row['down']},{row['up']}", "needs a finite down and up > down")
+                spans.setdefault(node, []).append((down, up))
+        return cls(spans)
+
+    def next_outage(self, node: str, after: float) -> tuple[float, float] | None:
+        return next((o for o in self.outages.get(node, ()) if o[0] > after), None)
+
+    def __repr__(self) -> str:
+        return f"ScriptedOutages({sum(map(len, self.outages.values()))} outages on {len(self.outages)} nodes)"
+
+
+def node_outage_model(mtbf_hours: float | None, mttr_hours: float, path: Path | None, seed: int) -> NodeOutages | None:
+    """The outages a replay's options ask for (``--node-mtbf-hours`` or ``--node-outages``), or None."""
+    if mtbf_hours is not None and path is not None:
+        raise InvalidInput("node_outages", str(path), "give --node-mtbf-hours or --node-outages, not both")
+    if path is not None:
+        return ScriptedOutages.read(path)
+    return None if mtbf_hours is None else RandomOutages(mtbf_hours, mttr_hours, seed)
+
+
+__all__ = [
+    "DEFAULT_NODE_MTTR_H",
+    "FailureModel",
+    "GpuFailures",
+    "NodeOutages",
+    "RandomOutages",
+    "ScriptedFailures",
+    "ScriptedOutages",
+    "node_outage_model",
+]

@@ -151,7 +151,10 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
     out["withdrawn_jobs"] = int((state == WITHDRAWN).sum())
     out["failed_jobs"] = int((state == FAILED).sum())  # past the backoff limit (``SimConfig.failures``)
     out["restarts"] = int(sum(res.restarts))
-    out["lost_gpu_hours"] = res.lost_gpu_seconds / 3600.0  # run lost to failures since the last checkpoint
+    out["lost_gpu_hours"] = res.lost_gpu_seconds / 3600.0  # run lost since the last checkpoint (failures, lost nodes)
+    out["node_outages"] = res.outages  # nodes that went down (``SimConfig.outages``)
+    out["node_lost_requeues"] = int(sum(res.node_lost))  # gangs requeued because a node of theirs went down
+    out["node_down_gpu_hours"] = res.down_gpu_seconds / 3600.0
     out["rejected_jobs"] = int((state == REJECTED).sum())
     out["rejected_reasons"] = res.rejected_reasons
     out["unfinished_jobs"] = int((~np.isin(state, (DONE, WITHDRAWN, REJECTED, FAILED))).sum())
@@ -194,7 +197,7 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
     return _clean(out)  # type: ignore[return-value]
 
 
-SERVICE_COUNTS = ("replicas_placed", "replicas_pending_at_end")
+SERVICE_COUNTS = ("replicas_placed", "replicas_pending_at_end", "replicas_lost")
 
 
 def service_metrics(res: SimResult, job_gpu_seconds: float, first: float, makespan: float) -> dict[str, object]:

@@ -68,6 +68,7 @@ JOB_COLUMNS = (
     "end_state",
     "restarts",
     "lost_run_s",
+    "node_lost",
 )
 
 
@@ -123,6 +124,7 @@ def write_jobs_csv(path: Path, res: SimResult) -> None:
                 [j.end_state.value for j in part],
                 res.restarts[a:b],
                 _fixed(np.asarray(res.lost_s[a:b], float), 1),
+                res.node_lost[a:b],
             ]
             w.writerows(zip(*columns, strict=True))
 

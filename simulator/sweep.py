@@ -33,9 +33,9 @@ import orjson
 import typer
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT
+from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT, DEFAULT_NODE_LOST_S
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, simulate
-from qosmos.simulator.failures import GpuFailures
+from qosmos.simulator.failures import DEFAULT_NODE_MTTR_H, GpuFailures, node_outage_model
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.traces import FORMATS, check_trace
 
@@ -64,6 +64,7 @@ COLUMNS = (
     "restarts",
     "failed_jobs",
     "lost_gpu_hours",
+    "node_lost_requeues",
     "rejected_jobs",
     "unfinished_jobs",
     "wall_s",
@@ -93,6 +94,13 @@ def grid(traces: Sequence[str], policies: Sequence[str], placements: Sequence[st
 
 def cell_config(cell: Cell, options: Mapping[str, Any]) -> SimConfig:
     mtbf = options.get("mtbf_gpu_hours")
+    outage_file = options.get("node_outages")
+    outages = node_outage_model(
+        options.get("node_mtbf_hours"),
+        options.get("node_mttr_hours", DEFAULT_NODE_MTTR_H),
+        None if outage_file is None else Path(outage_file),
+        cell.seed,  # each seed its own draw of node outages too
+    )
     cfg = SimConfig(
         policy=cell.policy,
         placement=cell.placement,
@@ -106,6 +114,8 @@ def cell_config(cell: Cell, options: Mapping[str, Any]) -> SimConfig:
         failures=None if mtbf is None else GpuFailures(mtbf, cell.seed),
         checkpoint_interval=options.get("checkpoint_interval"),
         backoff_limit=options.get("backoff_limit", DEFAULT_BACKOFF_LIMIT),
+        outages=outages,
+        node_lost_seconds=options.get("node_lost_seconds", DEFAULT_NODE_LOST_S),
     )
     cfg.validate()
     return cfg
@@ -511,6 +521,23 @@ def register(app: typer.Typer) -> None:
         backoff_limit: Annotated[
             int, typer.Option(min=0, help="restarts after failures before a job fails for good")
         ] = DEFAULT_BACKOFF_LIMIT,
+        node_mtbf_hours: Annotated[
+            float | None,
+            typer.Option(
+                help="each node goes down once per this many hours up on average, drawn per seed (see qosmos "
+                "simulate --help; default: no outages)"
+            ),
+        ] = None,
+        node_mttr_hours: Annotated[
+            float, typer.Option(help="with --node-mtbf-hours: hours a down node takes to come back, on average")
+        ] = DEFAULT_NODE_MTTR_H,
+        node_outages: Annotated[
+            Path | None,
+            typer.Option(help="CSV of node outages (node,down,up) for every cell instead of --node-mtbf-hours"),
+        ] = None,
+        node_lost_seconds: Annotated[
+            float, typer.Option(min=0.0, help="a gang on a down node is requeued after this long")
+        ] = DEFAULT_NODE_LOST_S,
         db: Annotated[
             str | None,
             typer.Option(
@@ -557,6 +584,14 @@ def register(app: typer.Typer) -> None:
             "db": db_file,
             "db_sha256": input_digest(db_file),
         }
+        if node_mtbf_hours is not None or node_outages is not None:  # (kept out otherwise: older summaries resume)
+            options |= {
+                "node_mtbf_hours": node_mtbf_hours,
+                "node_mttr_hours": node_mttr_hours,
+                "node_outages": None if node_outages is None else str(node_outages),
+                "node_outages_sha256": None if node_outages is None else input_digest(str(node_outages)),
+                "node_lost_seconds": node_lost_seconds,
+            }
         for c in cells:  # (a bad value is exit 2 here, not a failed cell)
             cell_config(c, options)
         rows, failed, ran = run_sweep(cells, options, out, workers=jobs, ray_address=ray, plot=plot, quiet=quiet)

@@ -6,7 +6,10 @@ created at their submission, kube-scheduler binds each gang pod where the operat
 runs it for the rest of its job's run time (a preempted job resumes where it stopped, as the simulator's
 do; a GENIE task's run time is GENIE's latency at the shape it was placed with, Eq. 4, as the simulator's,
 and one resumed on another shape runs the rest of its work there)
-and ends a deleted pod at once (preemption overhead 0). At every event it runs a pass, then passes
+and ends a deleted pod at once (preemption overhead 0). Nodes go down and come back at ``outages``' times
+(the simulator's ``ScriptedOutages``): a down node's Ready condition is False, the gangs with a pod there
+stall (none of their pods finishes; new pods there stay Pending), and when it is back its pods have failed
+(the machine restarted). At every event it runs a pass, then passes
 again as a live operator does after its own writes (pods Running, status echoes) until they write
 nothing, and once between two events (the operator's timer). The passes after an event's may decide
 what the first could not see (a cohort member's pass ran before another's start left it GPUs to lend; a
@@ -121,6 +124,7 @@ class Passes:
         vcs: Mapping[str, dict[str, Any]] | None = None,
         node_vc: Sequence[str] = (),
         restarts: bool = False,
+        outages: Mapping[str, Sequence[tuple[int, int | None]]] | None = None,
     ) -> None:
         if vcs is None:
             vcs, node_vc = {"default": vc_spec}, ["default"] * len(node_gpus)
@@ -151,6 +155,11 @@ class Passes:
         self.deleted: set[str] = set()
         self.failures: set[tuple[str, float]] = set()  # (job, time) of the failures that came
         self.modeldb = ModelDB.builtin()
+        # node changes (time, node, Ready after), in time order; ``up`` None: the node never comes back
+        changes = [(T0 + d, n, False) for n, spans in (outages or {}).items() for d, _ in spans]
+        changes += [(T0 + u, n, True) for n, spans in (outages or {}).items() for _, u in spans if u is not None]
+        self.node_changes = sorted(changes)
+        self.stalled: dict[str, float] = {}  # job -> status.stalledSince of its current segment
 
     def operator(self) -> Reconciler:
         return Reconciler(self.kube, durations=self.durations, clock=lambda: self.now)  # type: ignore[arg-type]
@@ -184,12 +193,62 @@ class Passes:
         times += [T0 + f for n, j in self.jobs.items() for f in j.fail_at if T0 + f > self.now]
         times += list(self.ends.values())
         times += [self.wake] if self.wake is not None else []
+        times += [t for t, _, _ in self.node_changes if t > self.now]
         return min(times, default=None)
+
+    def node_change(self, node: str, ready: bool, now: float) -> None:
+        """The node goes down (Ready False since now: the gangs with a pod there stall) or is back (Ready:
+        its pods have failed, the machine restarted)."""
+        obj = next(n for n in self.kube._nodes if n["metadata"]["name"] == node)
+        obj["status"]["conditions"] = [
+            {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": rfc3339(now)}
+        ]
+        for name, pod in self.kube.pods.items():
+            if pod["spec"].get("nodeName") != node or (pod.get("status") or {}).get("phase") in FINISHED:
+                continue
+            if ready:
+                pod["status"]["phase"] = "Failed"
+                pod["status"]["containerStatuses"] = [
+                    {"name": "main", "state": {"terminated": {"exitCode": 137, "finishedAt": rfc3339(now)}}}
+                ]
+                self.ends.pop(name, None)
+        if not ready:
+            self.stall()
+
+    def node_changes_until(self, now: float, ready: bool) -> None:
+        """The node changes before ``now``, in their order, then those at ``now`` that bring a node back
+        (``ready``) or take one down."""
+        for change in [c for c in self.node_changes if c[0] < now or (c[0] == now and c[2] is ready)]:
+            self.node_changes.remove(change)
+            self.node_change(change[1], change[2], change[0])
+
+    def down(self) -> set[str]:
+        return {
+            n["metadata"]["name"]
+            for n in self.kube._nodes
+            if any(c.get("type") == "Ready" and c.get("status") != "True" for c in n["status"].get("conditions", []))
+        }
+
+    def stall(self) -> None:
+        """No pod of a gang with a pod on a down node finishes (its collectives wait for that pod)."""
+        down = self.down()
+        stuck = {
+            p["metadata"]["labels"]["qosmos.io/job"]
+            for p in self.kube.pods.values()
+            if p["spec"].get("nodeName") in down and (p.get("status") or {}).get("phase") not in FINISHED
+        }
+        for pod in [
+            n
+            for n in self.ends
+            if n in self.kube.pods and self.kube.pods[n]["metadata"]["labels"]["qosmos.io/job"] in stuck
+        ]:
+            del self.ends[pod]
 
     def step(self, now: float) -> tuple[list[str], list[str]]:
         """One pass at ``now``, then the scheduler and kubelet; (preempted, admitted)."""
         self.now = now
         self.passes += 1
+        self.node_changes_until(now, ready=True)  # a node back first, its gangs' grace then (the simulator's order)
         for t, n in self.arrivals:
             if t <= now and n not in self.kube.jobs and n not in self.deleted:
                 self.kube.add(self.dljob(self.jobs[n]))
@@ -200,8 +259,9 @@ class Passes:
                     self.kube.delete_dljob("ns", n)  # its pods go with it (the garbage collector)
                     self.kube.terminate()  # at once, before the pass: the simulator's withdrawal frees them
                     self.ends = {pod: end for pod, end in self.ends.items() if pod in self.kube.pods}
-                    if f"ns/{n}" in self.open:
-                        self.segments.append((f"ns/{n}", self.open.pop(f"ns/{n}") - T0, now - T0))
+                    if f"ns/{n}" in self.open:  # (its run ended when a node of it went down)
+                        start, until = self.open.pop(f"ns/{n}"), self.stalled.pop(f"ns/{n}", now)
+                        self.segments.append((f"ns/{n}", start - T0, max(min(now, until), start) - T0))
         for pod, end in list(self.ends.items()):
             if end <= now:
                 st = self.kube.pods[pod]["status"]
@@ -219,6 +279,7 @@ class Passes:
                         {"name": "main", "state": {"terminated": {"exitCode": 1, "finishedAt": rfc3339(now)}}}
                     ]
                     del self.ends[running[0]]
+        self.node_changes_until(now, ready=False)  # a node down after what finished or failed at that instant
         seen = len(self.kube.status_patches)
         if self.restarts:
             self.rec = self.operator()
@@ -226,25 +287,36 @@ class Passes:
         self.wake = rep.wake_at
         for name, patch in self.kube.status_patches[seen:]:
             key = f"ns/{name}"
+            if patch.get("stalledSince"):
+                self.stalled[key] = parse_time(patch["stalledSince"]) or now
             if patch.get("phase") == "Running":
                 self.open[key] = parse_time(patch["startTime"]) or now
             elif patch.get("phase") in ("Queued", "Succeeded", "Admitted", "Failed") and key in self.open:
                 # (Admitted again: its gang failed and is recreated after a back-off)
                 end = parse_time(patch.get("completionTime")) or now
+                stalled = self.stalled.pop(key, None)  # its run ended when a node of it went down
+                end = end if stalled is None else max(min(end, stalled), self.open[key])
                 start = self.open.pop(key)
                 self.segments.append((key, start - T0, end - T0))
                 kept = end - start
-                if patch["phase"] in ("Admitted", "Failed"):  # a failed run keeps what it checkpointed
-                    kept = kept_run(kept, self.jobs[name].checkpoint)
+                if patch["phase"] in ("Admitted", "Failed") or stalled is not None:
+                    kept = kept_run(kept, self.jobs[name].checkpoint)  # a failed or stalled run: its checkpoints
                 if key in self.latency:  # a GENIE task stopped: the rest of its work is left (0 when it finished)
                     self.work_left[key] = genie.work_left_after(self.work_left.get(key, 1.0), kept, self.latency[key])
+            if "stalledSince" in patch and patch["stalledSince"] is None:
+                self.stalled.pop(key, None)  # its nodes are back, or the segment ended without running
         self.kube.terminate()  # preempted pods leave at once
         for obj in [p for p in self.kube.pods.values() if not p["spec"].get("nodeName")]:
             name = obj["metadata"]["name"]
             job = self.kube.jobs[obj["metadata"]["labels"]["qosmos.io/job"]]
             obj["spec"].pop("schedulingGates", None)
-            self.kube.bind(name, pinned(obj))
+            node = pinned(obj)
+            if node in self.down():  # its kubelet is gone: it never starts there
+                self.kube.bind(name, node, "Pending")
+                continue
+            self.kube.bind(name, node)
             self.ends[name] = now + self.run_left(job)
+        self.stall()
         for pod in [n for n in self.ends if n not in self.kube.pods]:
             del self.ends[pod]  # deleted (preempted): its run stopped
         return rep.preempted, rep.admitted

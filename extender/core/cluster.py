@@ -97,6 +97,10 @@ class ClusterState:
         self.lineage = next(_LINEAGES)
         self._derived = False
         self.books = 0  # bumped by every allocate and release: what was derived from the books is stale
+        # Nodes nothing new may go to for now (not Ready, cordoned, down), even where a release frees room
+        # on them within a pass (a preempted gang's): None when every node is usable. Replaced, never
+        # written in place, so that copies made before keep theirs.
+        self.unusable: np.ndarray | None = None
 
     def copy(self) -> ClusterState:
         """An independent copy of the mutable books (static arrays and caches are shared)."""
@@ -120,6 +124,7 @@ class ClusterState:
             c.vc_free = np.bincount(self.vc_id, weights=self.gpu_cap, minlength=len(self.vcs)).astype(np.int64)
             c.vc_releases = np.zeros(len(self.vcs), dtype=np.int64)
             c.lineage, c.books = next(_LINEAGES), 0
+            c.unusable = None
             self._fixed["empty"] = c
         return c
 
@@ -146,6 +151,8 @@ class ClusterState:
         mask = self.eligible(req.vc, req.gpu_models, req.pool)
         # a fresh array from here on: the cached eligible mask is never written
         mask = mask & ((self.free_gpus if now else self.gpu_cap) >= per_node_gpus) if per_node_gpus else mask.copy()
+        if now and self.unusable is not None:
+            mask &= ~self.unusable
         if not (req.cpu_milli or req.memory_mib):
             return mask
         cpu, mem = share(req.cpu_milli, per_node_gpus, total_gpus), share(req.memory_mib, per_node_gpus, total_gpus)
@@ -368,6 +375,32 @@ class ClusterState:
                 self.free_cpu[node] -= g.cpu_milli
             if g.memory_mib and not self.mem_untracked[node]:
                 self.free_mem[node] -= g.memory_mib
+
+    def set_usable(self, node: int, usable: bool) -> None:
+        """Whether anything new may be placed on ``node`` now (``fit_mask``), whatever is free there."""
+        flags = np.zeros(len(self.nodes), dtype=bool) if self.unusable is None else self.unusable.copy()
+        flags[node] = not usable
+        self.unusable = flags if flags.any() else None
+        self.books += 1  # (what was derived from the books is stale)
+        if usable:  # room again, as a release gives: refusals remembered since no longer hold (see release)
+            if self._derived:
+                self.lineage, self._derived = next(_LINEAGES), False
+            self.vc_releases[self._node_vc[node]] += 1
+
+    def book_free(self, node: int) -> Allocation | None:
+        """Book whatever is still free on ``node`` (its whole free GPUs, CPU and memory) and mark it unusable
+        (:meth:`set_usable`) so nothing new is placed there (a node not Ready, cordoned or asleep; what runs
+        there stays booked as its own): the allocation booked, None when nothing was free."""
+        self.set_usable(node, False)
+        row = self.gpu_free_milli[node, : int(self.gpu_cap[node])]
+        ids = tuple(int(g) for g in (row == FULL).nonzero()[0])
+        cpu = 0 if self.cpu_untracked[node] else max(int(self.free_cpu[node]), 0)
+        mem = 0 if self.mem_untracked[node] else max(int(self.free_mem[node]), 0)
+        if not (ids or cpu or mem):
+            return None
+        alloc = Allocation((NodeGrant(node, ids, FULL, cpu, mem),))
+        self.allocate(alloc)
+        return alloc
 
     def release(self, alloc: Allocation) -> None:
         self.books += 1

@@ -14,6 +14,7 @@ BACKOFF_BASE_S = 10.0
 BACKOFF_CAP_S = 360.0
 BACKOFF_RESET_S = 600.0  # a run this long was not a crash loop: the next failure backs off from the start
 DEFAULT_BACKOFF_LIMIT = 3  # each retry restarts the whole gang, so fewer than batch/v1 Job's 6
+DEFAULT_NODE_LOST_S = 300  # as the taint manager's default tolerationSeconds for not-ready/unreachable
 
 
 def restart_delay(consecutive: int) -> float:
@@ -39,12 +40,22 @@ def kept_run(ran: float, checkpoint_interval: float | None) -> float:
     return math.floor(ran / checkpoint_interval) * float(checkpoint_interval)
 
 
+def node_lost_at(not_ready_since: float, grace: float, pod_gone: float = math.inf) -> float:
+    """When a gang with a node not Ready since ``not_ready_since`` goes back to its queue (reason NodeLost,
+    not a failure): after ``grace`` seconds of it (nodeLostSeconds), or sooner when a pod of it there has
+    failed or gone (``pod_gone``: a machine back from a crash reports its pods failed). Its run ends at
+    ``not_ready_since``: the stall ran nothing and wrote no checkpoint."""
+    return min(not_ready_since + grace, pod_gone)
+
+
 __all__ = [
     "BACKOFF_BASE_S",
     "BACKOFF_CAP_S",
     "BACKOFF_RESET_S",
     "DEFAULT_BACKOFF_LIMIT",
+    "DEFAULT_NODE_LOST_S",
     "consecutive_failures",
     "kept_run",
+    "node_lost_at",
     "restart_delay",
 ]

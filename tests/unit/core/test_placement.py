@@ -280,3 +280,26 @@ def test_the_empty_books_ignore_allocations_and_follow_pools_and_cohorts() -> No
     assert c.on_empty("8 in a", ask) is False and c.copy().on_empty("8 in a", ask) is False and len(asked) == 1
     c.share_nodes(["a", "b"])  # a's requests may now use b0 too: what was asked is asked again
     assert c.on_empty("8 in a", ask) is True and len(asked) == 2
+
+
+@pytest.mark.parametrize("name", PLACERS)
+def test_no_placer_places_on_an_unusable_node_even_where_room_is_freed_on_it(name: str) -> None:
+    """A node not Ready or down: booked full (``book_free``) and unusable, so a gang released there within
+    a pass (a preemption's) leaves room no placer takes; usable again, it counts as a release (FitMemo)."""
+    cluster = ClusterState([Node("n0", 4, cpu_milli=32000), Node("n1", 4, cpu_milli=32000)])
+    held = Allocation((NodeGrant(0, (0, 1), FULL, 2000, 0),))
+    cluster.allocate(held)
+    assert cluster.book_free(0) is not None and cluster.free_gpus.tolist() == [0, 4]
+    cluster.allocate(Allocation((NodeGrant(1, (0, 1, 2), FULL, 0, 0),)))
+    trial = cluster.copy()
+    trial.release(held)
+    ask = PlacementRequest(gpus=2, cpu_milli=1000)
+    assert trial.free_gpus.tolist() == [2, 1] and get_placer(name).place(ask, trial) is None
+    assert trial.could_ever_fit(ask) is None  # it may be usable again later
+    before = int(cluster.vc_releases.sum())
+    cluster.set_usable(0, True)
+    assert cluster.unusable is None and int(cluster.vc_releases.sum()) == before + 1
+    trial = cluster.copy()
+    trial.release(held)
+    got = get_placer(name).place(ask, trial)
+    assert got is not None and got.nodes == (0,)

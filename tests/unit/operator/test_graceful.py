@@ -159,3 +159,21 @@ def test_a_preemptors_gang_is_created_only_once_the_preempted_pods_are_gone() ->
     kube.terminate()  # low's pod is gone: the kubelet freed the devices
     step()
     assert sorted(n for n in kube.pods if n.startswith("high")) == ["high-0-0"]
+
+
+def test_a_gang_requeued_for_a_lost_node_leaves_its_other_gpus_to_the_same_pass() -> None:
+    """As a preemption's victims and a gang failed in the pass: its stopped pod on the node still up does
+    not hold that node's GPUs from the pass's admissions (the simulator frees them at once); the new
+    gang's pods are created there once the old one is gone."""
+    a = dljob("a", "2026-01-02T03:00:00Z", gpus=16)
+    a["spec"] |= {"gpusPerNode": 8, "nodeLostSeconds": 0}
+    vcs = [{"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "backfill": "easy"}}]  # (a can never fit now)
+    kube = FakeKube([node("n0"), node("n1")], [a, dljob("b", "2026-01-02T03:01:00Z")], vcs=vcs)
+    step = Pass(kube)
+    assert step().admitted == ["team/a"]
+    step.run("a")
+    step()
+    kube._nodes[0]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]  # n0 is lost
+    rep = step()
+    assert rep.preempted == ["team/a"] and rep.admitted == ["team/b"] and rep.terminating == 0
+    assert kube.jobs["b"]["status"]["placement"]["nodeNames"] == ["n1"]

@@ -350,6 +350,54 @@ def test_a_lost_node_keeps_the_checkpoints_made_before_it_went_not_ready() -> No
     assert requeue["executedSeconds"] == 0 and requeue["lostRunSeconds"] == pytest.approx(550)
 
 
+def _ready(r: Run, node: str, since: float) -> None:
+    from qosmos.operator.translate import rfc3339
+
+    for n in r.kube._nodes:
+        if n["metadata"]["name"] == node:
+            n["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(since)}]
+
+
+def test_a_node_back_before_node_lost_seconds_with_its_pods_failed_restarts_the_gang_from_before_the_stall() -> None:
+    """The machine restarted: its pods failed. The gang restarts (counted, backed off), its run counted to
+    when the node stopped being Ready (status.stalledSince), not to the pass that saw the failure."""
+    r = Run(nodes=("n0", "n1"), nodeLostSeconds=300, checkpointIntervalSeconds=100)
+    r.step()
+    node = pinned(r.kube.pods["j-0-0"])
+    r.run_current()
+    r.step()  # Running from here
+    started = r.now
+    r.step(250)
+    _not_ready(r, node, r.now)  # 250 s into its run: two checkpoints
+    r.step()
+    assert parse_time(r.status["stalledSince"]) == started + 250
+    r.step(59)
+    _ready(r, node, r.now)
+    r.exit(137)
+    rep = r.step()
+    assert rep.restarted == ["team/j"] and r.status["restarts"] == 1 and "stalledSince" not in r.status
+    assert r.status["executedSeconds"] == 200 and r.status["lostRunSeconds"] == pytest.approx(50)
+    assert r.status["attainedServiceGpuSeconds"] == pytest.approx(250 * 8)  # not the 60 s of the stall
+
+
+def test_a_node_back_with_its_pods_still_running_clears_the_stall() -> None:
+    """A NotReady blip (the kubelet lost its apiserver, the pods ran on): the gang runs on, stall forgotten."""
+    r, node = _running_on_a_node_gone_not_ready(300)
+    r.step()
+    assert "stalledSince" in r.status
+    _ready(r, node, r.now)
+    rep = r.step()
+    assert "stalledSince" not in r.status and r.status["phase"] == "Running" and rep.preempted == []
+
+
+def test_a_gang_whose_pods_succeeded_before_its_node_went_not_ready_succeeds() -> None:
+    """Its pod there finished before the node went: the job is done, not lost with the node."""
+    r, _ = _running_on_a_node_gone_not_ready(0)
+    r.exit(0)
+    rep = r.step()
+    assert r.status["phase"] == "Succeeded" and rep.preempted == [] and "NodeLost" not in str(r.kube.events)
+
+
 class Racing(FakeKube):
     """Another writer edits the DLJob right after the pass read it (once)."""
 

@@ -15,16 +15,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from qosmos.extender.core.admission import FitMemo, Partition, PartitionRuntime, RunningJob, admit
 from qosmos.extender.core.cluster import ClusterState
-from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT
+from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT, DEFAULT_NODE_LOST_S
 from qosmos.extender.core.types import Allocation, Job, Node, NodeGrant
 from qosmos.operator.translate import parse_time, rfc3339
 from qosmos.simulator.engine import SimConfig, simulate
-from qosmos.simulator.failures import ScriptedFailures
+from qosmos.simulator.failures import ScriptedFailures, ScriptedOutages
 from qosmos.simulator.partitions import PartitionSpec
 from qosmos.simulator.traces import Trace
 from qosmos.testing.lockstep import GPU_MODEL, NODE_CPU_MILLI, NODE_MEMORY_MIB, T0, Passes, TraceJob, same_segments
 
 PREEMPTIVE = ("srtf", "las", "rr", "mlfq")
+Outages = dict[str, list[tuple[int, int | None]]]  # node -> (down, up) in trace seconds (up None: never back)
 POLICIES = ("fifo", "sjf", "priority", "wfair", "qssf", "soda", *PREEMPTIVE)
 # policies that read no run time: beside QSSF, whose run times are the learned predictor's on both sides
 BLIND = ("fifo", "priority", "wfair")
@@ -40,10 +41,12 @@ def simulated(
     placement: str,
     backfill: str,
     learned: bool = False,
+    outages: Outages | None = None,
 ) -> list[tuple[str, float, float]]:
     """The simulator's run segments of ``jobs`` with the VirtualClusters ``vcs`` as its partitions; run
     times known (the oracle), or ``learned``: predicted online by QSSF's predictor from the jobs that
-    finished (backfilling's estimates too)."""
+    finished (backfilling's estimates too). ``outages``: node name -> (down, up) in trace seconds (up
+    None: never back); the replay counts them from its first submission."""
     trace = Trace(
         "t",
         [j.job() for j in jobs],
@@ -71,6 +74,12 @@ def simulated(
         )
     failures = ScriptedFailures({f"ns/{j.name}": j.fail_at for j in jobs if j.fail_at})
     (limit,) = {j.backoff_limit for j in jobs} or {None}
+    first = min((j.submit for j in jobs), default=0)
+    spans = {
+        n: [(float(d - first), math.inf if u is None else float(u - first)) for d, u in v]
+        for n, v in (outages or {}).items()
+    }
+    (grace,) = {spec.get("nodeLostSeconds", DEFAULT_NODE_LOST_S) for spec in vcs.values()}
     cfg = SimConfig(
         placement=placement,
         backfill=backfill,
@@ -80,6 +89,8 @@ def simulated(
         partitions=tuple(parts),
         failures=failures if failures.times else None,
         backoff_limit=DEFAULT_BACKOFF_LIMIT if limit is None else limit,
+        outages=ScriptedOutages(spans) if spans else None,
+        node_lost_seconds=grace,
     )
     sim = simulate(trace, cfg)
     return sorted({(trace.jobs[i].id, s, e) for i, _, s, e, _ in sim.segments})  # one per job, not per node
@@ -93,14 +104,15 @@ def lockstep(
     placement: str,
     backfill: str,
     restarts: bool = False,
+    outages: Outages | None = None,
 ) -> Passes:
     specs = {n: {**spec, "placement": placement, "backfill": backfill} for n, spec in vcs.items()}
     # QSSF orders by the predictor's run times: the operator's and the simulator's, each trained online on
     # the jobs that finished (the cases mix it only with policies that read no run time)
     learned = any(spec["policy"] == "qssf" for spec in vcs.values())
-    run = Passes({}, nodes, jobs, predict=not learned, vcs=specs, node_vc=node_vc, restarts=restarts)
+    run = Passes({}, nodes, jobs, predict=not learned, vcs=specs, node_vc=node_vc, restarts=restarts, outages=outages)
     run.run()  # asserts that no later pass preempts
-    want = simulated(vcs, nodes, node_vc, jobs, placement, backfill, learned)
+    want = simulated(vcs, nodes, node_vc, jobs, placement, backfill, learned, outages)
     assert same_segments(want, run.segments), f"\nsimulator {want}\noperator  {sorted(run.segments)}"
     return run
 
@@ -114,13 +126,17 @@ def one_vc(
     lower_priority: bool = False,
     array_split: float = 0.5,
     restarts: bool = False,
+    outages: Outages | None = None,
+    grace: int | None = None,
 ) -> Passes:
     spec: dict[str, Any] = {"policy": policy}
+    if grace is not None:
+        spec["nodeLostSeconds"] = grace
     if policy == "soda":  # (the simulator's default derives it from the trace)
         spec["arraySplit"] = array_split
     if lower_priority:
         spec["preemption"] = {"withinVirtualCluster": "LowerPriority"}
-    return lockstep({"default": spec}, nodes, ["default"] * len(nodes), jobs, placement, backfill, restarts)
+    return lockstep({"default": spec}, nodes, ["default"] * len(nodes), jobs, placement, backfill, restarts, outages)
 
 
 ROUND_TIMES = (0, 100, 200, 500, 1000)
@@ -190,6 +206,35 @@ def shaped(draw: st.DrawFn, jobs: list[TraceJob], nodes: list[int]) -> list[Trac
             )
         )
     return out
+
+
+@st.composite
+def outage_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], Outages, int]:
+    """A case with nodes going down: each outage at a round time or any, for less or more than the grace,
+    or for ever."""
+    policy, placement, backfill, nodes, jobs, _, _ = draw(cases())
+    grace = draw(st.sampled_from([0, 60, 300]))
+    outages: Outages = {}
+    for _ in range(draw(st.integers(1, 3))):
+        node = f"n{draw(st.integers(0, len(nodes) - 1))}"
+        down = draw(st.one_of(st.integers(0, 4000), st.sampled_from(ROUND_TIMES)))
+        length = draw(st.one_of(st.none(), st.integers(1, 600), st.sampled_from([30, 300, 1000])))
+        up = None if length is None else down + length
+        mine = outages.setdefault(node, [])
+        if all((up is not None and up < d) or (u is not None and down > u) for d, u in mine):
+            mine.append((down, up))
+    return policy, placement, backfill, nodes, jobs, outages, grace
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(outage_cases())
+def test_nodes_going_down_and_back_get_the_simulators_decisions(
+    case: tuple[str, str, str, list[int], list[TraceJob], Outages, int],
+) -> None:
+    """Gangs on a node that goes down stall, are requeued (NodeLost) after the grace or restart when it is
+    back sooner, and nothing new goes there: the operator's passes and the replay agree."""
+    policy, placement, backfill, nodes, jobs, outages, grace = case
+    one_vc(policy, placement, backfill, nodes, jobs, outages=outages, grace=grace)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -855,3 +900,108 @@ def test_a_gang_that_fails_for_good_leaves_its_gpus_to_the_same_pass() -> None:
     run = one_vc("swaf", "consolidate", "none", [1, 1, 2], jobs)
     (j2,) = [s for s in run.segments if s[0] == "ns/j2"]
     assert j2[1] == 2
+
+
+def test_a_gang_that_finished_as_its_node_went_down_is_done_not_lost() -> None:
+    """RR on two 2-GPU nodes, grace 0: j1 (4 GPUs) finishes at 876 s, the instant n0 goes down. Its pods
+    had succeeded, yet the operator requeued it (NodeLost) and ran it again at 878 s, stopping j2."""
+    jobs = [TraceJob("j0", 0, 1, 875, withdraw=875), TraceJob("j1", 0, 4, 1), TraceJob("j2", 1, 1, 877)]
+    run = one_vc("rr", "consolidate", "none", [2, 2], jobs, outages={"n0": [(876, 877)], "n1": [(877, 878)]}, grace=0)
+    assert ("ns/j2", 877, 879) in run.segments
+
+
+def test_a_stalled_gang_is_requeued_after_the_grace_or_restarts_when_its_node_is_back_sooner() -> None:
+    """FIFO on two 1-GPU nodes, grace 100 s, checkpoints every 50 s. n0 goes down at 120 s under j0 for
+    longer than the grace: j0 is requeued at 220 s (its run counted to 120 s: 100 s kept, 20 s lost) and
+    starts on n1 when j1 ends there (310 s). n1 goes down at 350 s for 30 s: back before the grace, its
+    pod failed, so j0 restarts there after a 10 s back-off (40 s lost), one restart counted. j2 waits
+    for n0 to come back at 400 s."""
+    jobs = [TraceJob("j0", 0, 1, 200, checkpoint=50), TraceJob("j1", 10, 1, 300), TraceJob("j2", 250, 1, 100)]
+    outages: Outages = {"n0": [(120, 400)], "n1": [(350, 380)]}
+    run = one_vc("fifo", "first-fit", "none", [1, 1], jobs, outages=outages, grace=100)
+    assert sorted(run.segments) == [("ns/j0", 0, 120), ("ns/j0", 310, 350), ("ns/j0", 390, 490),
+                                    ("ns/j1", 10, 310), ("ns/j2", 400, 500)]  # fmt: skip
+    status = run.kube.jobs["j0"]["status"]
+    assert (status["restarts"], status["preemptions"], status["executedSeconds"]) == (1, 1, 100)
+    assert status["lostRunSeconds"] == pytest.approx(60)
+
+
+def test_a_gang_preempted_in_its_back_off_starts_at_once_when_admitted_again() -> None:
+    """j0's gang fails at 100 s for the second time in a row (back-off until 120 s); j6 (priority 2) preempts
+    it in that pass and ends at 105 s, when j0 is admitted again. The simulator runs it then; the operator
+    kept the failed gang's restartAfter through the requeue and held the new placement idle until 120 s."""
+    jobs = [TraceJob("j0", 0, 4, 100, fail_at=(100, 10)), TraceJob("j4", 0, 2, 200, priority=-1, gpus_per_node=1),
+            TraceJob("j3", 100, 2, 424, priority=1), TraceJob("j6", 100, 3, 5, priority=2, fail_at=(1,)),
+            TraceJob("j2", 101, 0, 4000, cpus=16), TraceJob("j5", 250, 0, 1, cpus=16), TraceJob("j1", 284, 0, 1, cpus=16)]  # fmt: skip
+    run = one_vc("fifo", "consolidate", "none", [1, 4, 4], jobs, lower_priority=True, array_split=0.25)
+    assert ("ns/j0", 105, 115) in run.segments
+
+
+def test_a_pod_that_failed_as_its_node_went_down_fails_its_gang_not_the_node() -> None:
+    """j0's pod fails at 1 s, the instant n0 goes down for good. The simulator restarts it after its
+    back-off there, where it stalls and is requeued after the grace (61 s). The operator took the failed
+    pod on a NotReady node for one the node took with it and requeued the gang at once (NodeLost)."""
+    jobs = [TraceJob("j0", 0, 0, 2, cpus=16, fail_at=(1,))]
+    run = one_vc("fifo", "consolidate", "none", [1, 1], jobs, outages={"n0": [(1, None)]}, grace=60)
+    assert sorted(run.segments) == [("ns/j0", 0, 1), ("ns/j0", 61, 62)]
+    assert run.kube.jobs["j0"]["status"]["restarts"] == 1
+
+
+def test_a_gang_lost_without_a_grace_is_back_in_its_queue_before_that_instants_arrivals() -> None:
+    """FIFO: n0 goes down for good at 100 s under j0 (both nodes), nodeLostSeconds 0; j1 (a CPU job)
+    arrives then. The operator requeues j0 in that pass's lifecycle, before admitting: j0 is the head
+    again (it arrived first) and j1 waits behind it. The simulator requeued it in an event after that
+    instant's pass, which had started j1 beside the stalled gang."""
+    jobs = [TraceJob("j0", 0, 2, 200), TraceJob("j1", 100, 0, 1, cpus=16)]
+    run = one_vc("fifo", "consolidate", "none", [1, 1], jobs, outages={"n0": [(100, None)]}, grace=0)
+    assert sorted(run.segments) == [("ns/j0", 0, 100)]
+
+
+def test_a_gang_lost_in_a_pass_leaves_its_gpus_to_that_pass() -> None:
+    """FIFO with EASY backfilling on a 1-GPU and an 8-GPU node: j0 (1 GPU on each) is lost with n0 at 1 s
+    (grace 0) and can never fit again; j4 (8 GPUs) is next and starts on n1 at once in the simulator. The
+    operator's pass still booked j0's stopped pod on n1, so j5 was backfilled there and j4 waited 202 s."""
+    jobs = [TraceJob("j0", 0, 2, 100, gpus_per_node=1), TraceJob("j4", 0, 8, 1), TraceJob("j5", 0, 1, 202)]
+    run = one_vc("fifo", "consolidate", "easy", [1, 8], jobs, outages={"n0": [(1, None)]}, grace=0)
+    assert ("ns/j4", 1, 2) in run.segments
+
+
+def test_a_gang_requeued_in_a_passs_lifecycle_takes_its_turn_after_the_jobs_that_waited() -> None:
+    """Round-robin on a 2-GPU and a 1-GPU node: n0 goes down for good at 4 s (grace 0) under j0 and j5.
+    Requeued as of 4 s, j5 goes behind j6, which has waited since 0 s; the operator ordered that pass by
+    the queuedSince j5 had before the requeue and gave it the GPU left."""
+    jobs = [TraceJob("j0", 0, 2, 100, gpus_per_node=1), TraceJob("j1", 0, 1, 1), TraceJob("j2", 0, 1, 1, withdraw=1),
+            TraceJob("j3", 0, 1, 1), TraceJob("j4", 0, 1, 1), TraceJob("j5", 0, 1, 38), TraceJob("j6", 0, 1, 1)]  # fmt: skip
+    run = one_vc("rr", "consolidate", "none", [2, 1], jobs, outages={"n0": [(4, None)]}, grace=0)
+    assert ("ns/j6", 4, 5) in run.segments and ("ns/j5", 5, 42) in run.segments
+
+
+def test_a_stalled_gangs_turns_still_end() -> None:
+    """Round-robin: j2 (all 16 GPUs) stalls when n0 goes down at 145 s (grace 60). The operator's view of
+    a gang that holds its GPUs counts its service, so its turn ends at 204.125 s and j3-j5 take the GPUs
+    of the nodes still up; the simulator had dropped the stalled gang's turn ends and started them only
+    at its NodeLost requeue (205 s)."""
+    jobs = [TraceJob("j0", 0, 1, 1, fail_at=(1,)), TraceJob("j1", 0, 1, 1), TraceJob("j2", 0, 16, 500, fail_at=(1,)),
+            TraceJob("j3", 4, 1, 1), TraceJob("j4", 63, 1, 1), TraceJob("j5", 67, 1, 1), TraceJob("j6", 220, 1, 1)]  # fmt: skip
+    run = one_vc("rr", "consolidate", "none", [4, 4, 8], jobs, outages={"n0": [(145, None)]}, grace=60)
+    assert ("ns/j3", 204.125, 205.125) in run.segments
+
+
+def test_a_pod_that_failed_as_its_node_went_is_a_failure_first_then_the_nodes_loss() -> None:
+    """j0's pod fails at 100 s, the instant n0 goes down for good (grace 0): a failure (back-off 10 s), then
+    the node's loss, which requeues the backing-off gang onto n1 at once; its next failure, at 101 s, is
+    the second in a row (20 s). The operator requeued the gang for the node alone, the failure not
+    counted, and backed off 10 s at 101 s."""
+    jobs = [TraceJob("j0", 0, 0, 500, cpus=16, fail_at=(100, 101))]
+    run = one_vc("fifo", "consolidate", "none", [1, 1], jobs, outages={"n0": [(100, None)]}, grace=0)
+    assert sorted(run.segments) == [("ns/j0", 0, 100), ("ns/j0", 100, 101), ("ns/j0", 121, 520)]
+    assert run.kube.jobs["j0"]["status"]["restarts"] == 2
+
+
+def test_a_node_back_while_its_gang_backs_off_fails_nothing() -> None:
+    """j1's pod fails at 67 s (back-off until 77 s) as n0 goes down for a second: no pod of it is there
+    when the node is back, so nothing more fails and it restarts at 77 s. The simulator counted a second
+    failure for the stalled gang and backed off 20 s more."""
+    jobs = [TraceJob("j1", 57, 0, 11, cpus=16, fail_at=(67,))]
+    run = one_vc("fifo", "consolidate", "none", [1], jobs, outages={"n0": [(67, 68)]}, grace=60)
+    assert sorted(run.segments) == [("ns/j1", 57, 67), ("ns/j1", 77, 78)]

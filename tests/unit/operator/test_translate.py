@@ -10,7 +10,8 @@ from qosmos.extender.cache import pod_info
 from qosmos.extender.core.admission import Carry, HeadReservation
 from qosmos.extender.core.cluster import ClusterState
 from qosmos.extender.core.errors import InvalidInput
-from qosmos.extender.core.types import Allocation, JobKind, NodeGrant, QoSClass
+from qosmos.extender.core.placement import get_placer
+from qosmos.extender.core.types import Allocation, JobKind, NodeGrant, PlacementRequest, QoSClass
 from qosmos.operator.crds import DLJobSpec
 from qosmos.operator.reconcile import reason_of
 from qosmos.operator.translate import (
@@ -129,11 +130,22 @@ def test_a_cordoned_node_takes_nothing_new_but_keeps_what_runs_there() -> None:
     nodes[1]["spec"] = {"unschedulable": True}  # CES asleep or waking, or kubectl cordon
     cluster = ClusterState(core_nodes(nodes, {"n0": "vc-a", "n1": "vc-a"}))
     spec = DLJobSpec.model_validate({"virtualCluster": "vc-a", "gpus": 2, "cpus": 1})
-    assert book_gang(cluster, Gang(("n1",), (2,)), spec) is not None  # a gang already running there
+    held = book_gang(cluster, Gang(("n1",), (2,)), spec)  # a gang already running there
+    assert held is not None
     book_cordoned(cluster, nodes)
     assert cluster.free_gpus.tolist() == [8, 0]
     assert cluster.free_cpu[1] == 0 and cluster.free_cpu[0] == 96_000
     assert cluster.capacity("vc-a") == 16  # still the VirtualCluster's nodes
+    # a gang there preempted within a pass (its allocation released) leaves room nothing new may take
+    trial = cluster.copy()
+    trial.release(held)
+    assert trial.free_gpus.tolist() == [8, 2]
+    ask = PlacementRequest(gpus=2, vc="vc-a")
+    placed = get_placer("first-fit").place(ask, trial)
+    assert placed is not None and placed.nodes == (0,)
+    trial.allocate(Allocation((NodeGrant(0, tuple(range(8))),)))
+    assert get_placer("first-fit").place(ask, trial) is None
+    assert cluster.emptied().fit_mask(ask, 2, 2).tolist() == [True, True]  # it may be usable again later
 
 
 def test_gang_from_allocation_and_status_round_trip() -> None:

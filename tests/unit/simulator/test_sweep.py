@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from qosmos.simulator.engine import SimConfig, simulate
-from qosmos.simulator.failures import GpuFailures
+from qosmos.simulator.failures import GpuFailures, RandomOutages
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.sweep import Cell, grid
 from qosmos.simulator.traces import load_trace
@@ -142,6 +142,29 @@ def test_each_seed_of_a_sweep_draws_its_own_failures_for_every_policy(tmp_path: 
     assert fifo0["restarts"] != got[("fifo", "1")]["restarts"]  # another seed, other failures
     bad = runner.invoke(app, [*args, "--mtbf-gpu-hours", "-1", "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 2 and "mtbf_gpu_hours" in bad.output and not (tmp_path / "bad").exists()
+
+
+def test_each_seed_of_a_sweep_draws_its_own_node_outages_and_an_edited_outage_file_refuses(tmp_path: Path) -> None:
+    out = tmp_path / "sw"
+    args = ["sweep", "--trace", "builtin:helios-synth", "--seed", "0,1", "--synth-jobs", "300", "--no-plot"]
+    outages = ["--node-mtbf-hours", "24", "--node-mttr-hours", "2", "--checkpoint-interval", "600"]
+    r = runner.invoke(app, [*args, *outages, "--jobs", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    got = {g["seed"]: g for g in rows(out)}
+    trace = load_trace("builtin:helios-synth", jobs=300, seed=0)
+    direct = summarize(simulate(trace, SimConfig(seed=0, outages=RandomOutages(24.0, 2.0, 0), checkpoint_interval=600)))
+    assert int(got["0"]["node_lost_requeues"]) == direct["node_lost_requeues"] > 0
+    assert float(got["0"]["lost_gpu_hours"]) == pytest.approx(direct["lost_gpu_hours"])
+    assert got["0"]["node_lost_requeues"] != got["1"]["node_lost_requeues"]  # another seed, other outages
+    # outages from a file: an edited file is another input, refused on resume
+    spans = tmp_path / "outages.csv"
+    spans.write_text("node,down,up\nvc0-n000,3600,7200\n")
+    fixed = ["--node-outages", str(spans), "--out", str(tmp_path / "f")]
+    r = runner.invoke(app, [*args, *fixed])
+    assert r.exit_code == 0, r.output
+    spans.write_text("node,down,up\nvc0-n000,3600,9000\n")
+    r = runner.invoke(app, [*args, *fixed])
+    assert r.exit_code == 2 and "node_outages_sha256" in r.output, r.output
 
 
 def test_sweep_rejects_bad_grids_before_running(tmp_path: Path) -> None:
