@@ -899,7 +899,6 @@ class Simulator:
         work to its last checkpoint only (no grace: its pods there are gone)."""
         now = self.now
         alloc = self.alloc[i]
-        held = self._held_gpus(i, alloc)
         ran = self._ran(i, alloc)  # (0 within a failed run's back-off)
         stalled = self.stalled[i] == self.stalled[i]
         self.stalled[i] = math.nan
@@ -926,9 +925,11 @@ class Simulator:
                 self._forget_prediction(i)
         else:
             useful = max(0.0, ran - self.seg_over[i])
-            kept = kept_run(useful, self._checkpoints(job)) if stalled else useful
-            self.lost[i] += useful - kept
-            self.lost_gpu_s += (useful - kept) * held
+            kept = useful
+            if stalled:  # no grace period: its work to its last checkpoint
+                kept = kept_run(useful, self._checkpoints(job))
+                self.lost[i] += useful - kept
+                self.lost_gpu_s += (useful - kept) * self._held_gpus(i, alloc)
             self._progress(i, alloc, kept, useful)
             if node_lost:
                 self.node_lost[i] += 1
@@ -1308,25 +1309,21 @@ class Simulator:
         assert alloc is not None
         if self.stalled[i] != self.stalled[i]:
             self.stalled[i] = self.now
-        first = min(self.down_since[g.node] for g in alloc.grants if g.node in self.cordons)
-        at = node_lost_at(first, self.cfg.node_lost_seconds)
-        wd = self.withdraw[i]
-        if wd is not None:
-            at = min(at, wd)
+        at = self._lost_at(i)
         if at <= self.now:  # (no grace: before this instant's passes, as the operator's lifecycle goes first)
             self._lose(i)
         else:
             self._push(at, EV_LOST, i)
 
-    def _lost_by(self, i: int, t: float) -> bool:
-        """Whether stalled job ``i`` is lost by ``t``: deleted, or a node of it down its grace by then."""
-        wd = self.withdraw[i]
+    def _lost_at(self, i: int) -> float:
+        """When stalled job ``i`` is lost: its deletion, or the first of its nodes down now down its grace
+        (inf: neither)."""
         alloc = self.alloc[i]
         assert alloc is not None
         downs = [self.down_since[g.node] for g in alloc.grants if g.node in self.cordons]
-        return (wd is not None and wd <= t) or (
-            bool(downs) and node_lost_at(min(downs), self.cfg.node_lost_seconds) <= t
-        )
+        at = node_lost_at(min(downs), self.cfg.node_lost_seconds) if downs else math.inf
+        wd = self.withdraw[i]
+        return at if wd is None else min(at, wd)
 
     def _lose(self, i: int) -> None:
         """Stalled job ``i`` goes back to its queue (NodeLost), or ends if it was deleted meanwhile."""
@@ -1381,7 +1378,7 @@ class Simulator:
             alloc = self.alloc[i]
             assert alloc is not None
             others = any(g.node in self.cordons for g in alloc.grants)
-            if self._lost_by(i, self.now):  # another node of it down its grace by now
+            if self._lost_at(i) <= self.now:  # another node of it down its grace by now
                 self._lose(i)
             elif self.seg_start[i] > self.now:  # backing off after a failure: it had no pods there to fail
                 if others:
@@ -1674,7 +1671,7 @@ class Simulator:
                         self.state[i] = WITHDRAWN
                         done_count += 1
                 elif kind == EV_LOST:  # its gang stalled on a node that went down: back to its queue
-                    if state[i] != RUNNING or not stalled or not self._lost_by(i, t):
+                    if state[i] != RUNNING or not stalled or self._lost_at(i) > t:
                         continue  # (its nodes came back meanwhile, or the one down now went later)
                     self._lose(i)
                     dirty.add(qi)
