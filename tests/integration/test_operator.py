@@ -570,7 +570,8 @@ def test_swaf_order_is_the_cores_and_every_queued_job_says_why(api: Api) -> None
     assert f"behind {ns}/{live[0]} (the queue does not backfill)" in _condition(objs[live[1]])["message"]
     assert _status(objs[live[-1]]).get("waitingAllowanceSeconds") is not None
     assert all(_status(objs[n]).get("deadline") for n in names)  # GENIE Eq. 12, written once
-    lost = _condition(api.get(ns, "lost"))
+    # created after the queue: the pass that wrote the positions may have started before it existed
+    lost = wait_for(lambda: _condition(api.get(ns, "lost")) or None, 60, "the lost job's condition")
     assert lost["reason"] == "VirtualClusterMissing" and "no-such-vc" in lost["message"]
     text = api.vc_status("sw")
     assert (
