@@ -5,6 +5,7 @@ restart test can kill -9 it."""
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import dataclasses
 import json
@@ -246,6 +247,78 @@ def test_a_gang_whose_node_is_deleted_goes_back_to_the_queue(api: Api) -> None:
         for name in ("extra-0", "extra-1"):
             with contextlib.suppress(Exception):
                 api.core.delete_node(name)
+
+
+@contextlib.contextmanager
+def _unreachable(api: Api, node: str) -> Iterator[None]:
+    """``node`` unreachable, as a real cluster shows it when a kubelet stops posting: KWOK stops managing
+    it (no heartbeat), and what the node-lifecycle controller (off in the dev cluster) then writes is
+    written here: Ready Unknown since now, and the unreachable NoSchedule and NoExecute taints. On exit
+    it is back: the taints go, KWOK manages it again and marks it Ready."""
+    from qosmos.dev.fakenodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
+
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    taints = [
+        {"key": "node.kubernetes.io/unreachable", "effect": e, "timeAdded": now} for e in ("NoSchedule", "NoExecute")
+    ]
+    keep = [t for t in api.core.read_node(node).spec.taints or [] if t.key != "node.kubernetes.io/unreachable"]
+    api.core.patch_node(node, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: None}}})
+    try:
+        ready = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
+        cond = {**ready, "message": "Kubelet stopped posting node status.", "lastTransitionTime": now}
+        api.core.patch_node_status(node, {"status": {"conditions": [{**cond, "lastHeartbeatTime": now}]}})
+        api.core.patch_node(
+            node, {"spec": {"taints": [api.client.sanitize_for_serialization(t) for t in keep] + taints}}
+        )
+        yield
+    finally:
+        api.core.patch_node(
+            node, {"spec": {"taints": [api.client.sanitize_for_serialization(t) for t in keep] or None}}
+        )
+        api.core.patch_node(node, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE}}})
+
+        def ready_again() -> bool:
+            conds = api.core.read_node(node).status.conditions or []
+            return any(c.type == "Ready" and c.status == "True" for c in conds)
+
+        wait_for(ready_again, 60, f"{node} Ready again")
+
+
+def test_a_gang_on_an_unreachable_node_stalls_then_goes_back_to_the_queue(api: Api) -> None:
+    """A node that stops being Ready under a running gang (Ready Unknown and the unreachable taints, as the
+    node-lifecycle controller writes them): the gang's status says since when it stalled, the GPUs left
+    free on that node take no new gang, and after its nodeLostSeconds the gang is requeued (NodeLost, no
+    restart counted). The node back, the requeued gang and the one that waited run there."""
+    ns = api.namespace()
+    api.label_pools({"node-2": "nl", "node-3": "nl"})
+    api.vc("nl", "nl")
+    api.dljob(ns, "full", "nl", 8, run=None, gpusPerNode=8)
+    wait_for(lambda: api.phase(ns, "full") == "Running", 60, "the 8-GPU job Running")
+    api.dljob(ns, "half", "nl", 4, run=None, gpusPerNode=4, nodeLostSeconds=8)
+    wait_for(lambda: api.phase(ns, "half") == "Running", 60, "the 4-GPU job Running")
+    (node,) = _status(api.get(ns, "half"))["placement"]["nodeNames"]
+    assert _status(api.get(ns, "full"))["placement"]["nodeNames"] != [node]
+    with _unreachable(api, node):
+        stalled = wait_for(lambda: _status(api.get(ns, "half")).get("stalledSince"), 30, "stalledSince")
+        assert 0 <= time.time() - calendar.timegm(time.strptime(stalled, "%Y-%m-%dT%H:%M:%SZ")) < 30
+        # 4 GPUs are free on the unreachable node: a newcomer that would fit there is not placed there
+        api.dljob(ns, "new", "nl", 4, run=None, gpusPerNode=4)
+        wait_for(lambda: api.phase(ns, "half") == "Queued", 60, "requeued NodeLost")
+        st = _status(api.get(ns, "half"))
+        assert not st.get("restarts") and st["preemptions"] == 1 and "placement" not in st
+        assert "stalledSince" not in st
+        wait_for(lambda: "half" in api.events(ns, "NodeLost"), 10, "the NodeLost Event")
+        assert "nodeLostSeconds 8" in api.events(ns, "NodeLost")["half"]
+        # a pass after the requeue ordered both: neither went to the unreachable node (nor elsewhere: full)
+        for name in ("half", "new"):
+            wait_for(
+                lambda n=name: _condition(api.get(ns, n)).get("reason") in ("Head", "BehindHead", "NoFit"), 30, name
+            )
+            assert api.phase(ns, name) == "Queued" and "placement" not in _status(api.get(ns, name))
+    for name in ("half", "new"):
+        wait_for(lambda n=name: api.phase(ns, n) == "Running", 90, f"{name} Running once the node is back")
+        assert _status(api.get(ns, name))["placement"]["nodeNames"] == [node]
+    assert api.phase(ns, "full") == "Running" and not _status(api.get(ns, "full")).get("restarts")
 
 
 def test_deleting_a_dljob_removes_its_pods(api: Api) -> None:
