@@ -24,6 +24,24 @@ from qosmos.predictors import DURATION_PREDICTORS
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, SimResult, simulate
 from qosmos.simulator.failures import DEFAULT_NODE_MTTR_H, GpuFailures, node_outage_model
 from qosmos.simulator.metrics import summarize
+from qosmos.simulator.options import (
+    BackoffLimit,
+    CheckpointInterval,
+    Density,
+    GpusPerNode,
+    Hours,
+    ModelDb,
+    MtbfGpuHours,
+    NodeLostSeconds,
+    NodeMtbfHours,
+    NodeMttrHours,
+    NodeOutages,
+    Nodes,
+    RelaxFactor,
+    Scale,
+    SynthJobs,
+    TruthNoise,
+)
 from qosmos.simulator.outputs import Drawers, artefacts, plot_compare, write_all, write_summary
 from qosmos.simulator.partitions import check_names, load_partitions
 from qosmos.simulator.services import read_services
@@ -364,12 +382,6 @@ TRACE_HELP = (
 )
 
 
-DB_HELP = (
-    "model database with the GENIE throughput profiles of genie jobs, e.g. from qosmos profile fit "
-    "(default: $QOSMOS_MODELDB, else ~/.config/qosmos/models.json when present; built-in profiles otherwise)"
-)
-
-
 class SimulateGroup(TyperGroup):
     """``qosmos simulate --trace ...`` replays a trace (the group's own options, as before the group
     existed); ``qosmos simulate inference ...`` runs a sub-command, and then the trace replay's
@@ -426,22 +438,8 @@ def register(app: typer.Typer) -> None:
                 "results in OUT/<policy>/ and OUT/compare.png; replaces --policy (default: one run with --policy)"
             ),
         ] = None,
-        nodes: Annotated[
-            int | None,
-            typer.Option(
-                min=1,
-                help="replace the trace's cluster by N identical nodes in one partition "
-                "(genie: the platform's node count, default 4)",
-            ),
-        ] = None,
-        gpus_per_node: Annotated[
-            int | None,
-            typer.Option(
-                min=1,
-                help="GPUs per node: with --nodes (default 8; genie 4), or alone for helios/philly/genie "
-                "traces that size their own nodes",
-            ),
-        ] = None,
+        nodes: Nodes = None,
+        gpus_per_node: GpusPerNode = None,
         backfill: Annotated[
             Backfill,  # type: ignore[valid-type]
             typer.Option(
@@ -449,9 +447,7 @@ def register(app: typer.Typer) -> None:
                 "relaxed/adaptive (delay it by at most a factor of its wait)",
             ),
         ] = "none",
-        relax_factor: Annotated[
-            float, typer.Option(min=0.0, help="relaxed/adaptive backfilling: how much the blocked job may be delayed")
-        ] = 0.1,
+        relax_factor: RelaxFactor = 0.1,
         backfill_estimates: Annotated[
             Estimates,  # type: ignore[valid-type]
             typer.Option(
@@ -470,25 +466,12 @@ def register(app: typer.Typer) -> None:
                 "instead of stopping"
             ),
         ] = False,
-        truth_noise: Annotated[
-            float,
-            typer.Option(
-                min=0.0,
-                help="spread (sigma of a log-normal factor, seeded per job) of real GPU throughput around the "
-                "model's prediction; 0 = the model is exact",
-            ),
-        ] = 0.0,
+        truth_noise: TruthNoise = 0.0,
         seed: Annotated[int, typer.Option(help="random seed for generated traces and noise")] = 0,
-        density: Annotated[float, typer.Option(help="genie traces: jobs arriving per hour")] = 10.0,
-        hours: Annotated[float, typer.Option(help="genie traces: length of the arrival window (hours)")] = 24.0,
-        jobs: Annotated[int, typer.Option(min=1, help="helios-synth traces: number of jobs to generate")] = 10000,
-        scale: Annotated[
-            float | None,
-            typer.Option(
-                help="shrink the cluster to this fraction (keeps every round(1/F)-th node of each partition) "
-                "so that queues form (default: the whole cluster)",
-            ),
-        ] = None,
+        density: Density = 10.0,
+        hours: Hours = 24.0,
+        jobs: SynthJobs = 10000,
+        scale: Scale = None,
         preemption_overhead: Annotated[
             float, typer.Option(min=0.0, help="seconds a preempted job loses when it resumes (AnalySIM: 8)")
         ] = 8.0,
@@ -520,7 +503,7 @@ def register(app: typer.Typer) -> None:
                 "their replicas go first and preempt the last-submitted job where resources lack; repeatable (default: none)",
             ),
         ] = None,
-        db: Annotated[str | None, typer.Option(help=DB_HELP)] = None,
+        db: ModelDb = None,
         plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors: no progress bars, notes or table")] = False,
         partitions: Annotated[
@@ -531,51 +514,13 @@ def register(app: typer.Typer) -> None:
                 "reclaimWithinCohort}; see simulator/README.md (default: every VC on its own nodes)",
             ),
         ] = None,
-        mtbf_gpu_hours: Annotated[
-            float | None,
-            typer.Option(
-                help="running jobs fail once per this many GPU-hours of run on average (seeded by --seed, the same "
-                "failures in every policy's run of a job); a failed job restarts as a DLJob's gang does: after a "
-                "back-off, from its last checkpoint, up to --backoff-limit times (default: no failures)",
-            ),
-        ] = None,
-        checkpoint_interval: Annotated[
-            float | None,
-            typer.Option(
-                min=0.0,
-                help="seconds of run between a job's periodic checkpoints, for jobs whose trace gives none: a "
-                "failed run keeps its whole intervals only (0: none; default: a failed run keeps all it ran)",
-            ),
-        ] = None,
-        backoff_limit: Annotated[
-            int, typer.Option(min=0, help="restarts after failures before a job fails for good (a DLJob's default)")
-        ] = DEFAULT_BACKOFF_LIMIT,
-        node_mtbf_hours: Annotated[
-            float | None,
-            typer.Option(
-                help="each node goes down once per this many hours up on average (seeded by --seed and the node's "
-                "name: the same outages for every policy); nothing is placed on it until it is back, and a gang "
-                "there is requeued as a DLJob on a lost node is (NodeLost) (default: no outages)",
-            ),
-        ] = None,
-        node_mttr_hours: Annotated[
-            float, typer.Option(help="with --node-mtbf-hours: hours a down node takes to come back, on average")
-        ] = DEFAULT_NODE_MTTR_H,
-        node_outages: Annotated[
-            Path | None,
-            typer.Option(
-                help="CSV of node outages instead of --node-mtbf-hours: node,down,up rows, seconds from the trace's "
-                "first submission (up empty: it never comes back)",
-            ),
-        ] = None,
-        node_lost_seconds: Annotated[
-            float,
-            typer.Option(
-                min=0.0,
-                help="a gang on a down node is requeued after this long, or when the node is back if sooner "
-                "(a VirtualCluster's nodeLostSeconds)",
-            ),
-        ] = DEFAULT_NODE_LOST_S,
+        mtbf_gpu_hours: MtbfGpuHours = None,
+        checkpoint_interval: CheckpointInterval = None,
+        backoff_limit: BackoffLimit = DEFAULT_BACKOFF_LIMIT,
+        node_mtbf_hours: NodeMtbfHours = None,
+        node_mttr_hours: NodeMttrHours = DEFAULT_NODE_MTTR_H,
+        node_outages: NodeOutages = None,
+        node_lost_seconds: NodeLostSeconds = DEFAULT_NODE_LOST_S,
     ) -> None:
         """Replay a trace through the scheduling core; write summary.json, jobs.csv, trace.json and plots.
 
@@ -743,7 +688,7 @@ def register_inference(simulate: typer.Typer) -> None:
             str | None,
             typer.Option(help="the service's name in timeline.csv (default: the model)"),
         ] = None,
-        db: Annotated[str | None, typer.Option(help=DB_HELP)] = None,
+        db: ModelDb = None,
         gpu_model: Annotated[
             str | None,
             typer.Option(

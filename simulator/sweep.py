@@ -37,6 +37,24 @@ from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT, DEFAULT_NODE_LO
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, simulate
 from qosmos.simulator.failures import DEFAULT_NODE_MTTR_H, GpuFailures, node_outage_model
 from qosmos.simulator.metrics import summarize
+from qosmos.simulator.options import (
+    BackoffLimit,
+    CheckpointInterval,
+    Density,
+    GpusPerNode,
+    Hours,
+    ModelDb,
+    MtbfGpuHours,
+    NodeLostSeconds,
+    NodeMtbfHours,
+    NodeMttrHours,
+    NodeOutages,
+    Nodes,
+    RelaxFactor,
+    Scale,
+    SynthJobs,
+    TruthNoise,
+)
 from qosmos.simulator.traces import FORMATS, check_trace
 
 from qosmos.clitools import clean_errors
@@ -483,68 +501,28 @@ def register(app: typer.Typer) -> None:
                 help=f"trace format for every trace, one of: {', '.join(FORMATS)} (default: inferred per trace)",
             ),
         ] = None,
-        synth_jobs: Annotated[int, typer.Option(min=1, help="helios-synth traces: number of jobs to generate")] = 10000,
-        density: Annotated[float, typer.Option(help="genie traces: jobs arriving per hour")] = 10.0,
-        hours: Annotated[float, typer.Option(help="genie traces: length of the arrival window (hours)")] = 24.0,
-        nodes: Annotated[
-            int | None,
-            typer.Option(min=1, help="replace each trace's cluster by N identical nodes (default: the trace's own)"),
-        ] = None,
-        gpus_per_node: Annotated[
-            int | None, typer.Option(min=1, help="GPUs per node with --nodes (default 8; genie 4)")
-        ] = None,
-        scale: Annotated[
-            float | None,
-            typer.Option(help="shrink each cluster to this fraction of its nodes (default: the whole cluster)"),
-        ] = None,
+        synth_jobs: SynthJobs = 10000,
+        density: Density = 10.0,
+        hours: Hours = 24.0,
+        nodes: Nodes = None,
+        gpus_per_node: GpusPerNode = None,
+        scale: Scale = None,
         backfill: Annotated[
             str, typer.Option(help=f"backfilling for every cell, one of: {', '.join(BACKFILL_MODES)}")
         ] = "none",
-        relax_factor: Annotated[float, typer.Option(min=0.0, help="relaxed/adaptive backfilling factor")] = 0.1,
+        relax_factor: RelaxFactor = 0.1,
         backfill_estimates: Annotated[
             str, typer.Option(help=f"run times backfilling plans with, one of: {', '.join(BACKFILL_ESTIMATES)}")
         ] = "predicted",
-        truth_noise: Annotated[
-            float, typer.Option(min=0.0, help="spread of real GPU throughput around the model (0 = exact)")
-        ] = 0.0,
-        mtbf_gpu_hours: Annotated[
-            float | None,
-            typer.Option(
-                help="running jobs fail once per this many GPU-hours of run on average, drawn per seed "
-                "(see qosmos simulate --help; default: no failures)"
-            ),
-        ] = None,
-        checkpoint_interval: Annotated[
-            float | None,
-            typer.Option(min=0.0, help="seconds between checkpoints: what a failed run keeps (default: all it ran)"),
-        ] = None,
-        backoff_limit: Annotated[
-            int, typer.Option(min=0, help="restarts after failures before a job fails for good")
-        ] = DEFAULT_BACKOFF_LIMIT,
-        node_mtbf_hours: Annotated[
-            float | None,
-            typer.Option(
-                help="each node goes down once per this many hours up on average, drawn per seed (see qosmos "
-                "simulate --help; default: no outages)"
-            ),
-        ] = None,
-        node_mttr_hours: Annotated[
-            float, typer.Option(help="with --node-mtbf-hours: hours a down node takes to come back, on average")
-        ] = DEFAULT_NODE_MTTR_H,
-        node_outages: Annotated[
-            Path | None,
-            typer.Option(help="CSV of node outages (node,down,up) for every cell instead of --node-mtbf-hours"),
-        ] = None,
-        node_lost_seconds: Annotated[
-            float, typer.Option(min=0.0, help="a gang on a down node is requeued after this long")
-        ] = DEFAULT_NODE_LOST_S,
-        db: Annotated[
-            str | None,
-            typer.Option(
-                help="model database for every cell, e.g. from qosmos profile fit (default: $QOSMOS_MODELDB, "
-                "else ~/.config/qosmos/models.json when present; built-in profiles otherwise)"
-            ),
-        ] = None,
+        truth_noise: TruthNoise = 0.0,
+        mtbf_gpu_hours: MtbfGpuHours = None,
+        checkpoint_interval: CheckpointInterval = None,
+        backoff_limit: BackoffLimit = DEFAULT_BACKOFF_LIMIT,
+        node_mtbf_hours: NodeMtbfHours = None,
+        node_mttr_hours: NodeMttrHours = DEFAULT_NODE_MTTR_H,
+        node_outages: NodeOutages = None,
+        node_lost_seconds: NodeLostSeconds = DEFAULT_NODE_LOST_S,
+        db: ModelDb = None,
         plot: Annotated[bool, typer.Option(help="write sweep.png")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors")] = False,
     ) -> None:

@@ -9,6 +9,7 @@ import io
 import json
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 from qosmos.simulator import engine
@@ -195,3 +196,30 @@ def test_a_refused_run_prints_its_error_alone(tmp_path: Path, monkeypatch: pytes
     ]
     code, output, _ = sim(tmp_path, "--nodes", "2")
     assert code == 0 and "note: --nodes 2 without --gpus-per-node" in output and f"model database {db}" in output
+
+
+# what a sweep's cell and a replay may mean differently: a sweep takes lists (comma-separated) where a replay
+# takes one value, writes its own outputs, and its --jobs is a worker count (--synth-jobs is the replay's --jobs)
+SWEEP_OWN = {"trace", "out", "policy", "placement", "seed", "format", "backfill", "backfill_estimates", "jobs", "quiet"}
+
+
+def test_every_option_simulate_and_sweep_share_is_declared_once() -> None:
+    """A sweep's cell is a replay: an option both commands take has one type, bound, default and help in
+    both (simulator/options.py), so the two cannot drift apart."""
+    import typer
+
+    root: Any = typer.main.get_command(app)
+    ctx = root.context_class(root)
+    simulate, sweep = root.get_command(ctx, "simulate"), root.get_command(ctx, "sweep")
+
+    def options(cmd: Any) -> dict[str, Any]:
+        return {p.opts[0]: p for p in cmd.params if p.param_type_name == "option"}
+
+    sim, swp = options(simulate), options(sweep)
+    shared = [o for o in sim.keys() & swp.keys() if sim[o].name not in SWEEP_OWN]
+    assert len(shared) >= 15, sorted(shared)  # the failure, outage, cluster and genie options at least
+    for o in shared:
+        a, b = sim[o], swp[o]
+        for attr in ("help", "default", "min", "max", "multiple", "is_flag"):  # (click's and typer's own)
+            assert getattr(a, attr, None) == getattr(b, attr, None), (o, attr)
+    assert "--synth-jobs" in swp and swp["--synth-jobs"].help == sim["--jobs"].help
