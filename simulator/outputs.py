@@ -27,6 +27,8 @@ import orjson
 from qosmos.predictors.readers import paused_gc
 from qosmos.simulator.engine import DONE, FAILED, REJECTED, WITHDRAWN, SimResult
 
+from qosmos import __version__
+
 STATE_NAMES = {DONE: "done", WITHDRAWN: "withdrawn", REJECTED: "rejected", FAILED: "failed"}
 MAX_TRACE_SLICES = 300_000
 DETAIL_MAX_ROWS = 256  # GPU rows drawn one by one up to this many GPUs ...
@@ -41,7 +43,8 @@ def _json_bytes(obj: object, indent: bool = False) -> bytes:
 
 
 def write_summary(path: Path, summary: Mapping[str, object]) -> None:
-    path.write_bytes(_json_bytes(dict(summary), indent=True))
+    """The summary as JSON, saying which qosmos wrote it (a figure is reproduced with the same one)."""
+    path.write_bytes(_json_bytes({"qosmos_version": __version__, **summary}, indent=True))
 
 
 JOB_COLUMNS = (

@@ -57,6 +57,7 @@ from qosmos.simulator.options import (
 )
 from qosmos.simulator.traces import FORMATS, check_trace
 
+from qosmos import __version__
 from qosmos.clitools import clean_errors
 
 SUMMARY = "summary.json"
@@ -163,6 +164,7 @@ def run_cell(cell: Cell, options: Mapping[str, Any]) -> dict[str, object]:
     summary["cell"] = asdict(cell)
     summary["sweep_options"] = dict(options)
     summary["trace_sha256"] = input_digest(cell.trace)  # what this cell read, for a resumed sweep's check
+    summary["qosmos_version"] = __version__  # and what computed it
     summary["ran_on"] = _where()
     return summary
 
@@ -209,8 +211,9 @@ def _sha256(path: Path) -> str:
 
 
 def check_resumable(out: Path, cells: Sequence[Cell], options: Mapping[str, Any]) -> None:
-    """InvalidInput when a finished cell in ``out`` ran with other options than these, or read another
-    version of its trace file (summaries written before these were kept say nothing, and stay finished)."""
+    """InvalidInput when a finished cell in ``out`` ran with other options than these, read another
+    version of its trace file, or was computed by another qosmos version (summaries written before these
+    were kept say nothing, and stay finished)."""
     want = orjson.loads(orjson.dumps(dict(options)))  # as the summary stores them (a tuple reads back a list)
     digests: dict[str, str | None] = {}
     differ: dict[str, list[str]] = {}
@@ -222,6 +225,8 @@ def check_resumable(out: Path, cells: Sequence[Cell], options: Mapping[str, Any]
         if isinstance(had, dict) and had != want:
             keys = sorted(k for k in want.keys() | had.keys() if want.get(k) != had.get(k))
             why = [f"{k} {had.get(k)!r} (now {want.get(k)!r})" for k in keys]
+        if summary.get("qosmos_version", __version__) != __version__:  # one sweep.csv, one qosmos's numbers
+            why.append(f"qosmos {summary['qosmos_version']} (now {__version__})")
         if summary.get("trace_sha256") is not None:
             if c.trace not in digests:
                 digests[c.trace] = input_digest(c.trace)

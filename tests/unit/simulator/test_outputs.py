@@ -13,6 +13,8 @@ from qosmos.simulator.engine import SimConfig, simulate
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.traces import load_native, load_trace
 
+import qosmos
+
 
 def test_binned_busy_hand_computed() -> None:
     # node 0: 2 GPUs over [0, 15); node 1: 1 GPU over [5, 25) (past the last edge) and 3 GPUs over [12, 14)
@@ -114,7 +116,8 @@ def test_compare_one_panel_per_metric_with_titles_and_labels(tmp_path: Path) -> 
 
 def test_summary_json_is_plain_json_with_nulls(tmp_path: Path) -> None:
     outputs.write_summary(tmp_path / "s.json", {"a": float("nan"), "b": np.float64(1.5), "c": [1, None]})
-    assert json.loads((tmp_path / "s.json").read_text()) == {"a": None, "b": 1.5, "c": [1, None]}
+    got = json.loads((tmp_path / "s.json").read_text())
+    assert got == {"qosmos_version": qosmos.__version__, "a": None, "b": 1.5, "c": [1, None]}
 
 
 def test_write_all_draws_plots_beside_the_data_files_and_surfaces_a_plot_error(

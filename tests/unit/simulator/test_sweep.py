@@ -106,6 +106,28 @@ def test_a_sweep_resumed_with_other_options_refuses_and_loses_nothing(tmp_path: 
     assert r.exit_code == 2 and "1 finished cell(s)" in r.output, r.output
 
 
+def test_a_sweep_resumed_by_another_qosmos_refuses(tmp_path: Path) -> None:
+    """Each cell says which qosmos computed it (as a replay's summary.json does); a sweep.csv never mixes
+    two versions' numbers: resuming over another version's cells refuses and rewrites nothing."""
+    from qosmos import __version__
+
+    out = tmp_path / "sw"
+    args = ["sweep", "--trace", "builtin:helios-synth", "--synth-jobs", "100", "--no-plot", "--out", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    (cell,) = out.glob("*/summary.json")
+    summary = json.loads(cell.read_text())
+    assert summary["qosmos_version"] == __version__
+    summary["qosmos_version"] = "0.0.1"
+    cell.write_text(json.dumps(summary))
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and f"qosmos 0.0.1 (now {__version__})" in r.output, r.output
+    assert json.loads(cell.read_text())["qosmos_version"] == "0.0.1"
+    replay = tmp_path / "replay"
+    sim = ["simulate", "--trace", "builtin:helios-synth", "--jobs", "100", "--no-plots", "--out", str(replay)]
+    assert runner.invoke(app, sim).exit_code == 0
+    assert json.loads((replay / "summary.json").read_text())["qosmos_version"] == __version__
+
+
 def test_a_sweep_resumed_over_an_edited_trace_or_database_refuses(tmp_path: Path) -> None:
     from qosmos.extender.core.genie import ThroughputProfile
     from qosmos.predictors.profiler import write_db
