@@ -321,6 +321,27 @@ def test_a_gang_on_an_unreachable_node_stalls_then_goes_back_to_the_queue(api: A
     assert api.phase(ns, "full") == "Running" and not _status(api.get(ns, "full")).get("restarts")
 
 
+def test_a_gang_whose_node_is_back_within_its_grace_runs_on(api: Api) -> None:
+    """A node unreachable for less than the gang's nodeLostSeconds: the gang stalls (stalledSince) and,
+    the node back with its pods still running, runs on as it was: same attempt, no restart, no requeue,
+    its stall cleared."""
+    ns = api.namespace()
+    api.label_pools({"node-2": "bl"})
+    api.vc("bl", "bl")
+    api.dljob(ns, "steady", "bl", 8, run=None, gpusPerNode=8, nodeLostSeconds=600)
+    wait_for(lambda: api.phase(ns, "steady") == "Running", 60, "Running")
+    before = _status(api.get(ns, "steady"))
+    pods = sorted(p.metadata.name for p in api.pods(ns, "steady"))
+    with _unreachable(api, "node-2"):
+        wait_for(lambda: _status(api.get(ns, "steady")).get("stalledSince"), 30, "stalledSince")
+    wait_for(lambda: not _status(api.get(ns, "steady")).get("stalledSince"), 30, "the stall cleared")
+    st = _status(api.get(ns, "steady"))
+    assert st["phase"] == "Running" and st["placement"] == before["placement"]
+    assert not st.get("restarts") and not st.get("preemptions") and st.get("startTime") == before.get("startTime")
+    assert sorted(p.metadata.name for p in api.pods(ns, "steady")) == pods
+    assert "steady" not in api.events(ns, "NodeLost")
+
+
 def test_deleting_a_dljob_removes_its_pods(api: Api) -> None:
     ns = api.namespace()
     api.vc("del", None)
