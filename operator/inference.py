@@ -39,7 +39,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -70,6 +70,7 @@ from qosmos.operator.crds import (
     InferenceServiceSpec,
 )
 from qosmos.operator.kube import Kube
+from qosmos.operator.lifecycle import not_ready_since
 from qosmos.operator.translate import DEFAULT_IMAGE, SCHEDULER_NAME, meta, parse_time
 
 log = logging.getLogger("qosmos.operator")
@@ -87,6 +88,9 @@ PREFER_GPU_REFRESH_S = 5.0
 QPS_DIGITS = 6  # the rate is rounded before deciding, so the status holds exactly what decide() saw
 
 SWITCHES = Counter("qosmos_operator_inference_switches_total", "CPU/GPU switches", ["namespace", "name"])
+LOST = Counter(
+    "qosmos_operator_inference_replicas_lost_total", "replicas replaced: their node not Ready", ["namespace", "name"]
+)
 REPLICAS = Gauge("qosmos_operator_inference_replicas", "replicas wanted", ["namespace", "name", "mode"])
 OBSERVED_QPS = Gauge("qosmos_operator_inference_qps", "query rate of the last decision", ["namespace", "name"])
 
@@ -294,6 +298,7 @@ class Replica:
     ready: bool
     terminating: bool = False
     finished: bool = False  # Succeeded or Failed: replaced
+    lost: bool = False  # on a node that is not Ready: serves nothing to count on, replaced (as the simulator's)
 
 
 def is_ready(pod: Mapping[str, Any]) -> bool:
@@ -303,19 +308,23 @@ def is_ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
 
 
-def replica_of(pod: Mapping[str, Any]) -> Replica:
+def replica_of(pod: Mapping[str, Any], down: Container[str] = ()) -> Replica:
+    """``down``: the nodes that are not Ready (a replica bound there is lost)."""
     m = meta(pod)
     label = ((m.get("labels") or {}).get(LABEL_MODE) or "").upper()
     mode = Mode(label) if label in (Mode.GPU.value, Mode.CPU.value) else None
     tail = str(m.get("name", "")).rsplit("-", 1)[-1]
     phase = (pod.get("status") or {}).get("phase")
+    finished = phase in ("Succeeded", "Failed")
+    lost = not finished and (pod.get("spec") or {}).get("nodeName") in down
     return Replica(
         name=str(m.get("name", "")),
         mode=mode,
         index=int(tail) if tail.isdigit() else -1,
-        ready=is_ready(pod),
+        ready=is_ready(pod) and not lost,
         terminating=bool(m.get("deletionTimestamp")),
-        finished=phase in ("Succeeded", "Failed"),
+        finished=finished,
+        lost=lost,
     )
 
 
@@ -333,7 +342,8 @@ class Plan:
 def plan(mode: Mode, n: int, replicas: Sequence[Replica]) -> Plan:
     """What to create and delete so that ``n`` replicas serve in ``mode``.
 
-    - Finished pods (and pods of an unknown mode) go; the missing replicas of ``mode`` are created under
+    - Finished pods, lost ones (on a node that is not Ready: the simulator asks for them again when their
+      node goes down) and pods of an unknown mode go; the missing replicas of ``mode`` are created under
       the lowest free indexes (a terminating pod keeps its name until it is gone).
     - A scale-in keeps the Ready replicas (then the lowest indexes): Ready ones stay Ready.
     - Replicas of the other mode go once ``n`` replicas of ``mode`` are Ready (never a gap in serving);
@@ -341,9 +351,11 @@ def plan(mode: Mode, n: int, replicas: Sequence[Replica]) -> Plan:
     """
     out = Plan()
     live = [r for r in replicas if not r.terminating]
-    out.delete += [r.name for r in live if r.finished or r.mode is None]
-    cur = sorted((r for r in live if r.mode is mode and not r.finished), key=lambda r: (not r.ready, r.index))
-    other = [r for r in live if r.mode is not None and r.mode is not mode and not r.finished]
+    gone = [r for r in live if r.finished or r.lost or r.mode is None]
+    out.delete += [r.name for r in gone]
+    live = [r for r in live if r not in gone]
+    cur = sorted((r for r in live if r.mode is mode), key=lambda r: (not r.ready, r.index))
+    other = [r for r in live if r.mode is not mode]
     keep, surplus = cur[:n], cur[n:]
     out.delete += [r.name for r in surplus]
     used = {r.index for r in replicas if r.mode is mode}
@@ -715,6 +727,12 @@ class InferenceController:
             owner = f"{m.get('namespace', 'default')}/{(m.get('labels') or {}).get(LABEL_INFERENCE, '')}"
             pods_by.setdefault(owner, []).append(p)
         prefer_gpu: bool | None = None  # read once a service can serve on CPU
+        now = self.clock()  # (a node's readiness: the decisions quantize their own)
+        down = (
+            {str(meta(n)["name"]) for n in self.kube.nodes() if not_ready_since(n, now) is not None}
+            if pods_by
+            else set()
+        )
         keys = set()
         for obj in services:
             m = meta(obj)
@@ -735,7 +753,7 @@ class InferenceController:
             if prefer_gpu is None and core.cpu is not None:
                 prefer_gpu = self._prefers_gpu(self.clock())
             try:
-                self._service(obj, key, spec, core, pods_by.get(key, []), bool(prefer_gpu), rep)
+                self._service(obj, key, spec, core, pods_by.get(key, []), down, bool(prefer_gpu), rep)
             except Exception:  # one service's trouble must not stop the others
                 metrics.ERRORS.labels("inference").inc()
                 log.exception("InferenceService %s: pass failed (retried next pass)", key)
@@ -767,9 +785,11 @@ class InferenceController:
         spec: InferenceServiceSpec,
         core: InferenceSpec,
         pods: list[dict[str, Any]],
+        down: Container[str],
         prefer_gpu: bool,
         rep: InferenceReport,
     ) -> None:
+        """``down``: the nodes that are not Ready (their replicas are lost and replaced)."""
         from kubernetes.client.exceptions import ApiException
 
         m = meta(obj)
@@ -778,7 +798,8 @@ class InferenceController:
         now = quantize(self.clock())
         load = self._load(key, obj, spec, now, rep)
         band = self._forecast(key, spec, load, now, have)
-        out = step(core, have, load, now, [replica_of(p) for p in pods], prefer_gpu, m.get("generation"), band)
+        replicas = [replica_of(p, down) for p in pods]
+        out = step(core, have, load, now, replicas, prefer_gpu, m.get("generation"), band)
         decision, state, todo, status = out.decision, out.state, out.plan, out.status
         if decision is not None:
             rep.decisions[key] = decision
@@ -789,6 +810,12 @@ class InferenceController:
             self._patch_status(ns, name, status)
             rep.writes += 1
         self._events(obj, have, decision, load, todo, state)
+        lost = [(r.name, (p.get("spec") or {}).get("nodeName")) for r, p in zip(replicas, pods, strict=True) if r.lost]
+        lost = [(r, node) for r, node in lost if r in todo.delete]  # (once: a deleted pod is terminating)
+        if lost:
+            where = ", ".join(f"{r} on {node}" for r, node in lost)
+            self.kube.event(obj, "ReplicaLost", f"node not Ready: {where} replaced", KIND, "Warning")
+            LOST.labels(ns, name).inc(len(lost))
         OBSERVED_QPS.labels(ns, name).set(status.get("observedQPS", have.get("observedQPS")) or 0.0)
         for mode in Mode:
             REPLICAS.labels(ns, name, mode.value).set(state.replicas if mode is state.mode else 0)

@@ -342,6 +342,66 @@ def test_a_gang_whose_node_is_back_within_its_grace_runs_on(api: Api) -> None:
     assert "steady" not in api.events(ns, "NodeLost")
 
 
+def test_inference_replicas_on_an_unreachable_node_are_replaced_elsewhere(api: Api) -> None:
+    """An InferenceService's replicas on a node that stops being Ready serve nothing to count on: each is
+    deleted and replaced at once on a Ready node (as the simulator asks for a down node's replicas again),
+    said in a ReplicaLost Event."""
+    ns = api.namespace()
+    spec = {
+        "modelType": "ResNet50",
+        "qosTargetMs": 200,
+        "gpuSwitchBatch": 20,
+        "cpu": {"maxBatch": 0},  # never on CPU: two GPU replicas whatever the rate
+        "minReplicas": 2,
+        "maxReplicas": 2,
+        "template": {
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "serve", "image": "registry.k8s.io/pause:3.10"}],
+            }
+        },
+    }
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "metadata": {"name": "serve", "namespace": ns, "annotations": {"qosmos.io/qps": "10"}},
+        "spec": spec,
+    }
+    api.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", body)
+
+    def replicas() -> dict[str, Any]:
+        return {
+            p.metadata.name: p for p in api.core.list_namespaced_pod(ns, label_selector="qosmos.io/inference").items
+        }
+
+    def serving() -> dict[str, str] | None:
+        ready = {
+            n: p.spec.node_name
+            for n, p in replicas().items()
+            if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+        }
+        return ready if len(ready) == 2 else None
+
+    try:
+        before = wait_for(serving, 60, "two GPU replicas Running")
+        node = before["serve-gpu-0"]
+        lost = sorted(n for n, where in before.items() if where == node)
+        with _unreachable(api, node):
+            after = wait_for(
+                lambda: (s := serving()) and not set(s) & set(lost) and s, 60, "the lost replicas replaced"
+            )
+            assert node not in after.values() and len(after) == 2
+            gone = replicas()  # (deleted: KWOK, still running the node's pods, confirms at once; a kubelet would not)
+            assert all(n not in gone or gone[n].metadata.deletion_timestamp for n in lost)
+            msg = wait_for(lambda: api.events(ns, "ReplicaLost").get("serve"), 10, "the ReplicaLost Event")
+            assert all(f"{n} on {node}" in msg for n in lost), msg
+        wait_for(lambda: not set(replicas()) & set(lost), 60, "the old pods gone once their node is back")
+        assert serving() == after  # nothing else moved
+    finally:
+        api.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "serve")
+        wait_for(lambda: not replicas(), 60, "the replicas garbage-collected")
+
+
 def test_deleting_a_dljob_removes_its_pods(api: Api) -> None:
     ns = api.namespace()
     api.vc("del", None)

@@ -291,6 +291,17 @@ def test_replica_of() -> None:
     assert replica_of(_pod("resnet-tpu-0", "tpu", True)).mode is None
 
 
+def test_a_replica_on_a_node_that_is_not_ready_is_lost() -> None:
+    on_a = {**_pod("resnet-gpu-1", "gpu", True), "spec": {"nodeName": "a"}}
+    r = replica_of(on_a, {"a"})
+    assert r.lost and not r.ready  # its Ready condition is stale: the node stopped reporting
+    assert not replica_of(on_a, {"b"}).lost and replica_of(on_a, {"b"}).ready
+    assert not replica_of(on_a).lost
+    done = {**_pod("resnet-gpu-1", "gpu", False, phase="Succeeded"), "spec": {"nodeName": "a"}}
+    assert not replica_of(done, {"a"}).lost  # finished: replaced as finished
+    assert not replica_of(_pod("resnet-gpu-2", "gpu", False, phase="Pending"), {"a"}).lost  # not bound
+
+
 # --------------------------------------------------------------------------- the plan
 
 
@@ -331,6 +342,18 @@ def test_finished_and_foreign_pods_are_replaced() -> None:
     foreign = Replica("resnet-tpu-0", None, 0, True)
     p = plan(Mode.GPU, 2, [R("gpu-0"), R("gpu-1", finished=True), foreign])
     assert sorted(p.delete) == ["gpu-1", "resnet-tpu-0"] and p.create == [(Mode.GPU, 2)]
+
+
+def test_lost_replicas_are_replaced_at_once_under_new_indexes() -> None:
+    """As the simulator asks for a down node's replicas again: a lost replica goes and another is created
+    (its index is free only once the pod is gone); the Ready ones elsewhere stay. In a switch, the old
+    mode's lost replicas go too, and they count for no Ready replica the switch would wait on."""
+    p = plan(Mode.GPU, 3, [R("gpu-0"), R("gpu-1", ready=False, lost=True), R("gpu-2")])
+    assert p.delete == ["gpu-1"] and p.create == [(Mode.GPU, 3)] and p.ready_after == 2 and not p.complete
+    p = plan(Mode.GPU, 3, [R("gpu-0"), R("gpu-1", ready=False, lost=True, terminating=True), R("gpu-2"), R("gpu-3")])
+    assert p.delete == [] and p.create == [] and p.complete  # the lost one is going: not asked for twice
+    p = plan(Mode.CPU, 1, [R("gpu-0", ready=False, lost=True), R("gpu-1"), R("cpu-0", ready=False, lost=True)])
+    assert sorted(p.delete) == ["cpu-0", "gpu-0"] and p.create == [(Mode.CPU, 1)] and p.ready_after == 1
 
 
 def test_never_a_moment_without_a_ready_replica() -> None:
