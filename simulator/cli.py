@@ -21,27 +21,10 @@ from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT, DEFAULT_NODE_LO
 from qosmos.extender.core.modeldb import ModelDB
 from qosmos.extender.explain import load_profiles
 from qosmos.predictors import DURATION_PREDICTORS
+from qosmos.simulator import options as opt
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, SimResult, simulate
 from qosmos.simulator.failures import DEFAULT_NODE_MTTR_H, GpuFailures, node_outage_model
 from qosmos.simulator.metrics import summarize
-from qosmos.simulator.options import (
-    BackoffLimit,
-    CheckpointInterval,
-    Density,
-    GpusPerNode,
-    Hours,
-    ModelDb,
-    MtbfGpuHours,
-    NodeLostSeconds,
-    NodeMtbfHours,
-    NodeMttrHours,
-    NodeOutages,
-    Nodes,
-    RelaxFactor,
-    Scale,
-    SynthJobs,
-    TruthNoise,
-)
 from qosmos.simulator.outputs import Drawers, artefacts, plot_compare, write_all, write_summary
 from qosmos.simulator.partitions import check_names, load_partitions
 from qosmos.simulator.services import read_services
@@ -438,8 +421,8 @@ def register(app: typer.Typer) -> None:
                 "results in OUT/<policy>/ and OUT/compare.png; replaces --policy (default: one run with --policy)"
             ),
         ] = None,
-        nodes: Nodes = None,
-        gpus_per_node: GpusPerNode = None,
+        nodes: opt.Nodes = None,
+        gpus_per_node: opt.GpusPerNode = None,
         backfill: Annotated[
             Backfill,  # type: ignore[valid-type]
             typer.Option(
@@ -447,7 +430,7 @@ def register(app: typer.Typer) -> None:
                 "relaxed/adaptive (delay it by at most a factor of its wait)",
             ),
         ] = "none",
-        relax_factor: RelaxFactor = 0.1,
+        relax_factor: opt.RelaxFactor = 0.1,
         backfill_estimates: Annotated[
             Estimates,  # type: ignore[valid-type]
             typer.Option(
@@ -466,12 +449,12 @@ def register(app: typer.Typer) -> None:
                 "instead of stopping"
             ),
         ] = False,
-        truth_noise: TruthNoise = 0.0,
+        truth_noise: opt.TruthNoise = 0.0,
         seed: Annotated[int, typer.Option(help="random seed for generated traces and noise")] = 0,
-        density: Density = 10.0,
-        hours: Hours = 24.0,
-        jobs: SynthJobs = 10000,
-        scale: Scale = None,
+        density: opt.Density = 10.0,
+        hours: opt.Hours = 24.0,
+        jobs: opt.SynthJobs = 10000,
+        scale: opt.Scale = None,
         preemption_overhead: Annotated[
             float, typer.Option(min=0.0, help="seconds a preempted job loses when it resumes (AnalySIM: 8)")
         ] = 8.0,
@@ -503,7 +486,7 @@ def register(app: typer.Typer) -> None:
                 "their replicas go first and preempt the last-submitted job where resources lack; repeatable (default: none)",
             ),
         ] = None,
-        db: ModelDb = None,
+        db: opt.ModelDb = None,
         plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors: no progress bars, notes or table")] = False,
         partitions: Annotated[
@@ -514,13 +497,13 @@ def register(app: typer.Typer) -> None:
                 "reclaimWithinCohort}; see simulator/README.md (default: every VC on its own nodes)",
             ),
         ] = None,
-        mtbf_gpu_hours: MtbfGpuHours = None,
-        checkpoint_interval: CheckpointInterval = None,
-        backoff_limit: BackoffLimit = DEFAULT_BACKOFF_LIMIT,
-        node_mtbf_hours: NodeMtbfHours = None,
-        node_mttr_hours: NodeMttrHours = DEFAULT_NODE_MTTR_H,
-        node_outages: NodeOutages = None,
-        node_lost_seconds: NodeLostSeconds = DEFAULT_NODE_LOST_S,
+        mtbf_gpu_hours: opt.MtbfGpuHours = None,
+        checkpoint_interval: opt.CheckpointInterval = None,
+        backoff_limit: opt.BackoffLimit = DEFAULT_BACKOFF_LIMIT,
+        node_mtbf_hours: opt.NodeMtbfHours = None,
+        node_mttr_hours: opt.NodeMttrHours = DEFAULT_NODE_MTTR_H,
+        node_outages: opt.NodeOutages = None,
+        node_lost_seconds: opt.NodeLostSeconds = DEFAULT_NODE_LOST_S,
     ) -> None:
         """Replay a trace through the scheduling core; write summary.json, jobs.csv, trace.json and plots.
 
@@ -688,7 +671,7 @@ def register_inference(simulate: typer.Typer) -> None:
             str | None,
             typer.Option(help="the service's name in timeline.csv (default: the model)"),
         ] = None,
-        db: ModelDb = None,
+        db: opt.ModelDb = None,
         gpu_model: Annotated[
             str | None,
             typer.Option(

@@ -34,27 +34,10 @@ import typer
 from qosmos.extender.core.backfill import MODES as BACKFILL_MODES
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.failures import DEFAULT_BACKOFF_LIMIT, DEFAULT_NODE_LOST_S
+from qosmos.simulator import options as opt
 from qosmos.simulator.engine import BACKFILL_ESTIMATES, PLACEMENTS, POLICIES, SimConfig, simulate
 from qosmos.simulator.failures import DEFAULT_NODE_MTTR_H, GpuFailures, node_outage_model
 from qosmos.simulator.metrics import summarize
-from qosmos.simulator.options import (
-    BackoffLimit,
-    CheckpointInterval,
-    Density,
-    GpusPerNode,
-    Hours,
-    ModelDb,
-    MtbfGpuHours,
-    NodeLostSeconds,
-    NodeMtbfHours,
-    NodeMttrHours,
-    NodeOutages,
-    Nodes,
-    RelaxFactor,
-    Scale,
-    SynthJobs,
-    TruthNoise,
-)
 from qosmos.simulator.traces import FORMATS, check_trace
 
 from qosmos import __version__
@@ -506,28 +489,28 @@ def register(app: typer.Typer) -> None:
                 help=f"trace format for every trace, one of: {', '.join(FORMATS)} (default: inferred per trace)",
             ),
         ] = None,
-        synth_jobs: SynthJobs = 10000,
-        density: Density = 10.0,
-        hours: Hours = 24.0,
-        nodes: Nodes = None,
-        gpus_per_node: GpusPerNode = None,
-        scale: Scale = None,
+        synth_jobs: opt.SynthJobs = 10000,
+        density: opt.Density = 10.0,
+        hours: opt.Hours = 24.0,
+        nodes: opt.Nodes = None,
+        gpus_per_node: opt.GpusPerNode = None,
+        scale: opt.Scale = None,
         backfill: Annotated[
             str, typer.Option(help=f"backfilling for every cell, one of: {', '.join(BACKFILL_MODES)}")
         ] = "none",
-        relax_factor: RelaxFactor = 0.1,
+        relax_factor: opt.RelaxFactor = 0.1,
         backfill_estimates: Annotated[
             str, typer.Option(help=f"run times backfilling plans with, one of: {', '.join(BACKFILL_ESTIMATES)}")
         ] = "predicted",
-        truth_noise: TruthNoise = 0.0,
-        mtbf_gpu_hours: MtbfGpuHours = None,
-        checkpoint_interval: CheckpointInterval = None,
-        backoff_limit: BackoffLimit = DEFAULT_BACKOFF_LIMIT,
-        node_mtbf_hours: NodeMtbfHours = None,
-        node_mttr_hours: NodeMttrHours = DEFAULT_NODE_MTTR_H,
-        node_outages: NodeOutages = None,
-        node_lost_seconds: NodeLostSeconds = DEFAULT_NODE_LOST_S,
-        db: ModelDb = None,
+        truth_noise: opt.TruthNoise = 0.0,
+        mtbf_gpu_hours: opt.MtbfGpuHours = None,
+        checkpoint_interval: opt.CheckpointInterval = None,
+        backoff_limit: opt.BackoffLimit = DEFAULT_BACKOFF_LIMIT,
+        node_mtbf_hours: opt.NodeMtbfHours = None,
+        node_mttr_hours: opt.NodeMttrHours = DEFAULT_NODE_MTTR_H,
+        node_outages: opt.NodeOutages = None,
+        node_lost_seconds: opt.NodeLostSeconds = DEFAULT_NODE_LOST_S,
+        db: opt.ModelDb = None,
         plot: Annotated[bool, typer.Option(help="write sweep.png")] = True,
         quiet: Annotated[bool, typer.Option(help="print nothing but errors")] = False,
     ) -> None:
