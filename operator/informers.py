@@ -36,6 +36,7 @@ import orjson
 from qosmos.operator import metrics
 from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_INFERENCE, LABEL_JOB, VERSION
 from qosmos.operator.kube import BOUND, GANG_PODS, LIVE, Kube
+from qosmos.operator.lifecycle import Disruption, disruption
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -197,6 +198,9 @@ class GangPods(Store):
         self.recovered_at = 0  # the list (``lists``) the last recover_jobs() ran after
         self.stopped = threading.Event()
         self._reading: dict[str, int | None] = {}  # pods being read: key -> version of the DELETED event
+        # pods deleted after a disruption (a drain's eviction, ...): key -> (DLJob, reason), while their
+        # DLJob is in the working set; a pass that missed the pod terminating still sees why it went
+        self._disrupted: dict[str, tuple[str, Disruption]] = {}
         self._readers = ThreadPoolExecutor(8, thread_name_prefix="qosmos-finished")  # threads made on demand
 
     def event(self, type_: str, obj: Obj) -> bool:
@@ -236,6 +240,8 @@ class GangPods(Store):
                 if hv is None or nv is None or nv >= hv:
                     self._objs[k] = now
             else:
+                if now is None and (why := disruption(last)) is not None:
+                    self._disrupted[k] = (_job_key(last), why)
                 self._drop(k, v)
         if self.on_change is not None:
             self.on_change(now if now is not None else last)
@@ -269,11 +275,18 @@ class GangPods(Store):
         super().replace([*listed, *kept], rv)
 
     def prune(self, jobs: set[str]) -> None:
-        """Finished pods whose DLJob (``namespace/name``) is not among ``jobs`` go."""
+        """Finished pods, and disrupted ones' reasons, whose DLJob (``namespace/name``) is not among
+        ``jobs`` go."""
         with self._lock:
             for k, o in list(self._objs.items()):
                 if _finished(o) and _job_key(o) not in jobs:
                     del self._objs[k]
+            self._disrupted = {k: jw for k, jw in self._disrupted.items() if jw[0] in jobs}
+
+    def disrupted(self) -> dict[str, Disruption]:
+        """The pods (``namespace/name``) a disruption deleted (:func:`disruption`), with how."""
+        with self._lock:
+            return {k: jw[1] for k, jw in self._disrupted.items()}
 
     def recover_jobs(self, jobs: list[tuple[str, str]], job_pods: Callable[[str, str], list[Obj]]) -> None:
         """After the first list and every relist: the finished pods of ``jobs`` ((namespace, name) of
@@ -553,6 +566,9 @@ class CachedKube(Kube):
 
     def recover_pods(self, jobs: list[tuple[str, str]]) -> None:
         self.informers.gang.recover_jobs(jobs, self.job_pods)
+
+    def disrupted_pods(self) -> dict[str, Disruption]:
+        return self.informers.gang.disrupted()
 
     def pending_replica_pods(self) -> list[Obj]:
         return [

@@ -20,6 +20,7 @@ from qosmos.operator.crds import GROUP, LABEL_FINISHED, LABEL_INFERENCE, LABEL_J
 
 if TYPE_CHECKING:
     from kubernetes.client import V1ObjectMeta
+    from qosmos.operator.lifecycle import Disruption
 
 log = logging.getLogger("qosmos.operator")
 
@@ -223,6 +224,11 @@ class Kube:
             return dict(orjson.loads(resp.read()))
         finally:
             resp.release_conn()
+
+    def disrupted_pods(self) -> dict[str, Disruption]:
+        """Gang pods (``namespace/name``) that are gone, deleted by a disruption (a drain's eviction, ...),
+        with how. A listing cannot tell (the pods are gone): the watch caches can (``CachedKube``)."""
+        return {}
 
     def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         """Every pod of one DLJob, finished ones included."""

@@ -62,6 +62,9 @@ UNBLOCK: dict[str, str] = {
     "naming an existing one",
     "NodeLost": "a node of its placement is gone, or NotReady longer than nodeLostSeconds: it is back in its queue "
     "(no restart counted) and will be placed anew",
+    "Disrupted": "a pod of its gang was evicted or deleted by someone else (kubectl drain, kube-scheduler's "
+    "preemption, a NoExecute taint, the pod GC; the message says which): it is back in its queue with its run kept "
+    "(no restart counted) and will be placed anew",
     "StartTimeout": "its gang was not all Running within startTimeoutSeconds (the message says what each pod waited "
     "for: an image pull, a taint, the scheduler): requeued at the head of its queue away from those nodes "
     "(status.avoidNodes), Failed after backoffLimit such requeues; fix the image or template, or raise the timeout",

@@ -13,7 +13,7 @@ node-lost grace.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from qosmos.operator.crds import FailureAction, PodFailurePolicy
 from qosmos.operator.translate import parse_time
@@ -28,6 +28,31 @@ def _terminated(container_status: Mapping[str, Any]) -> Mapping[str, Any]:
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     """The condition of type ``kind`` in a pod's or node's status, None when it reports none."""
     return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+
+
+# Pods stopped on purpose by someone else (the reasons of Kubernetes' DisruptionTarget condition): a drain's
+# eviction, kube-scheduler's preemption, the taint manager, the pod GC. Not the kubelet's own eviction under
+# node pressure (TerminationByKubelet), which a Job counts as a failure too.
+DISRUPTIONS = {
+    "EvictionByEvictionAPI": "was evicted (kubectl drain, or the Eviction API)",
+    "PreemptionByScheduler": "was preempted by kube-scheduler for a pod of higher priority",
+    "DeletionByTaintManager": "was evicted by a NoExecute taint of its node",
+    "DeletionByPodGC": "was deleted by the pod garbage collector (its node gone or out of service)",
+}
+
+
+class Disruption(NamedTuple):
+    reason: str  # one of DISRUPTIONS
+    since: float | None  # when (the condition's lastTransitionTime; None when it does not say)
+
+
+def disruption(pod: Mapping[str, Any]) -> Disruption | None:
+    """How the pod was disrupted (its ``DisruptionTarget`` condition, a reason of :data:`DISRUPTIONS`), None
+    when it was not."""
+    c = _condition(pod.get("status") or {}, "DisruptionTarget")
+    if c is None or c.get("status") != "True" or c.get("reason") not in DISRUPTIONS:
+        return None
+    return Disruption(str(c["reason"]), parse_time(c.get("lastTransitionTime")))
 
 
 def exit_codes(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
@@ -147,6 +172,9 @@ def not_ready_since(node: Mapping[str, Any], now: float) -> float | None:
 
 
 __all__ = [
+    "DISRUPTIONS",
+    "Disruption",
+    "disruption",
     "exit_codes",
     "failure_action",
     "not_ready_since",

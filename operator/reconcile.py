@@ -81,6 +81,9 @@ from qosmos.operator.durations import Durations
 from qosmos.operator.inference import pending_replica
 from qosmos.operator.kube import Kube
 from qosmos.operator.lifecycle import (
+    DISRUPTIONS,
+    Disruption,
+    disruption,
     exit_codes,
     failure_action,
     not_ready_since,
@@ -265,6 +268,8 @@ class Snapshot:
     pods: list[dict[str, Any]]  # gang pods
     pending: list[dict[str, Any]] = field(default_factory=list)  # inference replica pods not bound yet
     others: list[dict[str, Any]] = field(default_factory=list)  # other bound, non-terminal pods
+    # gang pods gone after a disruption (a drain's eviction, ...): namespace/name -> how
+    disrupted: dict[str, Disruption] = field(default_factory=dict)
     # the apiserver selects DLJobs by status.retired: a finished one retires in its finishing status
     # write; otherwise (Kubernetes 1.30, an older CRD) by the label qosmos.io/finished, one write more
     retire_in_status: bool = False
@@ -386,6 +391,7 @@ class Planner:
         self._first: list[tuple[int, DL, dict[str, Any]]] = []  # (queue position, job, its first status)
         self._waits: list[Waits] = []  # each VirtualCluster's jobs left waiting this pass, for _write_waits
         self._retire_in_status = False  # the pass's Snapshot.retire_in_status
+        self._disruptions: Mapping[str, Disruption] = {}  # the pass's Snapshot.disrupted
         self._waiting: dict[str, list[Job]] = {}  # VirtualCluster -> its waiting jobs (until a phase moves)
 
     def templates_to_probe(self, snap: Snapshot) -> list[tuple[tuple[str, str], dict[str, Any]]]:
@@ -425,6 +431,7 @@ class Planner:
         self._first = []
         self._waits = []
         self._retire_in_status = snap.retire_in_status
+        self._disruptions = snap.disrupted
         self._waiting = {}
         self._events: dict[str, float] = {}  # VirtualCluster -> its own latest event (status.lastEventTime)
         self._lost_at: dict[str, float] = {}  # VirtualCluster -> its latest NodeLost requeue's due time
@@ -836,6 +843,8 @@ class Planner:
             if old and not meta(p).get("deletionTimestamp"):
                 # older attempts go (once); the last failed attempt's failed pods stay for kubectl logs
                 self._stop(dl, p)
+        if self._disrupted(dl, want, cur, now, rep):
+            return
         phases = [_phase(cur[n]) if n in cur else None for n in want]
         if "Failed" in phases or (dl.phase == DLJobPhase.RUNNING.value and None in phases):
             self._failed(dl, [cur[n] for n in want if n in cur], now, rep)
@@ -938,6 +947,33 @@ class Planner:
             self._patch(dl, {"stalledSince": rfc3339(first)}, why="stalled")
         rep.wake(node_lost_at(first, grace))
         return False
+
+    def _disrupted(
+        self, dl: DL, want: list[str], cur: Mapping[str, dict[str, Any]], now: float, rep: PassReport
+    ) -> bool:
+        """Requeue the gang (reason Disrupted, no restart counted, its run kept as a graceful stop's) when a
+        pod of it was disrupted by someone else (a drain's eviction, kube-scheduler's preemption, a NoExecute
+        taint, the pod GC: :data:`~qosmos.operator.lifecycle.DISRUPTIONS`): that is not the job's failure,
+        even when its other pods failed for the lost peer. A pod of it that failed on its own before the
+        disruption fails it first (a restart, counted). True when requeued."""
+        hits = []
+        for name in want:
+            d = disruption(cur[name]) if name in cur else self._disruptions.get(f"{dl.namespace}/{name}")
+            if d is not None:
+                hits.append((name, d))
+        if not hits:
+            return False
+        first = min((d.since for _, d in hits if d.since is not None), default=None)
+        if first is not None and any(
+            _phase(p) == "Failed" and disruption(p) is None and (end := _finished_at(p)) is not None and end < first
+            for name in want
+            if (p := cur.get(name)) is not None
+        ):
+            return False
+        name, d = hits[0]
+        why = f"pod {name} {DISRUPTIONS[d.reason]} ({d.reason}): not the job's failure, no restart counted"
+        self._requeue(dl, why, now, rep, reason="Disrupted")
+        return True
 
     def _start_timeout(
         self,
@@ -1721,7 +1757,8 @@ class Reconciler:
         pods = self.kube.gang_pods()
         pending = self.kube.pending_replica_pods()  # before the bound ones: one binding between is seen bound
         others = self.kube.other_bound_pods()
-        return Snapshot(vcs, nodes, dljobs, pods, pending, others, bool(self.kube.retire_in_status))
+        disrupted = self.kube.disrupted_pods()
+        return Snapshot(vcs, nodes, dljobs, pods, pending, others, disrupted, bool(self.kube.retire_in_status))
 
     def probe(self, snap: Snapshot) -> None:
         """Server-side dry runs of one pod of each new template (side by side); a dry run that fails for

@@ -16,6 +16,7 @@ from typing import Any
 
 from qosmos.operator.crds import LABEL_JOB
 from qosmos.operator.kube import Stale
+from qosmos.operator.lifecycle import Disruption, disruption
 
 DEFAULT_VCS: tuple[dict[str, Any], ...] = (
     {"metadata": {"name": "vc-a"}, "spec": {"policy": "fifo", "placement": "consolidate"}},
@@ -88,6 +89,7 @@ class FakeKube:
         self.service_creates, self.fail_services = 0, 0
         self.refuse_template: str | None = None  # what the apiserver says to a dry run of any pod
         self.dry_runs: list[str] = []
+        self.disrupted: dict[str, Disruption] = {}  # ns/pod -> how it went (``evict``), as the watch caches keep it
 
     # -- test helpers ---------------------------------------------------------------------------
     def add(self, *jobs: dict[str, Any]) -> None:
@@ -121,6 +123,19 @@ class FakeKube:
             if (p.get("status") or {}).get("phase") is None:
                 p["spec"].pop("schedulingGates", None)
                 self.bind(name, pinned(p), phase)
+
+    def evict(self, name: str, at: str, reason: str = "EvictionByEvictionAPI", gone: bool = True) -> None:
+        """A disruption (``kubectl drain``'s eviction by default): the pod's DisruptionTarget condition,
+        then its deletion; ``gone``: the kubelet is done with it already (the watch caches keep why)."""
+        p = self.pods[name]
+        cond = {"type": "DisruptionTarget", "status": "True", "reason": reason, "lastTransitionTime": at}
+        p.setdefault("status", {})["conditions"] = [*(p["status"].get("conditions") or []), cond]
+        p["metadata"].setdefault("deletionTimestamp", "2026-01-02T03:04:05Z")
+        self._touch(p)
+        if gone:
+            self.pods.pop(name)
+            if (d := disruption(p)) is not None:
+                self.disrupted[f"{p['metadata'].get('namespace', '')}/{name}"] = d
 
     def terminate(self, *names: str) -> None:
         """The kubelet finished terminating these pods (all terminating ones when none named)."""
@@ -168,6 +183,9 @@ class FakeKube:
 
     def recover_pods(self, jobs: list[tuple[str, str]]) -> None:
         """Nothing to recover: :meth:`gang_pods` returns finished pods too (as ``Kube``'s listing does)."""
+
+    def disrupted_pods(self) -> dict[str, Disruption]:
+        return dict(self.disrupted)
 
     def pending_replica_pods(self) -> list[dict[str, Any]]:
         return []

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import subprocess
 import threading
 import time
 import uuid
@@ -400,6 +401,39 @@ def test_inference_replicas_on_an_unreachable_node_are_replaced_elsewhere(api: A
     finally:
         api.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "serve")
         wait_for(lambda: not replicas(), 60, "the replicas garbage-collected")
+
+
+def test_kubectl_drain_requeues_a_gang_without_counting_a_failure(api: Api, cluster: tuple[str, Path]) -> None:
+    """``kubectl drain`` of a running gang's node (cordon, then the Eviction API: each pod's DisruptionTarget
+    condition, then its deletion) is the node's maintenance, not the job's failure: the DLJob is requeued
+    (reason Disrupted, no restart counted; with backoffLimit 0 a counted failure would fail it) and runs
+    again on another node of its VirtualCluster."""
+    from qosmos.dev.binaries import cache_bin_dir
+
+    ns = api.namespace()
+    api.label_pools({"node-2": "dr", "node-3": "dr"})
+    api.vc("dr", "dr")
+    api.dljob(ns, "drained", "dr", 8, run=None, gpusPerNode=8, backoffLimit=0)
+    wait_for(lambda: api.phase(ns, "drained") == "Running", 60, "Running")
+    (node,) = _status(api.get(ns, "drained"))["placement"]["nodeNames"]
+    kubectl = [str(cache_bin_dir() / "kubectl"), "--kubeconfig", cluster[0]]
+    try:
+        res = subprocess.run([*kubectl, "drain", node, "--timeout=60s"], capture_output=True, text=True, timeout=90)
+        assert res.returncode == 0, res.stderr
+        moved = wait_for(
+            lambda: (
+                (st := _status(api.get(ns, "drained"))).get("phase") == "Running"
+                and st["placement"]["nodeNames"] != [node]
+                and st
+            ),
+            60,
+            "Running again on another node",
+        )
+        assert not moved.get("restarts") and moved["preemptions"] == 1
+        msg = api.events(ns, "Disrupted")["drained"]
+        assert "was evicted (kubectl drain, or the Eviction API) (EvictionByEvictionAPI)" in msg, msg
+    finally:
+        subprocess.run([*kubectl, "uncordon", node], capture_output=True, timeout=60)
 
 
 def test_deleting_a_dljob_removes_its_pods(api: Api) -> None:

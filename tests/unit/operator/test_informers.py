@@ -256,6 +256,33 @@ def test_finished_pods_survive_a_relist_and_go_with_their_dljob() -> None:
     assert s.get("team/b-0") is not None  # an unfinished pod is the watch's to remove, never pruned
 
 
+def test_a_pod_deleted_by_a_disruption_leaves_how_it_went_until_its_dljob_goes() -> None:
+    """A drained pod (DisruptionTarget EvictionByEvictionAPI) deleted before a pass saw it terminating:
+    the store keeps how it went (the DELETED event's last state), for its DLJob's pass; a pod deleted
+    otherwise, or one the operator deleted, leaves nothing; it goes with its DLJob."""
+    from qosmos.operator.lifecycle import Disruption
+
+    s = GangPods("pods", lambda o: True, lambda ns, name: None)
+    s.replace([pod("a-0", 5, job="a"), pod("a-1", 5, job="a"), pod("b-0", 5, job="b"), pod("b-1", 5, job="b")], 5)
+    drained = pod("a-0", 9, job="a")
+    cond = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    drained["status"]["conditions"] = [{**cond, "lastTransitionTime": "2026-01-02T03:04:05Z"}]
+    s.event("DELETED", drained)
+    s.event("DELETED", pod("a-1", 10, job="a"))  # gone without a disruption: a failure, nothing kept
+    other = pod("b-0", 11, job="b")
+    other["status"]["conditions"] = [{**cond, "reason": "TerminationByKubelet"}]  # the kubelet's own: a failure
+    s.event("DELETED", other)
+    s.deleted("team/b-1")  # the operator deleted it: its DELETED event is not read
+    s.event("DELETED", {**pod("b-1", 12, job="b"), "status": drained["status"]})
+    assert s.settle()
+    assert s.disrupted() == {"team/a-0": Disruption("EvictionByEvictionAPI", 1767323045.0)}
+    assert s.get("team/a-0") is None  # gone: no GPUs booked for it
+    s.prune({"team/a"})
+    assert "team/a-0" in s.disrupted()
+    s.prune({"team/b"})
+    assert s.disrupted() == {}
+
+
 def test_pods_that_finished_unwatched_are_listed_once_per_list() -> None:
     listed: list[tuple[str, str]] = []
 

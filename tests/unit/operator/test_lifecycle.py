@@ -580,3 +580,79 @@ def test_a_lost_node_loses_the_run_since_the_last_checkpoint_and_a_suspension_ke
     r.step(500)
     assert r.status["phase"] == "Queued" and r.status["executedSeconds"] == 500.0
     assert "lostRunSeconds" not in r.status
+
+
+# --------------------------------------------------------------------------- disruptions (kubectl drain)
+
+
+def _running_gang(**spec: Any) -> Run:
+    """A 16-GPU gang (two pods) running on two of three nodes for 100 s, checkpoints every 60 s."""
+    r = Run(nodes=("n0", "n1", "n2"), gpus=16, checkpointIntervalSeconds=60, **spec)
+    r.step()
+    r.run_current()
+    r.step()
+    assert r.status["phase"] == "Running" and r.live() == ["j-0-0", "j-0-1"]
+    r.step(100)
+    return r
+
+
+def _stamp(r: Run, dt: float = 0.0) -> str:
+    from qosmos.operator.translate import rfc3339
+
+    return rfc3339(r.now + dt)
+
+
+@pytest.mark.parametrize("gone", [True, False])
+def test_a_drained_pod_requeues_its_gang_without_counting_a_failure(gone: bool) -> None:
+    """kubectl drain evicts a gang pod (DisruptionTarget EvictionByEvictionAPI): the node's maintenance,
+    not the job's failure. Whether the pass sees the pod terminating or only its tombstone (gone before
+    the pass: the watch caches keep how it went), the gang is requeued with no restart counted, its run
+    kept whole (the eviction gave the pod its grace period to checkpoint in), and placed anew."""
+    r = _running_gang(backoffLimit=0)
+    r.kube.evict("j-0-0", _stamp(r), gone=gone)
+    rep = r.step()
+    assert rep.preempted == ["team/j"] and rep.restarted == [] and not r.status.get("restarts")
+    requeue = next(st for _, st in r.kube.status_patches if st.get("phase") == "Queued")
+    cond = requeue["conditions"][0]
+    assert cond["reason"] == "Disrupted" and "pod j-0-0 was evicted (kubectl drain" in cond["message"]
+    assert requeue["executedSeconds"] == pytest.approx(101) and not requeue.get("lostRunSeconds")
+    assert any(reason == "Disrupted" for _, reason, _ in r.kube.events)
+    assert r.status["phase"] != "Failed"  # backoffLimit 0: a counted failure would have failed it
+
+
+def test_a_peer_failing_after_the_disruption_is_still_the_disruption() -> None:
+    """The drained pod's peers lose their collective and exit non-zero after it: still the disruption."""
+    r = _running_gang(backoffLimit=0)
+    r.kube.evict("j-0-0", _stamp(r))
+    r.now += 5
+    r.kube.pods["j-0-1"]["status"] = {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {
+        "terminated": {"exitCode": 1, "finishedAt": _stamp(r)}}}]}  # fmt: skip
+    rep = r.step()
+    assert rep.preempted == ["team/j"] and not r.status.get("restarts") and r.status["phase"] != "Failed"
+
+
+def test_a_pod_that_failed_before_the_disruption_fails_the_gang_first() -> None:
+    r = _running_gang(backoffLimit=3)
+    r.kube.pods["j-0-1"]["status"] = {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {
+        "terminated": {"exitCode": 1, "finishedAt": _stamp(r, -10)}}}]}  # fmt: skip
+    r.kube.evict("j-0-0", _stamp(r))
+    rep = r.step()
+    assert rep.restarted == ["team/j"] and r.status["restarts"] == 1 and rep.preempted == []
+
+
+@pytest.mark.parametrize(
+    ("reason", "disrupted"),
+    [
+        ("PreemptionByScheduler", True),
+        ("DeletionByTaintManager", True),
+        ("DeletionByPodGC", True),
+        ("TerminationByKubelet", False),
+    ],
+)
+def test_which_disruptions_are_not_failures(reason: str, disrupted: bool) -> None:
+    """Deletions by others are disruptions; the kubelet's own eviction under node pressure is a failure,
+    counted, as a Job counts it."""
+    r = _running_gang(backoffLimit=3)
+    r.kube.evict("j-0-0", _stamp(r), reason=reason)
+    rep = r.step()
+    assert (rep.preempted == ["team/j"]) is disrupted and (r.status.get("restarts") == 1) is not disrupted
