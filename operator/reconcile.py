@@ -881,6 +881,11 @@ class Planner:
                     metrics.APPLY_TO_RUNNING.observe(max(now - created, 0.0))
             return
         backoff = parse_time(st.get("restartAfter"))
+        if not cur and backoff is not None and now < backoff and (cordoned := _cordoned(gang, nodes)):
+            # its pods would be recreated where nothing new may go (kubectl drain): placed anew instead
+            why = f"node {', '.join(cordoned)} of its placement was cordoned while it backed off after a failure"
+            self._requeue(dl, why, now, rep, reason="Disrupted")
+            return
         if not cur and backoff is not None and now < backoff:  # a failed gang's back-off: recreated then
             rep.wake(backoff)
             return
@@ -1953,6 +1958,11 @@ def _lost(dl: DL, served: Mapping[str, float]) -> str:
     every = dl.spec.checkpoint_interval_seconds
     since = f"every {every} s" if every else "none periodic"
     return f"; {lost:.0f} s of run since its last checkpoint lost (checkpoints: {since})"
+
+
+def _cordoned(gang: Gang, nodes: Mapping[str, dict[str, Any]]) -> list[str]:
+    """The nodes of the gang's placement that are cordoned (``spec.unschedulable``: kubectl cordon, drain)."""
+    return [n for n in dict.fromkeys(gang.node_names) if (nodes[n].get("spec") or {}).get("unschedulable")]
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

@@ -362,6 +362,8 @@ class SimResult:
     node_lost: list[int] = field(default_factory=list)
     outages: int = 0
     down_gpu_seconds: float = 0.0
+    drains: int = 0  # outages that were drains (among ``outages``)
+    drain_requeues: int = 0  # gangs a drain requeued (counted among their preemptions)
 
 
 class _Sampler:
@@ -458,6 +460,9 @@ class Simulator:
         self.cordons: dict[int, list[Allocation]] = {}
         self.down_since = [math.nan] * len(cl.nodes)
         self.up_at = [math.inf] * len(cl.nodes)
+        self.drain_next = [False] * len(cl.nodes)  # the next outage (pushed) is a drain
+        self.drained: set[int] = set()  # nodes cordoned for a drain (down for placements, never lost)
+        self.drains = self.drain_requeues = 0
         # (time, 0 when it brings the node back else 1, seq, node): at one instant a node comes back before
         # its gangs' grace runs out (EV_LOST) and goes down after what finished or failed then
         self.node_events: list[tuple[float, int, int, int]] = []
@@ -1290,8 +1295,9 @@ class Simulator:
         outages = self.cfg.outages
         assert outages is not None
         got = outages.next_outage(self.cluster.nodes[k].name, after - self.out_origin)
-        if got is not None:
+        if got is not None:  # (down, up[, drain]): a model of one's own may answer a plain pair
             self.up_at[k] = self.out_origin + got[1]
+            self.drain_next[k] = len(got) > 2 and bool(got[2])
             self._push_node(self.out_origin + got[0], k, up=False)
 
     def _push_node(self, t: float, k: int, up: bool) -> None:
@@ -1320,7 +1326,7 @@ class Simulator:
         (inf: neither)."""
         alloc = self.alloc[i]
         assert alloc is not None
-        downs = [self.down_since[g.node] for g in alloc.grants if g.node in self.cordons]
+        downs = [self.down_since[g.node] for g in alloc.grants if g.node in self.cordons and g.node not in self.drained]
         at = node_lost_at(min(downs), self.cfg.node_lost_seconds) if downs else math.inf
         wd = self.withdraw[i]
         return at if wd is None else min(at, wd)
@@ -1335,17 +1341,28 @@ class Simulator:
             self._stop(i, finished=False, node_lost=True)
 
     def _node_down(self, k: int, dirty: set[int]) -> None:
-        """Node ``k`` goes down until ``up_at[k]``: each gang on it stalls (:meth:`_stall`); its replicas
-        are asked for again; what is free on it is booked (``_cordon``), as the operator books a node that
-        is not Ready."""
+        """Node ``k`` goes down until ``up_at[k]``: each gang on it stalls (:meth:`_stall`), or, for a drain,
+        goes back to its queue at once, its run kept as a preemption's (the operator requeues a DLJob whose
+        pod was evicted, reason Disrupted; one backing off there, reason Disrupted too, with no pods to
+        evict); its replicas are asked for again; what is free on it is booked (``_cordon``), as the
+        operator books a node that is not Ready or is cordoned."""
         now, up = self.now, self.up_at[k]
         self.down_since[k] = now
         self.outages += 1
         self.cordons[k] = []
         if up < math.inf:
             self._push_node(up, k, up=True)
+        drain = self.drain_next[k]
+        if drain:  # cordoned and its gangs evicted: each back to its queue (the operator's Disrupted)
+            self.drained.add(k)
+            self.drains += 1
         for i in sorted(self.node_jobs[k]):
-            if i >= 0:  # (not an inference replica: below)
+            if i < 0:  # (an inference replica: below)
+                continue
+            if drain:  # its run kept as a preemption's (its pods had their grace), or to its stall
+                self._stop(i, finished=False)
+                self.drain_requeues += 1
+            else:
                 self._stall(i)
         for s, lives in enumerate(self.svc_live):
             for mode, live in lives.items():
@@ -1371,6 +1388,7 @@ class Simulator:
         self.cluster.set_usable(k, True)
         self.down_gpu_s += (self.now - self.down_since[k]) * int(self.cluster.gpu_cap[k])
         self.down_since[k], self.up_at[k] = math.nan, math.inf
+        self.drained.discard(k)
         self._next_outage(k, self.now)
         for i in sorted(self.node_jobs[k]):
             if i < 0 or self.state[i] != RUNNING or self.stalled[i] != self.stalled[i]:
@@ -1778,6 +1796,8 @@ class Simulator:
             node_lost=self.node_lost,
             outages=self.outages,
             down_gpu_seconds=self.down_gpu_s,
+            drains=self.drains,
+            drain_requeues=self.drain_requeues,
         )
 
     def _borrowed_until(self, dt: float) -> None:

@@ -12,7 +12,9 @@ Node outages (:class:`NodeOutages`) take a whole node away: nothing is placed on
 a gang with a node there stalls and goes back to its queue as the operator requeues a DLJob whose node
 stopped being Ready (reason NodeLost, ``core.failures.node_lost_at``). :class:`RandomOutages` draws each
 node's failures (MTBF) and repairs (MTTR) from the seed and the node's name alone; :class:`ScriptedOutages`
-takes them from a file (``node,down,up`` rows).
+takes them from a file (``node,down,up[,kind]`` rows). A scripted outage may be a drain instead (``kind``
+``drain``: ``kubectl drain`` for maintenance): the node is cordoned, and each gang on it is requeued at once
+as the operator requeues a DLJob whose pod was evicted (reason Disrupted: its run kept, no restart).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from qosmos.extender.core.errors import InvalidInput
 from qosmos.extender.core.types import Job
@@ -86,10 +88,18 @@ class ScriptedFailures:
         return f"ScriptedFailures({len(self.times)} jobs)"
 
 
+class Outage(NamedTuple):
+    down: float  # the replay's seconds
+    up: float  # > down; inf: it never comes back
+    drain: bool = False  # a drain (cordoned, its gangs evicted) rather than a failure
+
+
+OUTAGE_KINDS = ("down", "drain")
+
+
 class NodeOutages(Protocol):
-    def next_outage(self, node: str, after: float) -> tuple[float, float] | None:
-        """The first outage of ``node`` that begins after ``after`` (the replay's seconds): (down, up), up >
-        down (up may be inf: it never comes back); None: no more."""
+    def next_outage(self, node: str, after: float) -> Outage | None:
+        """The first outage of ``node`` that begins after ``after`` (the replay's seconds); None: no more."""
         ...
 
 
@@ -103,9 +113,9 @@ class RandomOutages:
             if not (math.isfinite(v) and v > 0):
                 raise InvalidInput(name, v, "must be a finite number > 0")
         self.mtbf_hours, self.mttr_hours, self.seed, self.origin = mtbf_hours, mttr_hours, seed, origin
-        self._drawn: dict[str, tuple[random.Random, list[tuple[float, float]]]] = {}
+        self._drawn: dict[str, tuple[random.Random, list[Outage]]] = {}
 
-    def next_outage(self, node: str, after: float) -> tuple[float, float] | None:
+    def next_outage(self, node: str, after: float) -> Outage | None:
         found = self._drawn.get(node)
         if found is None:
             found = self._drawn[node] = (random.Random(f"qosmos-outages:{self.seed}:{node}"), [])
@@ -113,7 +123,7 @@ class RandomOutages:
         while not seen or seen[-1][0] <= after:
             up = seen[-1][1] if seen else self.origin
             down = up + draws.expovariate(1.0 / (self.mtbf_hours * 3600.0))
-            seen.append((down, down + draws.expovariate(1.0 / (self.mttr_hours * 3600.0))))
+            seen.append(Outage(down, down + draws.expovariate(1.0 / (self.mttr_hours * 3600.0))))
         return next(o for o in seen if o[0] > after)
 
     def __repr__(self) -> str:
@@ -121,24 +131,25 @@ class RandomOutages:
 
 
 class ScriptedOutages:
-    """Outages per node name: ``outages[node]`` is a list of (down, up) in the replay's seconds."""
+    """Outages per node name: ``outages[node]`` is a list of (down, up[, drain]) in the replay's seconds."""
 
-    def __init__(self, outages: Mapping[str, Sequence[tuple[float, float]]]) -> None:
-        self.outages: dict[str, list[tuple[float, float]]] = {}
+    def __init__(self, outages: Mapping[str, Sequence[tuple[float, float] | tuple[float, float, bool]]]) -> None:
+        self.outages: dict[str, list[Outage]] = {}
         for node, spans in outages.items():
-            ordered = sorted((float(d), float(u)) for d, u in spans)
-            for k, (down, up) in enumerate(ordered):
-                if not (math.isfinite(down) and up > down):
-                    raise InvalidInput(f"outages[{node}]", (down, up), "needs a finite down and up > down")
-                if k and down < ordered[k - 1][1]:
-                    raise InvalidInput(f"outages[{node}]", (down, up), f"overlaps {ordered[k - 1]}")
+            ordered = sorted(Outage(float(o[0]), float(o[1]), bool(o[2]) if len(o) > 2 else False) for o in spans)
+            for k, o in enumerate(ordered):
+                if not (math.isfinite(o.down) and o.up > o.down):
+                    raise InvalidInput(f"outages[{node}]", tuple(o), "needs a finite down and up > down")
+                if k and o.down < ordered[k - 1].up:
+                    raise InvalidInput(f"outages[{node}]", tuple(o), f"overlaps {tuple(ordered[k - 1])}")
             self.outages[node] = ordered
 
     @classmethod
     def read(cls, path: Path) -> ScriptedOutages:
         """``node,down,up`` rows with a header (seconds from the trace's first submission; ``up`` empty or
-        ``inf``: the node never comes back). A bad row is named by its line."""
-        spans: dict[str, list[tuple[float, float]]] = {}
+        ``inf``: the node never comes back), and an optional ``kind`` column: ``down`` (the default: the
+        node fails) or ``drain``. A bad row is named by its line."""
+        spans: dict[str, list[tuple[float, float, bool]]] = {}
         with open(path, newline="") as f:
             rows = csv.DictReader(f)
             missing = {"node", "down", "up"} - set(rows.fieldnames or ())
@@ -156,11 +167,14 @@ class ScriptedOutages:
                     raise InvalidInput(f"{where} down/up", f"{row['down']},{row['up']}", "expected numbers") from None
                 if not (math.isfinite(down) and up > down):
                     raise InvalidInput(f"{where} up", f"{row['down']},{row['up']}", "needs a finite down and up > down")
-                spans.setdefault(node, []).append((down, up))
+                kind = (row.get("kind") or "").strip() or "down"
+                if kind not in OUTAGE_KINDS:
+                    raise InvalidInput(f"{where} kind", kind, f"expected one of: {', '.join(OUTAGE_KINDS)}")
+                spans.setdefault(node, []).append((down, up, kind == "drain"))
         return cls(spans)
 
-    def next_outage(self, node: str, after: float) -> tuple[float, float] | None:
-        return next((o for o in self.outages.get(node, ()) if o[0] > after), None)
+    def next_outage(self, node: str, after: float) -> Outage | None:
+        return next((o for o in self.outages.get(node, ()) if o.down > after), None)
 
     def __repr__(self) -> str:
         return f"ScriptedOutages({sum(map(len, self.outages.values()))} outages on {len(self.outages)} nodes)"
@@ -177,9 +191,11 @@ def node_outage_model(mtbf_hours: float | None, mttr_hours: float, path: Path | 
 
 __all__ = [
     "DEFAULT_NODE_MTTR_H",
+    "OUTAGE_KINDS",
     "FailureModel",
     "GpuFailures",
     "NodeOutages",
+    "Outage",
     "RandomOutages",
     "ScriptedFailures",
     "ScriptedOutages",

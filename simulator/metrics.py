@@ -154,7 +154,9 @@ def summarize(res: SimResult, modeldb: ModelDB | None = None) -> dict[str, objec
     out["lost_gpu_hours"] = res.lost_gpu_seconds / 3600.0  # run lost since the last checkpoint (failures, lost nodes)
     out["node_outages"] = res.outages  # nodes that went down (``SimConfig.outages``)
     out["node_lost_requeues"] = int(sum(res.node_lost))  # gangs requeued because a node of theirs went down
-    out["node_down_gpu_hours"] = res.down_gpu_seconds / 3600.0
+    out["node_down_gpu_hours"] = res.down_gpu_seconds / 3600.0  # down or drained
+    out["node_drains"] = res.drains  # of node_outages, the drains (``kind`` drain in --node-outages)
+    out["node_drain_requeues"] = res.drain_requeues  # gangs a drain evicted and requeued
     out["rejected_jobs"] = int((state == REJECTED).sum())
     out["rejected_reasons"] = res.rejected_reasons
     out["unfinished_jobs"] = int((~np.isin(state, (DONE, WITHDRAWN, REJECTED, FAILED))).sum())

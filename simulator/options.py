@@ -87,8 +87,9 @@ NodeMttrHours = Annotated[
 NodeOutages = Annotated[
     Path | None,
     typer.Option(
-        help="CSV of node outages instead of --node-mtbf-hours: node,down,up rows, seconds from the trace's first "
-        "submission (up empty: it never comes back)",
+        help="CSV of node outages instead of --node-mtbf-hours: node,down,up[,kind] rows, seconds from the trace's "
+        "first submission (up empty: it never comes back; kind drain: kubectl drain, its gangs requeued at once; "
+        "default down: the node fails)",
     ),
 ]
 NodeLostSeconds = Annotated[

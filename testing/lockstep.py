@@ -124,7 +124,7 @@ class Passes:
         vcs: Mapping[str, dict[str, Any]] | None = None,
         node_vc: Sequence[str] = (),
         restarts: bool = False,
-        outages: Mapping[str, Sequence[tuple[int, int | None]]] | None = None,
+        outages: Mapping[str, Sequence[tuple[int, int | None] | tuple[int, int | None, bool]]] | None = None,
     ) -> None:
         if vcs is None:
             vcs, node_vc = {"default": vc_spec}, ["default"] * len(node_gpus)
@@ -155,9 +155,10 @@ class Passes:
         self.deleted: set[str] = set()
         self.failures: set[tuple[str, float]] = set()  # (job, time) of the failures that came
         self.modeldb = ModelDB.builtin()
-        # node changes (time, node, Ready after), in time order; ``up`` None: the node never comes back
-        changes = [(T0 + d, n, False) for n, spans in (outages or {}).items() for d, _ in spans]
-        changes += [(T0 + u, n, True) for n, spans in (outages or {}).items() for _, u in spans if u is not None]
+        # node changes (time, node, back after, a drain's), in time order; ``up`` None: never back
+        spans = [(n, o[0], o[1], len(o) > 2 and bool(o[2])) for n, os in (outages or {}).items() for o in os]
+        changes = [(T0 + d, n, False, drain) for n, d, _, drain in spans]
+        changes += [(T0 + u, n, True, drain) for n, _, u, drain in spans if u is not None]
         self.node_changes = sorted(changes)
         self.stalled: dict[str, float] = {}  # job -> status.stalledSince of its current segment
 
@@ -193,13 +194,22 @@ class Passes:
         times += [T0 + f for n, j in self.jobs.items() for f in j.fail_at if T0 + f > self.now]
         times += list(self.ends.values())
         times += [self.wake] if self.wake is not None else []
-        times += [t for t, _, _ in self.node_changes if t > self.now]
+        times += [t for t, *_ in self.node_changes if t > self.now]
         return min(times, default=None)
 
-    def node_change(self, node: str, ready: bool, now: float) -> None:
+    def node_change(self, node: str, ready: bool, now: float, drain: bool = False) -> None:
         """The node goes down (Ready False since now: the gangs with a pod there stall) or is back (Ready:
-        its pods have failed, the machine restarted)."""
+        its pods have failed, the machine restarted). A drain (``kubectl drain``) cordons the node and
+        evicts its pods (their DisruptionTarget, then gone), and its end uncordons it."""
         obj = next(n for n in self.kube._nodes if n["metadata"]["name"] == node)
+        if drain:
+            obj["spec"]["unschedulable"] = not ready
+            for name, pod in list(self.kube.pods.items()):
+                running = (pod.get("status") or {}).get("phase") not in FINISHED
+                if not ready and running and pod["spec"].get("nodeName") == node:
+                    self.kube.evict(name, rfc3339(now))
+                    self.ends.pop(name, None)
+            return
         obj["status"]["conditions"] = [
             {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": rfc3339(now)}
         ]
@@ -220,7 +230,7 @@ class Passes:
         (``ready``) or take one down."""
         for change in [c for c in self.node_changes if c[0] < now or (c[0] == now and c[2] is ready)]:
             self.node_changes.remove(change)
-            self.node_change(change[1], change[2], change[0])
+            self.node_change(change[1], change[2], change[0], change[3])
 
     def down(self) -> set[str]:
         return {

@@ -25,7 +25,8 @@ from qosmos.simulator.traces import Trace
 from qosmos.testing.lockstep import GPU_MODEL, NODE_CPU_MILLI, NODE_MEMORY_MIB, T0, Passes, TraceJob, same_segments
 
 PREEMPTIVE = ("srtf", "las", "rr", "mlfq")
-Outages = dict[str, list[tuple[int, int | None]]]  # node -> (down, up) in trace seconds (up None: never back)
+# node -> (down, up[, drain]) in trace seconds (up None: never back; drain: kubectl drain, not a failure)
+Outages = dict[str, list[tuple[int, int | None] | tuple[int, int | None, bool]]]
 POLICIES = ("fifo", "sjf", "priority", "wfair", "qssf", "soda", *PREEMPTIVE)
 # policies that read no run time: beside QSSF, whose run times are the learned predictor's on both sides
 BLIND = ("fifo", "priority", "wfair")
@@ -76,7 +77,10 @@ def simulated(
     (limit,) = {j.backoff_limit for j in jobs} or {None}
     first = min((j.submit for j in jobs), default=0)
     spans = {
-        n: [(float(d - first), math.inf if u is None else float(u - first)) for d, u in v]
+        n: [
+            (float(o[0] - first), math.inf if o[1] is None else float(o[1] - first), len(o) > 2 and bool(o[2]))
+            for o in v
+        ]
         for n, v in (outages or {}).items()
     }
     (grace,) = {spec.get("nodeLostSeconds", DEFAULT_NODE_LOST_S) for spec in vcs.values()}
@@ -211,7 +215,7 @@ def shaped(draw: st.DrawFn, jobs: list[TraceJob], nodes: list[int]) -> list[Trac
 @st.composite
 def outage_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJob], Outages, int]:
     """A case with nodes going down: each outage at a round time or any, for less or more than the grace,
-    or for ever."""
+    or for ever; one in three a drain (kubectl drain: cordoned, its pods evicted) instead."""
     policy, placement, backfill, nodes, jobs, _, _ = draw(cases())
     grace = draw(st.sampled_from([0, 60, 300]))
     outages: Outages = {}
@@ -220,9 +224,10 @@ def outage_cases(draw: st.DrawFn) -> tuple[str, str, str, list[int], list[TraceJ
         down = draw(st.one_of(st.integers(0, 4000), st.sampled_from(ROUND_TIMES)))
         length = draw(st.one_of(st.none(), st.integers(1, 600), st.sampled_from([30, 300, 1000])))
         up = None if length is None else down + length
+        drain = draw(st.integers(0, 2)) == 0
         mine = outages.setdefault(node, [])
-        if all((up is not None and up < d) or (u is not None and down > u) for d, u in mine):
-            mine.append((down, up))
+        if all((up is not None and up < o[0]) or (o[1] is not None and down > o[1]) for o in mine):
+            mine.append((down, up, drain))
     return policy, placement, backfill, nodes, jobs, outages, grace
 
 
@@ -232,7 +237,8 @@ def test_nodes_going_down_and_back_get_the_simulators_decisions(
     case: tuple[str, str, str, list[int], list[TraceJob], Outages, int],
 ) -> None:
     """Gangs on a node that goes down stall, are requeued (NodeLost) after the grace or restart when it is
-    back sooner, and nothing new goes there: the operator's passes and the replay agree."""
+    back sooner; gangs on a drained node are requeued at once (Disrupted); nothing new goes to either
+    until it is back: the operator's passes and the replay agree."""
     policy, placement, backfill, nodes, jobs, outages, grace = case
     one_vc(policy, placement, backfill, nodes, jobs, outages=outages, grace=grace)
 
@@ -1005,3 +1011,26 @@ def test_a_node_back_while_its_gang_backs_off_fails_nothing() -> None:
     jobs = [TraceJob("j1", 57, 0, 11, cpus=16, fail_at=(67,))]
     run = one_vc("fifo", "consolidate", "none", [1], jobs, outages={"n0": [(67, 68)]}, grace=60)
     assert sorted(run.segments) == [("ns/j1", 57, 67), ("ns/j1", 77, 78)]
+
+
+def test_a_drained_nodes_gang_is_requeued_at_once_and_the_node_takes_nothing_until_uncordoned() -> None:
+    """FIFO on two 1-GPU nodes: n0 is drained at 100 s (kubectl drain: cordoned, its pods evicted) until
+    400 s. j0, 100 s into its 200 s run there, is requeued at once with its run kept (Disrupted, no restart)
+    and waits for n1, where j1 runs until 310 s; j2 (250 s) waits behind it, for n0's uncordon at 400 s."""
+    jobs = [TraceJob("j0", 0, 1, 200), TraceJob("j1", 10, 1, 300), TraceJob("j2", 250, 1, 100)]
+    run = one_vc("fifo", "first-fit", "none", [1, 1], jobs, outages={"n0": [(100, 400, True)]})
+    assert sorted(run.segments) == [("ns/j0", 0, 100), ("ns/j0", 310, 410), ("ns/j1", 10, 310), ("ns/j2", 400, 500)]
+    status = run.kube.jobs["j0"]["status"]
+    assert not status.get("restarts") and (status["preemptions"], status["executedSeconds"]) == (1, 100)
+    assert any(reason == "Disrupted" for name, reason, _ in run.kube.events if name == "j0")
+
+
+def test_a_gang_backing_off_on_a_drained_node_is_placed_anew_at_once() -> None:
+    """j0's pod fails at 100 s on n0 (a restart, back-off until 110 s); n0 is drained at 105 s. No pod of it
+    is there to evict, yet its gang would be recreated on the cordoned node: it is requeued (Disrupted) and
+    starts on n1 at once, its back-off dropped with its placement, as the simulator does."""
+    jobs = [TraceJob("j0", 0, 1, 200, fail_at=(100,))]
+    run = one_vc("fifo", "first-fit", "none", [1, 1], jobs, outages={"n0": [(105, None, True)]})
+    assert sorted(run.segments) == [("ns/j0", 0, 100), ("ns/j0", 105, 205)]
+    status = run.kube.jobs["j0"]["status"]
+    assert (status["restarts"], status["preemptions"]) == (1, 1)

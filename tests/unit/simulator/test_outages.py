@@ -1,8 +1,9 @@
 """Node outages in a replay (``SimConfig.outages``): nothing is placed on a down node; a gang with a node
 there stalls, holding its GPUs, and is requeued as the operator requeues a DLJob on a lost node (after
 nodeLostSeconds, or when the node is back if sooner; its run counted to the stall, its work kept to its
-last checkpoint); replicas there are asked for again; RandomOutages draws the same outages for every
-policy; bad outage files are refused with their line."""
+last checkpoint); a drained node's gangs are requeued at once, their run kept (the operator's Disrupted);
+replicas there are asked for again; RandomOutages draws the same outages for every policy; bad outage
+files are refused with their line."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def _trace(*jobs: Job, nodes: tuple[Node, ...] = (Node("n0", 2), Node("n1", 2)))
     return Trace("t", list(jobs), list(nodes))
 
 
-def _cfg(outages: dict[str, list[tuple[float, float]]], **kw: object) -> SimConfig:
+def _cfg(outages: dict[str, list[tuple[float, float] | tuple[float, float, bool]]], **kw: object) -> SimConfig:
     kw.setdefault("placement", "first-fit")
     kw.setdefault("preemption_overhead", 8.0)
     return SimConfig(outages=ScriptedOutages(outages), **kw)  # type: ignore[arg-type]
@@ -50,6 +51,31 @@ def test_a_gang_on_a_down_node_is_requeued_after_the_grace_elsewhere_from_its_la
     assert s["node_outages"] == 1 and s["node_lost_requeues"] == 1
     assert s["lost_gpu_hours"] == pytest.approx(100 * 2 / 3600)
     assert s["node_down_gpu_hours"] == pytest.approx((1408 - 400) * 2 / 3600)  # down to the replay's end
+
+
+def test_a_drained_nodes_gang_is_requeued_at_once_with_its_run_kept() -> None:
+    """kubectl drain at 400 s: no stall, no grace, no checkpoint lost (its pods had their grace period); the
+    gang goes back to its queue then (a preemption) and starts on n1, paying the resume overhead; nothing
+    goes to n0 until it is uncordoned at 2000 s (b waits for n1, free sooner)."""
+    trace = _trace(Job("a", 0.0, 2, duration=1000.0), Job("b", 450.0, 2, duration=100.0))
+    res = simulate(trace, _cfg({"n0": [(400.0, 2000.0, True)]}, checkpoint_interval=300))
+    assert sorted(res.segments) == [(0, 0, 0.0, 400.0, 2), (0, 1, 400.0, 1008.0, 2), (1, 1, 1008.0, 1108.0, 2)]
+    assert res.preemptions == [1, 0] and res.node_lost == [0, 0] and res.restarts == [0, 0]
+    assert res.lost_s == pytest.approx([0.0, 0.0])
+    s = summarize(res)
+    assert (s["node_outages"], s["node_drains"], s["node_drain_requeues"], s["node_lost_requeues"]) == (1, 1, 1, 0)
+    assert s["node_down_gpu_hours"] == pytest.approx((1108 - 400) * 2 / 3600)  # to the replay's end
+
+
+def test_a_gang_stalled_elsewhere_and_drained_here_keeps_its_work_to_the_stall() -> None:
+    """A 2-node gang: n1 goes down at 300 s (it stalls), n0 is drained at 350 s: requeued then, its run
+    counted to the stall and kept to its last checkpoint (no grace where the node was down), not as a
+    NodeLost requeue."""
+    nodes = (Node("n0", 2), Node("n1", 2), Node("n2", 4))
+    trace = _trace(Job("a", 0.0, 4, duration=1000.0, nodes=2), nodes=nodes)
+    res = simulate(trace, _cfg({"n1": [(300.0, 5000.0)], "n0": [(350.0, 5000.0, True)]}, checkpoint_interval=200))
+    assert res.preemptions == [1] and res.node_lost == [0]
+    assert res.lost_s == pytest.approx([100.0]) and res.run_time[0] == pytest.approx(300 + 8 + 800)
 
 
 def test_a_node_back_before_the_grace_fails_its_pods_and_the_gang_restarts_there() -> None:
@@ -142,8 +168,8 @@ def test_random_outages_depend_on_the_seed_and_the_node_alone() -> None:
         assert got is not None
         spans.append(got)
         t = got[0]
-    ups = [d - (spans[k - 1][1] if k else 0.0) for k, (d, _) in enumerate(spans)]
-    downs = [u - d for d, u in spans]
+    ups = [d - (spans[k - 1][1] if k else 0.0) for k, (d, *_) in enumerate(spans)]
+    downs = [u - d for d, u, *_ in spans]
     assert sum(ups) / len(ups) / 3600 == pytest.approx(10.0, rel=0.06)
     assert sum(downs) / len(downs) / 3600 == pytest.approx(1.0, rel=0.06)
     assert all(ups[k] > 0 for k in range(len(ups)))
@@ -156,6 +182,7 @@ def test_random_outages_depend_on_the_seed_and_the_node_alone() -> None:
         ("node,down,up\nn0,10,20\nn0,x,30\n", ":3"),
         ("node,down,up\n,10,20\n", ":2"),
         ("node,down\nn0,10\n", "node,down,up"),
+        ("node,down,up,kind\nn0,10,20,drain\nn1,5,6,reboot\n", ":3 kind"),
     ],
 )
 def test_a_bad_outage_row_is_refused_with_its_line(tmp_path: Path, text: str, named: str) -> None:
@@ -170,7 +197,12 @@ def test_overlapping_outages_and_both_options_are_refused(tmp_path: Path) -> Non
         ScriptedOutages({"n0": [(10.0, 20.0), (15.0, 30.0)]})
     path = tmp_path / "o.csv"
     path.write_text("node,down,up\nn0,10,\n")
-    assert ScriptedOutages.read(path).outages == {"n0": [(10.0, math.inf)]}
+    assert ScriptedOutages.read(path).outages == {"n0": [(10.0, math.inf, False)]}
+    path.write_text("node,down,up,kind\nn0,10,20,drain\nn0,30,,\nn1,5,6,down\n")
+    assert ScriptedOutages.read(path).outages == {
+        "n0": [(10.0, 20.0, True), (30.0, math.inf, False)],
+        "n1": [(5.0, 6.0, False)],
+    }
     with pytest.raises(InvalidInput, match="not both"):
         node_outage_model(5.0, 1.0, path, 0)
     with pytest.raises(InvalidInput, match="names no node"):
@@ -213,7 +245,9 @@ def test_simulate_cli_replays_outages_from_a_file(tmp_path: Path) -> None:
 @given(
     nodes=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=4),
     jobs=st.lists(st.tuples(st.integers(0, 500), st.integers(1, 9), st.integers(1, 400)), min_size=1, max_size=12),
-    outages=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 800), st.integers(1, 400)), min_size=1, max_size=6),
+    outages=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 800), st.integers(1, 400), st.booleans()), min_size=1, max_size=6
+    ),
     policy=st.sampled_from(["fifo", "sjf", "srtf", "las", "mlfq", "swaf", "soda", "capacity"]),
     backfill=st.sampled_from(["none", "easy"]),
     grace=st.sampled_from([0.0, 60.0, 300.0]),
@@ -225,11 +259,11 @@ def test_with_outages_every_job_ends_and_nothing_runs_on_a_down_node(
 ) -> None:  # type: ignore[no-untyped-def]
     cluster = [Node(f"n{k}", g) for k, g in enumerate(nodes)]
     trace = Trace("p", [Job(f"J{k}", float(s), g, duration=float(d)) for k, (s, g, d) in enumerate(jobs)], cluster)
-    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for k, down, length in outages:  # later overlapping ones dropped: one node's outages do not overlap
+    spans: dict[str, list[tuple[float, float, bool]]] = defaultdict(list)
+    for k, down, length, drain in outages:  # later overlapping ones dropped: one node's outages do not overlap
         name = f"n{k % len(nodes)}"
-        if all(down > u or down + length < d for d, u in spans[name]):
-            spans[name].append((float(down), float(down + length)))
+        if all(down > u or down + length < d for d, u, _ in spans[name]):
+            spans[name].append((float(down), float(down + length), drain))
     cfg = SimConfig(
         policy=policy,
         backfill=backfill,
@@ -250,7 +284,7 @@ def test_with_outages_every_job_ends_and_nothing_runs_on_a_down_node(
     origin = min(j.submit_time for j in trace.jobs)  # outage times count from the first submission
     held: dict[int, list[tuple[float, int]]] = defaultdict(list)
     for _, node, start, end, gpus in res.segments:
-        for down, up in ((origin + d, origin + u) for d, u in spans.get(f"n{node}", ())):
+        for down, up in ((origin + d, origin + u) for d, u, _ in spans.get(f"n{node}", ())):
             assert end <= down + 1e-9 or start >= up - 1e-9, (node, start, end, down, up)
         held[node] += [(start, gpus), (end, -gpus)]
     for node, changes in held.items():
@@ -259,3 +293,4 @@ def test_with_outages_every_job_ends_and_nothing_runs_on_a_down_node(
             now += change
             assert now <= res.node_gpus[node], (node, now)
     assert sum(res.node_lost) <= sum(len(v) for v in spans.values()) * len(trace.jobs)
+    assert res.drains <= sum(d for v in spans.values() for *_, d in v)  # (those after the replay's end: none)
