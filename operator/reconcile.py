@@ -67,6 +67,7 @@ from qosmos.extender.core.quota import accounting
 from qosmos.extender.core.services import ServiceReplica, place_services
 from qosmos.extender.core.types import Allocation, Job, SubmissionPredictions
 from qosmos.operator import metrics
+from qosmos.operator.ces import AWAKE, power_state
 from qosmos.operator.crds import (
     LABEL_FINISHED,
     LABEL_JOB,
@@ -350,6 +351,9 @@ class Memory:
     forecast_at: dict[str, float] = field(default_factory=dict)  # VirtualCluster -> its last ETA forecast
     drift: tuple[float, float] | None = None  # (time, drift refreshes left to spend then): the bucket
     first: tuple[float, float] | None = None  # (time, first statuses left to spend then): FIRST_WRITES
+    # the nodes cordoned by others (kubectl cordon, drain; not CES) at the last pass: one cordoned or
+    # uncordoned since is an event of every partition, as a drain's start and end are the simulator's
+    cordoned: frozenset[str] | None = None
 
 
 class _Etas(Protocol):
@@ -575,8 +579,15 @@ class Planner:
 
         waits = {cohort_of(n) for n in vc_specs if self._waiting_jobs(n, by_vc)}
         # a node going down or coming back is an event of every partition (the simulator passes them all),
-        # a gang requeued because its node was lost one of its own
+        # a gang requeued because its node was lost one of its own; a node cordoned or uncordoned since the
+        # last pass (a drain), now (the node says not when: a restarted operator sees none of those)
         moved = [t for n in nodes if (t := ready_since(n)) is not None and t <= now]
+        cordoned = frozenset(
+            meta(n)["name"] for n in nodes if (n.get("spec") or {}).get("unschedulable") and power_state(n) == AWAKE
+        )
+        if self.memory.cordoned is not None and cordoned != self.memory.cordoned:
+            moved.append(now)
+        self.memory.cordoned = cordoned
         for v in vcs:
             name = meta(v)["name"]
             group = by_vc.get(name, [])
@@ -885,6 +896,7 @@ class Planner:
             # its pods would be recreated where nothing new may go (kubectl drain): placed anew instead
             why = f"node {', '.join(cordoned)} of its placement was cordoned while it backed off after a failure"
             self._requeue(dl, why, now, rep, reason="Disrupted")
+            self._requeued_at(dl, now)
             return
         if not cur and backoff is not None and now < backoff:  # a failed gang's back-off: recreated then
             rep.wake(backoff)
@@ -939,8 +951,7 @@ class Planner:
             return False
         due = node_lost_at(first, grace, now if hit and dl.phase == DLJobPhase.RUNNING.value else math.inf)
         if now >= due:
-            vc_name = dl.spec.virtual_cluster
-            self._lost_at[vc_name] = max(self._lost_at.get(vc_name, -math.inf), due)
+            self._requeued_at(dl, due)
             self._lost.add(dl.job.id)
             names = [n for n, t in down.items() if now >= t + grace] or list(down)
             since = ", ".join(f"{n} since {rfc3339(down[n])}" for n in names)
@@ -978,7 +989,14 @@ class Planner:
         name, d = hits[0]
         why = f"pod {name} {DISRUPTIONS[d.reason]} ({d.reason}): not the job's failure, no restart counted"
         self._requeue(dl, why, now, rep, reason="Disrupted")
+        self._requeued_at(dl, now)
         return True
+
+    def _requeued_at(self, dl: DL, t: float) -> None:
+        """A gang the lifecycle requeued at ``t`` (its node lost, a disruption): an event of its
+        VirtualCluster then, as the simulator's requeue is one of its partition's."""
+        vc_name = dl.spec.virtual_cluster
+        self._lost_at[vc_name] = max(self._lost_at.get(vc_name, -math.inf), t)
 
     def _start_timeout(
         self,

@@ -1034,3 +1034,23 @@ def test_a_gang_backing_off_on_a_drained_node_is_placed_anew_at_once() -> None:
     assert sorted(run.segments) == [("ns/j0", 0, 100), ("ns/j0", 105, 205)]
     status = run.kube.jobs["j0"]["status"]
     assert (status["restarts"], status["preemptions"]) == (1, 1)
+
+
+def test_a_drain_and_its_end_are_events_of_every_partition() -> None:
+    """RR on two 1-GPU nodes: j5 runs on n0 from 105 s, j6 (2 GPUs) waits from 106 s; n0 is drained at 107 s
+    (j5 requeued, placed on n1 at once) and uncordoned at 108 s, when j6's turn comes (the simulator passes
+    every partition then). The operator ranked RR as of 106 s, the last event it knew: the drain and the
+    uncordon were none, so j6 was admitted, outranked again in a later pass and waited until 202 s."""
+    jobs = [TraceJob("j5", 105, 1, 97), TraceJob("j6", 106, 2, 1)]
+    run = one_vc("rr", "consolidate", "none", [1, 1], jobs, outages={"n0": [(107, 108, True)]}, grace=0)
+    assert ("ns/j6", 108, 109) in run.segments
+
+
+def test_a_drain_with_no_gang_on_the_node_is_still_an_event_of_every_partition() -> None:
+    """LAS on 1 + 1 + 8 GPUs: j2 (8 GPUs) waits behind j6 (4 GPUs, running from 1 s, more served by 4 s);
+    n0 is drained at 4 s with nothing on it. The simulator passes every partition then and LAS runs j2
+    (4-5 s); the operator saw no event at 4 s (a cordon says not when) and ranked as of 1 s until j6 ended."""
+    jobs = [TraceJob("j0", 0, 1, 1), TraceJob("j1", 0, 1, 1), TraceJob("j2", 0, 8, 2, fail_at=(10,))]
+    jobs += [TraceJob(f"j{i}", 0, 1, 1) for i in (3, 4, 5)] + [TraceJob("j6", 0, 4, 4)]
+    run = one_vc("las", "consolidate", "none", [1, 1, 8], jobs, outages={"n0": [(4, None, True)]}, grace=0)
+    assert ("ns/j2", 4, 5) in run.segments
