@@ -439,7 +439,7 @@ class Planner:
         self._waiting = {}
         self._events: dict[str, float] = {}  # VirtualCluster -> its own latest event (status.lastEventTime)
         self._lost_at: dict[str, float] = {}  # VirtualCluster -> its latest NodeLost requeue's due time
-        self._lost: set[str] = set()  # jobs this pass requeued because a node of theirs was lost
+        self._lost: set[str] = set()  # jobs this pass's lifecycle requeued (a node of theirs lost, a disruption)
         jobs = [_own(dl) for dl in snap.jobs]
         self.predictions.retain({dl.uid for dl in jobs if dl.phase not in FINISHED})
         nodes, pods, others = snap.nodes, snap.pods, snap.others
@@ -538,7 +538,7 @@ class Planner:
                     if (
                         key in ended or key in self._lost
                     ) and f"{key.split('/')[0]}/{meta(p)['name']}" in self._deleted:
-                        # a gang that failed in this pass, or that it requeued for a lost node, its pods
+                        # a gang that failed in this pass, or that it requeued (a lost node, a disruption), its pods
                         # stopped by it: its devices go to this pass's admissions (as the simulator frees
                         # them), as a preemption's victims' do; a gang placed there creates its pods once
                         # these are gone (_leaving)
@@ -949,18 +949,21 @@ class Planner:
             if name in cur
         ):  # a pod of it failed before its node went: that failure first (a restart), the node's loss after
             return False
+        # stalled without a break since its status says (a node of it down all along, another back since):
+        # its run ends there; the grace counts from the nodes down now
+        had = parse_time(dl.status.get("stalledSince"))
+        stall = first if had is None else min(had, first)
         due = node_lost_at(first, grace, now if hit and dl.phase == DLJobPhase.RUNNING.value else math.inf)
         if now >= due:
             self._requeued_at(dl, due)
-            self._lost.add(dl.job.id)
             names = [n for n, t in down.items() if now >= t + grace] or list(down)
             since = ", ".join(f"{n} since {rfc3339(down[n])}" for n in names)
             why = f"node not Ready ({since}; nodeLostSeconds {grace})"
             # the gang stalled when its first node went: neither the grace nor an eviction's wait ran it
-            self._requeue(dl, why, now, rep, reason="NodeLost", stalled=first)
+            self._requeue(dl, why, now, rep, reason="NodeLost", stalled=stall)
             return True
-        if parse_time(dl.status.get("stalledSince")) != first:  # the run's end if it stops before the node is back
-            self._patch(dl, {"stalledSince": rfc3339(first)}, why="stalled")
+        if had != stall:  # the run's end if it stops before the node is back
+            self._patch(dl, {"stalledSince": rfc3339(stall)}, why="stalled")
         rep.wake(node_lost_at(first, grace))
         return False
 
@@ -994,9 +997,11 @@ class Planner:
 
     def _requeued_at(self, dl: DL, t: float) -> None:
         """A gang the lifecycle requeued at ``t`` (its node lost, a disruption): an event of its
-        VirtualCluster then, as the simulator's requeue is one of its partition's."""
+        VirtualCluster then, as the simulator's requeue is one of its partition's, and its stopped pods'
+        devices go to this pass's admissions, as the simulator frees them."""
         vc_name = dl.spec.virtual_cluster
         self._lost_at[vc_name] = max(self._lost_at.get(vc_name, -math.inf), t)
+        self._lost.add(dl.job.id)
 
     def _start_timeout(
         self,

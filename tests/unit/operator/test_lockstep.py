@@ -1054,3 +1054,25 @@ def test_a_drain_with_no_gang_on_the_node_is_still_an_event_of_every_partition()
     jobs += [TraceJob(f"j{i}", 0, 1, 1) for i in (3, 4, 5)] + [TraceJob("j6", 0, 4, 4)]
     run = one_vc("las", "consolidate", "none", [1, 1, 8], jobs, outages={"n0": [(4, None, True)]}, grace=0)
     assert ("ns/j2", 4, 5) in run.segments
+
+
+def test_a_gang_stalled_since_one_outage_stays_stalled_since_then_through_the_next() -> None:
+    """j3's gang (n0 + n1) stalls at 20 s when n1 goes down; n0 goes down at 100 s, n1 is back at 101 s (its
+    pod there failed: a restart). Its run ends at 20 s in both; the operator moved stalledSince to 100 s,
+    the first of the nodes down then, and counted 80 s of stall as run."""
+    jobs = [TraceJob("j0", 0, 1, 1), TraceJob("j1", 0, 1, 1, fail_at=(1,)), TraceJob("j2", 0, 1, 1, fail_at=(1,)),
+            TraceJob("j3", 0, 2, 981, fail_at=(1,))]  # fmt: skip
+    run = one_vc(
+        "mlfq", "consolidate", "none", [1, 1], jobs, outages={"n0": [(100, None)], "n1": [(20, 101)]}, grace=300
+    )
+    assert ("ns/j3", 2, 20) in run.segments
+
+
+def test_a_disrupted_gangs_gpus_go_to_the_same_pass() -> None:
+    """RR on two 2-GPU nodes: n0 is drained at 2 s under j0 (one pod on each node) and j3. The simulator frees
+    j0's GPU on n1 at once and runs j2 (2 GPUs, waiting since 0 s) there; the operator kept j0's stopped pod
+    on n1 booked for that pass, admitted j3 instead, and preempted it for j2 in the next (a thrash)."""
+    jobs = [TraceJob("j0", 0, 2, 3, gpus_per_node=1), TraceJob("j1", 0, 1, 1), TraceJob("j2", 0, 2, 1),
+            TraceJob("j3", 1, 1, 2)]  # fmt: skip
+    run = one_vc("rr", "consolidate", "none", [2, 2], jobs, outages={"n0": [(2, None, True)]}, grace=0)
+    assert ("ns/j2", 2, 3) in run.segments
