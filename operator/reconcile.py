@@ -438,7 +438,7 @@ class Planner:
         self._disruptions = snap.disrupted
         self._waiting = {}
         self._events: dict[str, float] = {}  # VirtualCluster -> its own latest event (status.lastEventTime)
-        self._lost_at: dict[str, float] = {}  # VirtualCluster -> its latest NodeLost requeue's due time
+        self._lost_at: dict[str, float] = {}  # VirtualCluster -> its latest lifecycle requeue (NodeLost, Disrupted)
         self._lost: set[str] = set()  # jobs this pass's lifecycle requeued (a node of theirs lost, a disruption)
         jobs = [_own(dl) for dl in snap.jobs]
         self.predictions.retain({dl.uid for dl in jobs if dl.phase not in FINISHED})
@@ -973,8 +973,9 @@ class Planner:
         """Requeue the gang (reason Disrupted, no restart counted, its run kept as a graceful stop's) when a
         pod of it was disrupted by someone else (a drain's eviction, kube-scheduler's preemption, a NoExecute
         taint, the pod GC: :data:`~qosmos.operator.lifecycle.DISRUPTIONS`): that is not the job's failure,
-        even when its other pods failed for the lost peer. A pod of it that failed on its own before the
-        disruption fails it first (a restart, counted). True when requeued."""
+        even when its other pods failed for the lost peer. A pod of it that failed on its own before (or as)
+        the disruption came fails it first (a restart, counted), as the simulator's failure at a drain's
+        instant comes first. True when requeued."""
         hits = []
         for name in want:
             d = disruption(cur[name]) if name in cur else self._disruptions.get(f"{dl.namespace}/{name}")
@@ -984,7 +985,7 @@ class Planner:
             return False
         first = min((d.since for _, d in hits if d.since is not None), default=None)
         if first is not None and any(
-            _phase(p) == "Failed" and disruption(p) is None and (end := _finished_at(p)) is not None and end < first
+            _phase(p) == "Failed" and disruption(p) is None and (end := _finished_at(p)) is not None and end <= first
             for name in want
             if (p := cur.get(name)) is not None
         ):

@@ -1076,3 +1076,16 @@ def test_a_disrupted_gangs_gpus_go_to_the_same_pass() -> None:
             TraceJob("j3", 1, 1, 2)]  # fmt: skip
     run = one_vc("rr", "consolidate", "none", [2, 2], jobs, outages={"n0": [(2, None, True)]}, grace=0)
     assert ("ns/j2", 2, 3) in run.segments
+
+
+def test_a_failure_at_a_drains_instant_comes_first() -> None:
+    """j2's gang (n0 + n1) fails for the fourth time at 1000 s, the instant n1 is drained for good: past its
+    backoff limit it failed (the simulator's failure comes before the drain at one instant), and j5 runs.
+    The operator took the drain's eviction of its other pod first, requeued it Disrupted, and the gang,
+    which can never fit again, held the FIFO queue: j5 never ran."""
+    jobs = [
+        TraceJob("j2", 115, 2, 816, gpus_per_node=1, fail_at=(125, 200, 500, 1000)),
+        TraceJob("j5", 1000, 0, 1, cpus=16),
+    ]
+    run = one_vc("fifo", "consolidate", "none", [1, 1], jobs, outages={"n1": [(1000, None, True)]}, grace=0)
+    assert ("ns/j5", 1000, 1001) in run.segments and run.kube.jobs["j2"]["status"]["phase"] == "Failed"
