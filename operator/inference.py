@@ -810,11 +810,13 @@ class InferenceController:
             self._patch_status(ns, name, status)
             rep.writes += 1
         self._events(obj, have, decision, load, todo, state)
-        lost = [(r.name, (p.get("spec") or {}).get("nodeName")) for r, p in zip(replicas, pods, strict=True) if r.lost]
-        lost = [(r, node) for r, node in lost if r in todo.delete]  # (once: a deleted pod is terminating)
+        lost = [  # (once: a pod deleted already is terminating)
+            f"{r.name} on {(p.get('spec') or {}).get('nodeName')}"
+            for r, p in zip(replicas, pods, strict=True)
+            if r.lost and r.name in todo.delete
+        ]
         if lost:
-            where = ", ".join(f"{r} on {node}" for r, node in lost)
-            self.kube.event(obj, "ReplicaLost", f"node not Ready: {where} replaced", KIND, "Warning")
+            self.kube.event(obj, "ReplicaLost", f"node not Ready: {', '.join(lost)} replaced", KIND, "Warning")
             LOST.labels(ns, name).inc(len(lost))
         OBSERVED_QPS.labels(ns, name).set(status.get("observedQPS", have.get("observedQPS")) or 0.0)
         for mode in Mode:

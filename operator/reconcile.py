@@ -39,7 +39,7 @@ import math
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -943,11 +943,8 @@ class Planner:
             for name, node in zip(want, gang.node_names, strict=True)
         )
         first = min(down.values())
-        if any(
-            _phase(cur[name]) == "Failed" and (end := _finished_at(cur[name])) is not None and end <= first
-            for name in want
-            if name in cur
-        ):  # a pod of it failed before its node went: that failure first (a restart), the node's loss after
+        if _failed_by([cur[n] for n in want if n in cur], first):
+            # a pod of it failed before its node went: that failure first (a restart), the node's loss after
             return False
         # stalled without a break since its status says (a node of it down all along, another back since):
         # its run ends there; the grace counts from the nodes down now
@@ -984,11 +981,7 @@ class Planner:
         if not hits:
             return False
         first = min((d.since for _, d in hits if d.since is not None), default=None)
-        if first is not None and any(
-            _phase(p) == "Failed" and disruption(p) is None and (end := _finished_at(p)) is not None and end <= first
-            for name in want
-            if (p := cur.get(name)) is not None
-        ):
+        if first is not None and _failed_by([p for n in want if (p := cur.get(n)) and disruption(p) is None], first):
             return False
         name, d = hits[0]
         why = f"pod {name} {DISRUPTIONS[d.reason]} ({d.reason}): not the job's failure, no restart counted"
@@ -1987,6 +1980,12 @@ def _lost(dl: DL, served: Mapping[str, float]) -> str:
 def _cordoned(gang: Gang, nodes: Mapping[str, dict[str, Any]]) -> list[str]:
     """The nodes of the gang's placement that are cordoned (``spec.unschedulable``: kubectl cordon, drain)."""
     return [n for n in dict.fromkeys(gang.node_names) if (nodes[n].get("spec") or {}).get("unschedulable")]
+
+
+def _failed_by(pods: Iterable[Mapping[str, Any]], t: float) -> bool:
+    """A pod among these failed at or before ``t``: that failure comes first (a restart, counted), as the
+    simulator takes a failure before a node event at one instant."""
+    return any(_phase(p) == "Failed" and (end := _finished_at(p)) is not None and end <= t for p in pods)
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

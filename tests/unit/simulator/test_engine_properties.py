@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from qosmos.simulator.engine import DONE, REJECTED, SimConfig, simulate
 from qosmos.simulator.partitions import PartitionSpec
 from qosmos.simulator.traces import load_native
+from qosmos.testing.segments import peak_gpus
 
 POLICIES = ["fifo", "sjf", "srtf", "qssf", "las", "rr", "mlfq", "priority", "swaf", "wfair", "capacity", "soda"]
 EXACT = ("fifo", "sjf", "priority", "wfair", "capacity", "soda", "swaf", "qssf")  # policies asserted violation-free
@@ -154,14 +155,8 @@ def test_a_cohort_borrows_within_its_limits_and_every_job_ends(
             assert res.partitions[spec.name]["max_borrowed_gpus"] <= spec.borrowing_limit, (spec, res.partitions)
     for i, job in enumerate(tr.jobs):
         assert res.state[i] in (DONE, REJECTED), (job.id, res.state[i], res.notes)
-    held: dict[int, list[tuple[float, int]]] = defaultdict(list)
-    for _, node, start, end, gpus in res.segments:
-        held[node] += [(start, gpus), (end, -gpus)]
-    for node, changes in held.items():
-        now = 0
-        for _, change in sorted(changes):
-            now += change
-            assert now <= res.node_gpus[node], (node, now)
+    for node, peak in peak_gpus(res.segments).items():
+        assert peak <= res.node_gpus[node], (node, peak)
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

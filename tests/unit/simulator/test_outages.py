@@ -24,6 +24,7 @@ from qosmos.simulator.failures import RandomOutages, ScriptedOutages, node_outag
 from qosmos.simulator.metrics import summarize
 from qosmos.simulator.services import ServiceTimeline
 from qosmos.simulator.traces import Trace
+from qosmos.testing.segments import peak_gpus
 from typer.testing import CliRunner
 
 
@@ -282,15 +283,10 @@ def test_with_outages_every_job_ends_and_nothing_runs_on_a_down_node(
         if res.state[i] == DONE:
             assert res.end[i] - res.start[i] >= job.duration - 1e-6  # type: ignore[operator]
     origin = min(j.submit_time for j in trace.jobs)  # outage times count from the first submission
-    held: dict[int, list[tuple[float, int]]] = defaultdict(list)
-    for _, node, start, end, gpus in res.segments:
+    for _, node, start, end, _ in res.segments:
         for down, up in ((origin + d, origin + u) for d, u, _ in spans.get(f"n{node}", ())):
             assert end <= down + 1e-9 or start >= up - 1e-9, (node, start, end, down, up)
-        held[node] += [(start, gpus), (end, -gpus)]
-    for node, changes in held.items():
-        now = 0
-        for _, change in sorted(changes):
-            now += change
-            assert now <= res.node_gpus[node], (node, now)
+    for node, peak in peak_gpus(res.segments).items():
+        assert peak <= res.node_gpus[node], (node, peak)
     assert sum(res.node_lost) <= sum(len(v) for v in spans.values()) * len(trace.jobs)
     assert res.drains <= sum(d for v in spans.values() for *_, d in v)  # (those after the replay's end: none)
