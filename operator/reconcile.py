@@ -509,6 +509,11 @@ class Planner:
             if dl.job.id not in invalid:  # held out of its queue until its template is fixed
                 by_vc[dl.spec.virtual_cluster].append(dl)
         running: dict[str, list[RunningJob]] = defaultdict(list)
+        # job -> node -> pods of its gang's placement booked there with no pod of its current attempt bound: a
+        # restarted gang's (or a requeued one's placed there again) earlier pods still on the node hold
+        # those very slots (its new pods are created once they are gone), booked once, as the simulator's
+        # failed gang keeps its allocation through its back-off
+        unfilled: dict[str, Counter[str]] = {}
         if cluster is not None:
             book_pods(cluster, infos)
             for dl in jobs:
@@ -517,6 +522,7 @@ class Planner:
                     if gang is None:
                         continue
                     bound = _bound_nodes(pods_of.get(dl.job.id, []), attempt_of(dl.status))
+                    unfilled[dl.job.id] = Counter(gang.node_names) - Counter(bound.values())
                     alloc = book_gang(cluster, gang, dl.spec, bound)
                     start = run_start(dl.status) or now
                     predicted = self._predicted(dl, now)
@@ -543,7 +549,11 @@ class Planner:
                         # them), as a preemption's victims' do; a gang placed there creates its pods once
                         # these are gone (_leaving)
                         continue
-                    if (p.get("spec") or {}).get("nodeName") and _phase(p) not in FINISHED:
+                    node = (p.get("spec") or {}).get("nodeName")
+                    if node and _phase(p) not in FINISHED:
+                        if unfilled.get(key, Counter())[node] > 0:
+                            unfilled[key][node] -= 1  # an earlier attempt's pod in its gang's slot there
+                            continue
                         try:
                             held_by_leftovers.append(pod_info(p))
                         except InvalidInput:

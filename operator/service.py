@@ -3,9 +3,10 @@ as the simulator's event loop keeps it (``simulator/engine.py``: ``_sync_progres
 
 A DLJob's status holds the service of its finished run segments (``attainedServiceGpuSeconds``,
 ``executedSeconds``, folded in at each requeue and gang restart) and when it last went back to its
-queue (``queuedSince``); the current segment runs from ``startTime`` (all pods Running). The turn
-ends of a running job (an MLFQ demotion, a round-robin or LAS quantum: ``policy.requeue_after``) follow
-from those, so a restarted operator finds them again.
+queue (``queuedSince``); the current segment runs from ``startTime`` (all pods Running), that of a gang
+stalled before it ran from when it was to run (``translate.turn_start``). The turn ends of a running
+job (an MLFQ demotion, a round-robin or LAS quantum: ``policy.requeue_after``) follow from those, so a
+restarted operator finds them again.
 
 The simulator runs a partition's pass only at its events (an arrival, a finish, a turn end) and
 syncs the running jobs' service there; the operator runs passes at any time (watch events, its
@@ -27,7 +28,7 @@ from typing import Any
 from qosmos.extender.core.admission import RunningJob
 from qosmos.extender.core.ordering import OrderingPolicy
 from qosmos.extender.core.types import Job
-from qosmos.operator.translate import parse_time, segment_start, with_service
+from qosmos.operator.translate import parse_time, turn_start, with_service
 
 MAX_TURNS = 100_000  # a guard: turns are >= quantum / GPUs (tens of seconds), far fewer in practice
 _Key = tuple[str, str, float, float, float, int]  # policy, job id, segment start, its service before it, GPUs
@@ -110,7 +111,7 @@ def _turns(
 ) -> _Turns:
     out = _Turns({}, {}, None)
     for r in running:
-        start = out.starts[r.job.id] = segment_start(status.get(r.job.id))
+        start = out.starts[r.job.id] = turn_start(status.get(r.job.id))
         if start is None:
             continue
         last, nxt = turns.ends(policy, r.job, start, now)

@@ -147,6 +147,18 @@ def segment_start(status: Mapping[str, Any] | None) -> float | None:
     return parse_time(st.get("startTime"))
 
 
+def turn_start(status: Mapping[str, Any] | None) -> float | None:
+    """Since when an admitted DLJob's gang holds the turn a preemptive policy counts (its service and
+    turn ends): its :func:`segment_start`; or, for a gang stalled before its pods all ran (a node of its
+    placement went down while it backed off after a failure, or while its pods started), its
+    :func:`run_start`: the simulator's stalled gang holds its GPUs from there, its turn running, so a
+    turn end gives them to the queue instead of the stall keeping them to its grace's end."""
+    start = segment_start(status)
+    if start is None and (status or {}).get("stalledSince"):
+        return run_start(status)
+    return start
+
+
 def run_start(status: Mapping[str, Any] | None) -> float | None:
     """When an admitted DLJob's current run began or begins, the rest of its run counted from there (as
     the simulator's segment start): ``startTime`` once its gang runs; a gang restarted after a failure
@@ -812,5 +824,6 @@ __all__ = [
     "taints_narrow",
     "template_allows",
     "tolerates",
+    "turn_start",
     "with_service",
 ]

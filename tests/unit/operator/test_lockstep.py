@@ -932,6 +932,16 @@ def test_a_stalled_gang_is_requeued_after_the_grace_or_restarts_when_its_node_is
     assert status["lostRunSeconds"] == pytest.approx(60)
 
 
+def test_a_gang_stalled_in_its_back_off_ends_its_round_robin_turn() -> None:
+    """RR on two 8-GPU nodes, grace 300 s: j0 (16 GPUs) fails at 10 s and backs off until 20 s; n0 goes
+    down at 15 s, so its gang is never recreated. The simulator's stalled gang holds its GPUs from 20 s,
+    its turn running: the turn ends at 213.125 s ((3250 - 160) / 16 s later) and j1 starts on n1. The
+    operator counted no turn for a gang without a startTime and kept its GPUs to the grace's end (315 s)."""
+    jobs = [TraceJob("j0", 0, 16, 500, fail_at=(10,)), TraceJob("j1", 12, 1, 100)]
+    run = one_vc("rr", "consolidate", "none", [8, 8], jobs, outages={"n0": [(15, 1000)]}, grace=300)
+    assert ("ns/j1", 213.125, 313.125) in run.segments
+
+
 def test_a_gang_preempted_in_its_back_off_starts_at_once_when_admitted_again() -> None:
     """j0's gang fails at 100 s for the second time in a row (back-off until 120 s); j6 (priority 2) preempts
     it in that pass and ends at 105 s, when j0 is admitted again. The simulator runs it then; the operator
@@ -941,6 +951,20 @@ def test_a_gang_preempted_in_its_back_off_starts_at_once_when_admitted_again() -
             TraceJob("j2", 101, 0, 4000, cpus=16), TraceJob("j5", 250, 0, 1, cpus=16), TraceJob("j1", 284, 0, 1, cpus=16)]  # fmt: skip
     run = one_vc("fifo", "consolidate", "none", [1, 4, 4], jobs, lower_priority=True, array_split=0.25)
     assert ("ns/j0", 105, 115) in run.segments
+
+
+def test_a_restarted_gangs_stopped_pods_hold_its_own_slots_not_more() -> None:
+    """FIFO, LowerPriority, two 2-GPU nodes: j0 (2x1) fails at 100 s and backs off on its GPUs until
+    110 s; j1 (priority 1, 2x1) arrives then and fits on the GPU left free on each node. The operator
+    booked j0's placement and also its stopped pod on n1 (an earlier attempt's, terminating), saw n1
+    full, preempted j0 for j1 and admitted it again at once, its back-off forgotten."""
+    jobs = [
+        TraceJob("j0", 0, 2, 200, gpus_per_node=1, fail_at=(100,)),
+        TraceJob("j1", 100, 2, 50, priority=1, gpus_per_node=1),
+    ]
+    run = one_vc("fifo", "consolidate", "none", [2, 2], jobs, lower_priority=True)
+    assert sorted(run.segments) == [("ns/j0", 0, 100), ("ns/j0", 110, 210), ("ns/j1", 100, 150)]
+    assert run.kube.jobs["j0"]["status"].get("preemptions") in (None, 0)
 
 
 def test_a_pod_that_failed_as_its_node_went_down_fails_its_gang_not_the_node() -> None:
