@@ -127,6 +127,7 @@ from qosmos.operator.translate import (
     segment_start,
     service_status,
     taints_narrow,
+    unusable_because,
 )
 from qosmos.operator.writes import (
     AnnotateVC,
@@ -1482,13 +1483,31 @@ class Planner:
             rep.admitted.append(dl.job.id)
             rep.vc_of[dl.job.id] = name
         if res.waiting:  # their statuses once every VirtualCluster has decided: the ETAs share a budget
-            waits = [(by_id[w.job.id], w, w.message + _confined_text(by_id[w.job.id], cluster)) for w in res.waiting]
+            down = self._unusable_text(name)
+            waits = [
+                (by_id[w.job.id], w, w.message + _confined_text(by_id[w.job.id], cluster) + down) for w in res.waiting
+            ]
             # the books as this VirtualCluster left them: a later cohort member's reclaim must not show
             forecaster = None if etas is None else functools.partial(etas, books=cluster.copy())
             self._waits.append(Waits(name, forecaster, waits))
         text = carry_to_json(res.carry, cluster, now)
         if not _same_carry((meta(vc).get("annotations") or {}).get(ANN_CARRY), text):
             self._w.add(f"vc/{name}", AnnotateVC(name, {ANN_CARRY: text}))
+
+    def _unusable_text(self, vc: str, shown: int = 3) -> str:
+        """What a waiting job's message adds when nodes of its VirtualCluster take nothing new now (a drain's
+        cordon, a node not Ready, CES asleep): their GPUs count as not free, and a user asks why."""
+        down = []
+        for name, node in sorted(self._nodes.items()):
+            if self._node_vc.get(name) == vc:
+                state = power_state(node)
+                why = f"{state} (CES)" if state != AWAKE else unusable_because(node)
+                if why is not None:
+                    down.append(f"{name} ({why})")
+        if not down:
+            return ""
+        more = f" and {len(down) - shown} more" if len(down) > shown else ""
+        return f"; taking nothing new now: node {', '.join(down[:shown])}{more}"
 
     def _write_waits(self, now: float) -> None:
         """The waiting jobs' statuses, each VirtualCluster's with its ETA forecast while the pass's

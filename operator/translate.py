@@ -425,12 +425,22 @@ def node_usable(node: Mapping[str, Any]) -> bool:
     """A node anything new may be placed on now: Ready, not cordoned (``spec.unschedulable``) and without
     a NoSchedule/NoExecute taint of the node's state (``node.kubernetes.io/*``: unreachable, not ready,
     under memory, disk or PID pressure)."""
-    if not node_ready(node) or (node.get("spec") or {}).get("unschedulable"):
-        return False
-    return not any(
-        t.get("effect") in ("NoSchedule", "NoExecute") and str(t.get("key", "")).startswith(NODE_STATE_TAINT)
+    return unusable_because(node) is None
+
+
+def unusable_because(node: Mapping[str, Any]) -> str | None:
+    """Why nothing new may be placed on the node now (:func:`node_usable`), in a waiting job's words; None
+    when it is usable."""
+    if not node_ready(node):
+        return "not Ready"
+    if (node.get("spec") or {}).get("unschedulable"):
+        return "cordoned"
+    tainted = [
+        str(t["key"]).removeprefix(NODE_STATE_TAINT)
         for t in (node.get("spec") or {}).get("taints") or []
-    )
+        if t.get("effect") in ("NoSchedule", "NoExecute") and str(t.get("key", "")).startswith(NODE_STATE_TAINT)
+    ]
+    return f"tainted {tainted[0]}" if tainted else None
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
@@ -825,5 +835,6 @@ __all__ = [
     "template_allows",
     "tolerates",
     "turn_start",
+    "unusable_because",
     "with_service",
 ]

@@ -475,6 +475,44 @@ def test_a_quota_reclaim_stops_a_borrower_with_its_grace_period_and_it_resumes(t
         wait_for(lambda: not env.pods(ns, "borrower") and not env.pods(ns, "claim"), 120, "the cohort test's pods gone")
 
 
+def test_a_drained_node_evicts_a_job_that_checkpoints_waits_and_resumes_once_uncordoned(training: Training) -> None:
+    """``kubectl drain`` of the real node while a 2-pod job trains (backoffLimit 0): the eviction API gives
+    its pods DisruptionTarget and their grace period, so its processes get SIGTERM, rank 0 checkpoints
+    and they exit 143. That is a disruption, not a failure: the DLJob goes back to its queue (Disrupted,
+    no restart counted; with backoffLimit 0 a failure would have failed it) and waits while the node is
+    cordoned, no pod of it created there. ``kubectl uncordon``: it is admitted again, resumes from the
+    checkpoint and trains to one set of parameters on every rank."""
+    env = training
+    ns = env.namespace()
+    slow = {"TRAIN_STEPS": "1200", "TRAIN_STEP_SLEEP": "0.02"}
+    env.apply(env.train_job(ns, "drained", 2, gpus_per_pod=4, env=slow))
+    env.wait_phase(ns, "drained", ("Running",), 240)
+    wait_for(lambda: _steps_logged(env, ns, "drained-0-0") >= 100, 240, "drained past step 100", every=1.0)
+    try:
+        # (pods of other tests' finished jobs on the node are evicted too; their DLJobs are done)
+        env.kubectl("drain", NODE, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=150s", timeout=200)
+        st = env.wait_phase(ns, "drained", ("Queued",), 60)
+        assert not st.get("restarts") and st["preemptions"] == 1, f"{st}\n{env.debug(ns)}"
+        events = json.loads(env.kubectl("get", "events", "-n", ns, "--field-selector",
+                                        "involvedObject.name=drained,reason=Disrupted", "-o", "json").stdout)["items"]  # fmt: skip
+        assert any("(EvictionByEvictionAPI): not the job's failure" in e["message"] for e in events), events
+        # its wait (a pass after the requeue) says why the node's GPUs are not free
+        says = f"taking nothing new now: node {NODE} (cordoned)"
+        wait_for(lambda: says in env.status(ns, "drained")["conditions"][0]["message"], 30, "the wait saying why")
+        saved = env.checkpoint_step(ns, "drained")
+        assert saved is not None and saved >= 100, f"no checkpoint after the eviction: {saved}\n{env.debug(ns)}"
+        time.sleep(5)  # a few passes: nothing new goes to a cordoned node
+        assert env.status(ns, "drained")["phase"] == "Queued"
+        assert not env.pods(ns, "drained"), [p["metadata"]["name"] for p in env.pods(ns, "drained")]
+    finally:
+        env.kubectl("uncordon", NODE, check=False)
+    st = env.wait_phase(ns, "drained", ("Succeeded", "Failed"), 600)
+    assert st["phase"] == "Succeeded" and not st.get("restarts"), f"{st}\n{env.debug(ns)}"
+    assert f"resumed from step={saved}" in env.logs(ns, "drained-1-0")
+    ranks = finals(env, ns, "drained", 2)
+    assert len({c for _, _, c in ranks}) == 1, ranks
+
+
 def test_a_stuck_gang_times_out_frees_its_gpus_and_fails_with_the_image_error(training: Training) -> None:
     """A DLJob whose image is not on the node (pull policy Never) never starts: at its start deadline
     it is requeued (StartTimeout), then Failed after its backoffLimit with the image error in its

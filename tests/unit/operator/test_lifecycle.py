@@ -656,3 +656,24 @@ def test_which_disruptions_are_not_failures(reason: str, disrupted: bool) -> Non
     r.kube.evict("j-0-0", _stamp(r), reason=reason)
     rep = r.step()
     assert (rep.preempted == ["team/j"]) is disrupted and (r.status.get("restarts") == 1) is not disrupted
+
+
+def test_a_job_waiting_on_drained_and_lost_nodes_says_which_take_nothing_new() -> None:
+    """n0 drained (cordoned, its pod evicted) and n1 not Ready: the requeued 16-GPU gang waits, and its
+    condition names those nodes and why (their GPUs count as not free: "0 node(s) have 8 free" alone
+    does not say why); once they are usable again it runs."""
+    r = _running_gang(backoffLimit=0)
+    n0 = next(n for n in r.kube._nodes if n["metadata"]["name"] == "n0")
+    n0["spec"]["unschedulable"] = True
+    r.kube.evict("j-0-0", _stamp(r))
+    _not_ready(r, "n1", r.now)
+    r.step()
+    r.kube.terminate()
+    r.step()
+    cond = r.status["conditions"][0]
+    assert r.status["phase"] == "Queued" and cond["reason"] != "Disrupted", cond
+    assert cond["message"].endswith("; taking nothing new now: node n0 (cordoned), n1 (not Ready)"), cond
+    n0["spec"]["unschedulable"] = False
+    _ready(r, "n1", r.now)
+    rep = r.step()
+    assert rep.admitted == ["team/j"]

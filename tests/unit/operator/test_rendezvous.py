@@ -29,6 +29,7 @@ from qosmos.operator.translate import (
     parse_time,
     template_allows,
     tolerates,
+    unusable_because,
 )
 from qosmos.testing.fakekube import FakeKube
 from qosmos.testing.fakekube import gpu_node as node
@@ -265,6 +266,7 @@ def test_unhealthy_nodes_are_not_placed_on() -> None:
     unreachable["spec"]["taints"] = [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]
     nodes = [ready, cordoned, not_ready, unknown, unreachable]
     assert [node_usable(n) for n in nodes] == [True, False, False, False, False]
+    assert [unusable_because(n) for n in nodes] == [None, "cordoned", "not Ready", "not Ready", "tainted unreachable"]
     cluster = ClusterState(core_nodes(nodes, assign_nodes(nodes, [])))
     book_cordoned(cluster, nodes)
     assert cluster.free_gpus.tolist() == [8, 0, 0, 0, 0]
