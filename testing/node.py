@@ -777,6 +777,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         (self.workdir / "ca.crt").write_bytes(ca_pem)
         return kc
 
+    def stop_kubelet(self) -> None:
+        """Stop the kubelet only, as a machine whose kubelet died or lost the network shows it: its pods'
+        containers run on under containerd, nothing reports for the node any more."""
+        kubelet = next(c for c in self.components if c.name == "kubelet")
+        kubelet.stop()
+        self.components.remove(kubelet)
+
+    def start_kubelet(self) -> None:
+        """Start the kubelet again on its state (root dir, credentials): it adopts the pods still running,
+        carries out what was decided for them meanwhile (a deletion: their grace period) and reports the
+        node Ready."""
+        self._start_kubelet()
+        self.wait_ready()
+
     def _start_kubelet(self) -> None:
         w = self.workdir
         kc = self._node_credentials()

@@ -513,6 +513,71 @@ def test_a_drained_node_evicts_a_job_that_checkpoints_waits_and_resumes_once_unc
     assert len({c for _, _, c in ranks}) == 1, ranks
 
 
+@contextlib.contextmanager
+def _kubelet_down(env: Training) -> Iterator[None]:
+    """The real node's kubelet stopped (its containers run on under containerd), and what the
+    node-lifecycle controller (off in the test cluster) then writes, written: Ready Unknown and the
+    unreachable taints. On exit the kubelet is started again, the taints go, and it reports Ready."""
+    env.node.stop_kubelet()
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    cond = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "lastHeartbeatTime": now,
+            "lastTransitionTime": now, "message": "Kubelet stopped posting node status."}  # fmt: skip
+    taints = [
+        {"key": "node.kubernetes.io/unreachable", "effect": e, "timeAdded": now} for e in ("NoSchedule", "NoExecute")
+    ]
+    try:
+        env.kubectl("patch", "node", NODE, "--subresource=status", "-p", json.dumps({"status": {"conditions": [cond]}}))
+        env.kubectl("patch", "node", NODE, "--type=merge", "-p", json.dumps({"spec": {"taints": taints}}))
+        yield
+    finally:
+        env.kubectl("patch", "node", NODE, "--type=merge", "-p", '{"spec":{"taints":null}}', check=False)
+        env.node.start_kubelet()
+
+
+def test_a_kubelet_down_briefly_stalls_the_job_and_longer_requeues_it_to_resume_when_back(training: Training) -> None:
+    """The real kubelet stops under a 2-pod JAX job. Back within the VirtualCluster's nodeLostSeconds (a
+    blip): the gang stalled (status.stalledSince) and runs on, its pods never stopped. Then, with
+    nodeLostSeconds 5, down again for longer: the gang is requeued (NodeLost, no restart counted: with
+    backoffLimit 0 a failure would fail it) and waits, saying the node is not Ready; its pods' deletion
+    waits for the kubelet. Back, the kubelet carries it out with the grace period (SIGTERM: rank 0
+    checkpoints), the job is admitted again, resumes from that checkpoint and trains to one checksum."""
+    env = training
+    ns = env.namespace()
+    slow = {"TRAIN_STEPS": "3000", "TRAIN_STEP_SLEEP": "0.02"}
+    env.apply(env.train_job(ns, "lost", 2, gpus_per_pod=4, env=slow))
+    env.wait_phase(ns, "lost", ("Running",), 240)
+    wait_for(lambda: _steps_logged(env, ns, "lost-0-0") >= 100, 240, "lost past step 100", every=1.0)
+    started = env.status(ns, "lost")["startTime"]
+    with _kubelet_down(env):
+        wait_for(lambda: env.status(ns, "lost").get("stalledSince"), 30, "the stall written", every=0.5)
+    wait_for(lambda: "stalledSince" not in env.status(ns, "lost"), 60, "the stall cleared", every=0.5)
+    st = env.status(ns, "lost")
+    assert st["phase"] == "Running" and st["startTime"] == started and not st.get("preemptions"), st
+    before = _steps_logged(env, ns, "lost-0-0")
+    wait_for(lambda: _steps_logged(env, ns, "lost-0-0") > before + 50, 60, "training on after the blip", every=1.0)
+
+    env.kubectl("patch", "virtualcluster", VC, "--type=merge", "-p", '{"spec":{"nodeLostSeconds":5}}')
+    try:
+        with _kubelet_down(env):
+            st = env.wait_phase(ns, "lost", ("Queued",), 60)
+            assert not st.get("restarts") and st["preemptions"] == 1, f"{st}\n{env.debug(ns)}"
+            events = json.loads(env.kubectl("get", "events", "-n", ns, "--field-selector",
+                                            "involvedObject.name=lost,reason=NodeLost", "-o", "json").stdout)["items"]  # fmt: skip
+            assert events, env.debug(ns)
+            says = f"taking nothing new now: node {NODE} (not Ready)"
+            wait_for(lambda: says in env.status(ns, "lost")["conditions"][0]["message"], 30, "the wait saying why")
+            # the requeue deleted the pods; without a kubelet they stay, terminating, and keep training
+            assert all(p["metadata"].get("deletionTimestamp") for p in env.pods(ns, "lost")), env.debug(ns)
+    finally:
+        env.kubectl("patch", "virtualcluster", VC, "--type=merge", "-p", '{"spec":{"nodeLostSeconds":null}}')
+    st = env.wait_phase(ns, "lost", ("Succeeded", "Failed"), 600)
+    assert st["phase"] == "Succeeded" and not st.get("restarts"), f"{st}\n{env.debug(ns)}"
+    saved = env.checkpoint_step(ns, "lost")  # written at the SIGTERM the kubelet, back, sent (none since)
+    assert saved is not None and f"resumed from step={saved}" in env.logs(ns, "lost-1-0"), env.debug(ns)
+    ranks = finals(env, ns, "lost", 2)
+    assert len({c for _, _, c in ranks}) == 1, ranks
+
+
 def test_a_stuck_gang_times_out_frees_its_gpus_and_fails_with_the_image_error(training: Training) -> None:
     """A DLJob whose image is not on the node (pull policy Never) never starts: at its start deadline
     it is requeued (StartTimeout), then Failed after its backoffLimit with the image error in its
