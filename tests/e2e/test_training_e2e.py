@@ -338,6 +338,15 @@ def _steps_logged(env: Training, ns: str, pod: str) -> int:
     return int(steps[-1]) if steps else 0
 
 
+def _training_past_step_100(env: Training, ns: str, name: str, steps: int) -> None:
+    """A 2-pod job of 4 GPUs a pod, ``steps`` steps of 20 ms, applied and waited for: Running and its rank 0
+    past step 100 (what a preemption, reclaim, drain or lost node then stops has a checkpoint to write)."""
+    slow = {"TRAIN_STEPS": str(steps), "TRAIN_STEP_SLEEP": "0.02"}
+    env.apply(env.train_job(ns, name, 2, gpus_per_pod=4, env=slow))
+    env.wait_phase(ns, name, ("Running",), 240)
+    wait_for(lambda: _steps_logged(env, ns, f"{name}-0-0") >= 100, 240, f"{name} past step 100", every=1.0)
+
+
 def test_preempted_and_suspended_jobs_checkpoint_in_their_grace_period_and_resume(training: Training) -> None:
     """A running 2-pod job is preempted by a higher-priority job that needs the whole node, later
     suspended: each time its processes get SIGTERM, rank 0 writes a checkpoint (hostPath) within the
@@ -347,10 +356,7 @@ def test_preempted_and_suspended_jobs_checkpoint_in_their_grace_period_and_resum
     ns = env.namespace()
     watch = PodWatch(env, ns)
     try:
-        slow = {"TRAIN_STEPS": "3000", "TRAIN_STEP_SLEEP": "0.02"}
-        env.apply(env.train_job(ns, "victim", 2, gpus_per_pod=4, env=slow))
-        env.wait_phase(ns, "victim", ("Running",), 240)
-        wait_for(lambda: _steps_logged(env, ns, "victim-0-0") >= 100, 240, "victim past step 100", every=1.0)
+        _training_past_step_100(env, ns, "victim", steps=3000)
         # the preemptor: all 8 GPUs, priority 10 (LowerPriority preemption within the VirtualCluster)
         env.apply(env.train_job(ns, "urgent", 1, gpus_per_pod=FAKE_GPUS, priority=10, env={"TRAIN_STEPS": "100"}))
         st = env.wait_phase(ns, "urgent", ("Succeeded", "Failed"), 300)
@@ -449,10 +455,7 @@ def test_a_quota_reclaim_stops_a_borrower_with_its_grace_period_and_it_resumes(t
                 json.dumps({"spec": {"cohort": "co", "quota": {"gpus": 4}}}))  # fmt: skip
     env.apply(lender)
     try:
-        slow = {"TRAIN_STEPS": "1200", "TRAIN_STEP_SLEEP": "0.02"}
-        env.apply(env.train_job(ns, "borrower", 2, gpus_per_pod=4, env=slow))
-        env.wait_phase(ns, "borrower", ("Running",), 240)
-        wait_for(lambda: _steps_logged(env, ns, "borrower-0-0") >= 100, 240, "borrower past step 100", every=1.0)
+        _training_past_step_100(env, ns, "borrower", steps=1200)
         claim = env.train_job(ns, "claim", 1, gpus_per_pod=4, env={"TRAIN_STEPS": "100"})
         claim["spec"]["virtualCluster"] = "lender"
         env.apply(claim)
@@ -484,10 +487,7 @@ def test_a_drained_node_evicts_a_job_that_checkpoints_waits_and_resumes_once_unc
     checkpoint and trains to one set of parameters on every rank."""
     env = training
     ns = env.namespace()
-    slow = {"TRAIN_STEPS": "1200", "TRAIN_STEP_SLEEP": "0.02"}
-    env.apply(env.train_job(ns, "drained", 2, gpus_per_pod=4, env=slow))
-    env.wait_phase(ns, "drained", ("Running",), 240)
-    wait_for(lambda: _steps_logged(env, ns, "drained-0-0") >= 100, 240, "drained past step 100", every=1.0)
+    _training_past_step_100(env, ns, "drained", steps=1200)
     try:
         # (pods of other tests' finished jobs on the node are evicted too; their DLJobs are done)
         env.kubectl("drain", NODE, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=150s", timeout=200)
@@ -543,10 +543,7 @@ def test_a_kubelet_down_briefly_stalls_the_job_and_longer_requeues_it_to_resume_
     checkpoints), the job is admitted again, resumes from that checkpoint and trains to one checksum."""
     env = training
     ns = env.namespace()
-    slow = {"TRAIN_STEPS": "3000", "TRAIN_STEP_SLEEP": "0.02"}
-    env.apply(env.train_job(ns, "lost", 2, gpus_per_pod=4, env=slow))
-    env.wait_phase(ns, "lost", ("Running",), 240)
-    wait_for(lambda: _steps_logged(env, ns, "lost-0-0") >= 100, 240, "lost past step 100", every=1.0)
+    _training_past_step_100(env, ns, "lost", steps=3000)
     started = env.status(ns, "lost")["startTime"]
     with _kubelet_down(env):
         wait_for(lambda: env.status(ns, "lost").get("stalledSince"), 30, "the stall written", every=0.5)
