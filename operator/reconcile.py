@@ -389,6 +389,7 @@ class Planner:
         self._runtimes: dict[str, tuple[Partition, PartitionRuntime]] = {}
         self._node_vc: dict[str, str] = {}  # node -> its VirtualCluster, as of this pass
         self._nodes: Mapping[str, Mapping[str, Any]] = {}  # node name -> the Node, as of this pass
+        self._unusable: dict[str, list[str]] = {}  # VirtualCluster -> "node (why)" of its nodes taking nothing new
         self._w = Recorder()
         self._deleted: set[str] = set()  # pods deleted in the current plan (each once)
         self._leaving: set[str] = set()  # nodes with a pod terminating (as of the pass, and its deletions)
@@ -468,6 +469,7 @@ class Planner:
         # 2. admitted gangs: each writes only its own DLJob and pods (sequences side by side)
         by_name = {str(meta(n)["name"]): n for n in nodes}
         self._nodes = by_name  # (a GENIE task's work left is counted on its node's GPU model: _fold)
+        self._unusable = _unusable_by_vc(by_name, assignment)
         gone = {dl.job.id for dl in jobs if self._run_policy(dl, pods_of.get(dl.job.id, []), now, rep)}
         jobs = [dl for dl in jobs if dl.job.id not in gone]
         for dl in jobs:
@@ -1483,7 +1485,7 @@ class Planner:
             rep.admitted.append(dl.job.id)
             rep.vc_of[dl.job.id] = name
         if res.waiting:  # their statuses once every VirtualCluster has decided: the ETAs share a budget
-            down = self._unusable_text(name)
+            down = _unusable_text(self._unusable.get(name, []))
             waits = [
                 (by_id[w.job.id], w, w.message + _confined_text(by_id[w.job.id], cluster) + down) for w in res.waiting
             ]
@@ -1493,21 +1495,6 @@ class Planner:
         text = carry_to_json(res.carry, cluster, now)
         if not _same_carry((meta(vc).get("annotations") or {}).get(ANN_CARRY), text):
             self._w.add(f"vc/{name}", AnnotateVC(name, {ANN_CARRY: text}))
-
-    def _unusable_text(self, vc: str, shown: int = 3) -> str:
-        """What a waiting job's message adds when nodes of its VirtualCluster take nothing new now (a drain's
-        cordon, a node not Ready, CES asleep): their GPUs count as not free, and a user asks why."""
-        down = []
-        for name, node in sorted(self._nodes.items()):
-            if self._node_vc.get(name) == vc:
-                state = power_state(node)
-                why = f"{state} (CES)" if state != AWAKE else unusable_because(node)
-                if why is not None:
-                    down.append(f"{name} ({why})")
-        if not down:
-            return ""
-        more = f" and {len(down) - shown} more" if len(down) > shown else ""
-        return f"; taking nothing new now: node {', '.join(down[:shown])}{more}"
 
     def _write_waits(self, now: float) -> None:
         """The waiting jobs' statuses, each VirtualCluster's with its ETA forecast while the pass's
@@ -2009,6 +1996,27 @@ def _lost(dl: DL, served: Mapping[str, float]) -> str:
 def _cordoned(gang: Gang, nodes: Mapping[str, dict[str, Any]]) -> list[str]:
     """The nodes of the gang's placement that are cordoned (``spec.unschedulable``: kubectl cordon, drain)."""
     return [n for n in dict.fromkeys(gang.node_names) if (nodes[n].get("spec") or {}).get("unschedulable")]
+
+
+def _unusable_by_vc(nodes: Mapping[str, Mapping[str, Any]], assignment: Mapping[str, str]) -> dict[str, list[str]]:
+    """VirtualCluster -> "name (why)" of each of its nodes that takes nothing new now (a drain's cordon, a
+    node not Ready, a node-state taint, CES asleep or waking), by name: once per pass, for the waits."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for name, node in sorted(nodes.items()):
+        state = power_state(node)
+        why = f"{state} (CES)" if state != AWAKE else unusable_because(node)
+        if why is not None:
+            out[assignment.get(name, NO_VC)].append(f"{name} ({why})")
+    return out
+
+
+def _unusable_text(down: Sequence[str], shown: int = 3) -> str:
+    """What a waiting job's message adds when nodes of its VirtualCluster take nothing new now: their GPUs
+    count as not free, and a user asks why."""
+    if not down:
+        return ""
+    more = f" and {len(down) - shown} more" if len(down) > shown else ""
+    return f"; taking nothing new now: node {', '.join(down[:shown])}{more}"
 
 
 def _failed_by(pods: Iterable[Mapping[str, Any]], t: float) -> bool:

@@ -87,6 +87,9 @@ class NodeError(ControlPlaneError):
     """The node failed to build, start or become ready."""
 
 
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+
 def node_cache() -> Path:
     base = Path(os.environ.get("QOSMOS_NODE_CACHE", Path.home() / ".cache" / "qosmos" / "node"))
     return base / k8s_version()
@@ -156,6 +159,15 @@ def wait_for(pred: Callable[[], _T | None], timeout: float = 60, what: str = "co
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def unreachable_marks(now: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """What the node-lifecycle controller (off in the test clusters) writes for a node whose kubelet stopped
+    posting, as of ``now`` (RFC 3339): its Ready condition (Unknown) and the unreachable taints."""
+    ready = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "lastHeartbeatTime": now,
+             "lastTransitionTime": now, "message": "Kubelet stopped posting node status."}  # fmt: skip
+    taints = [{"key": UNREACHABLE_TAINT, "effect": e, "timeAdded": now} for e in ("NoSchedule", "NoExecute")]
+    return ready, taints
 
 
 def _run(*argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -33,7 +33,7 @@ import pytest
 import yaml
 from qosmos.operator.translate import parse_time
 from qosmos.testing.controlplane import ControlPlane, scheduler_config
-from qosmos.testing.node import APISERVER_ARGS, Node, wait_for
+from qosmos.testing.node import APISERVER_ARGS, Node, unreachable_marks, wait_for
 from qosmos.testing.processes import OperatorProcess
 from qosmos.testing.services import ServiceNetwork
 
@@ -97,6 +97,11 @@ class Training:
 
     def pods(self, ns: str, job: str) -> list[dict[str, Any]]:
         out = self.kubectl("get", "pods", "-n", ns, "-l", f"qosmos.io/job={job}", "-o", "json").stdout
+        return list(json.loads(out)["items"])
+
+    def events(self, ns: str, selector: str) -> list[dict[str, Any]]:
+        """The namespace's Events matching the field selector (``involvedObject.name=x,reason=Y``)."""
+        out = self.kubectl("get", "events", "-n", ns, "--field-selector", selector, "-o", "json").stdout
         return list(json.loads(out)["items"])
 
     def logs(self, ns: str, pod: str) -> str:
@@ -433,8 +438,7 @@ def test_a_rank_killed_mid_run_resumes_from_its_last_periodic_checkpoint(trainin
     # the failure is an event of its queue (the simulator's EV_FAIL): after the first start, before the second
     failed, started = parse_time(st["lastFailureTime"]), parse_time(st["startTime"])
     assert failed is not None and started is not None and started >= failed + 10 - 1, st
-    events = json.loads(env.kubectl("get", "events", "-n", ns, "--field-selector",
-                                    "involvedObject.name=crash,reason=Restarted", "-o", "json").stdout)["items"]  # fmt: skip
+    events = env.events(ns, "involvedObject.name=crash,reason=Restarted")
     assert any("since its last checkpoint lost (checkpoints: every 3 s)" in e["message"] for e in events), events
 
 
@@ -463,8 +467,7 @@ def test_a_quota_reclaim_stops_a_borrower_with_its_grace_period_and_it_resumes(t
         assert st["phase"] == "Succeeded", f"{st}\n{env.debug(ns)}"
         saved = env.checkpoint_step(ns, "borrower")
         assert saved is not None and saved >= 100, f"no checkpoint after the reclaim: {saved}\n{env.debug(ns)}"
-        events = json.loads(env.kubectl("get", "events", "-n", ns, "--field-selector",
-                                        "involvedObject.name=borrower", "-o", "json").stdout)["items"]  # fmt: skip
+        events = env.events(ns, "involvedObject.name=borrower")
         assert any(e["reason"] == "Preempted" and "reclaim" in e["message"].lower() for e in events), [
             (e["reason"], e["message"]) for e in events]  # fmt: skip
         st = env.wait_phase(ns, "borrower", ("Succeeded", "Failed"), 600)
@@ -493,8 +496,7 @@ def test_a_drained_node_evicts_a_job_that_checkpoints_waits_and_resumes_once_unc
         env.kubectl("drain", NODE, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=150s", timeout=200)
         st = env.wait_phase(ns, "drained", ("Queued",), 60)
         assert not st.get("restarts") and st["preemptions"] == 1, f"{st}\n{env.debug(ns)}"
-        events = json.loads(env.kubectl("get", "events", "-n", ns, "--field-selector",
-                                        "involvedObject.name=drained,reason=Disrupted", "-o", "json").stdout)["items"]  # fmt: skip
+        events = env.events(ns, "involvedObject.name=drained,reason=Disrupted")
         assert any("(EvictionByEvictionAPI): not the job's failure" in e["message"] for e in events), events
         # its wait (a pass after the requeue) says why the node's GPUs are not free
         says = f"taking nothing new now: node {NODE} (cordoned)"
@@ -519,12 +521,7 @@ def _kubelet_down(env: Training) -> Iterator[None]:
     node-lifecycle controller (off in the test cluster) then writes, written: Ready Unknown and the
     unreachable taints. On exit the kubelet is started again, the taints go, and it reports Ready."""
     env.node.stop_kubelet()
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    cond = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "lastHeartbeatTime": now,
-            "lastTransitionTime": now, "message": "Kubelet stopped posting node status."}  # fmt: skip
-    taints = [
-        {"key": "node.kubernetes.io/unreachable", "effect": e, "timeAdded": now} for e in ("NoSchedule", "NoExecute")
-    ]
+    cond, taints = unreachable_marks(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     try:
         env.kubectl("patch", "node", NODE, "--subresource=status", "-p", json.dumps({"status": {"conditions": [cond]}}))
         env.kubectl("patch", "node", NODE, "--type=merge", "-p", json.dumps({"spec": {"taints": taints}}))
@@ -558,8 +555,7 @@ def test_a_kubelet_down_briefly_stalls_the_job_and_longer_requeues_it_to_resume_
         with _kubelet_down(env):
             st = env.wait_phase(ns, "lost", ("Queued",), 60)
             assert not st.get("restarts") and st["preemptions"] == 1, f"{st}\n{env.debug(ns)}"
-            events = json.loads(env.kubectl("get", "events", "-n", ns, "--field-selector",
-                                            "involvedObject.name=lost,reason=NodeLost", "-o", "json").stdout)["items"]  # fmt: skip
+            events = env.events(ns, "involvedObject.name=lost,reason=NodeLost")
             assert events, env.debug(ns)
             says = f"taking nothing new now: node {NODE} (not Ready)"
             wait_for(lambda: says in env.status(ns, "lost")["conditions"][0]["message"], 30, "the wait saying why")
@@ -590,8 +586,7 @@ def test_a_stuck_gang_times_out_frees_its_gpus_and_fails_with_the_image_error(tr
     cond = st["conditions"][0]
     assert cond["reason"] == "StartTimeout" and "ErrImageNeverPull" in cond["message"], cond
     assert st["startTimeouts"] == 2 and "backoffLimit 1" in cond["message"]
-    events = env.kubectl("get", "events", "-n", ns, "--field-selector", "reason=StartTimeout", "-o", "json").stdout
-    assert len(json.loads(events)["items"]) >= 1
+    assert len(env.events(ns, "reason=StartTimeout")) >= 1
     st = env.wait_phase(ns, "next", ("Succeeded", "Failed"), 300)
     assert st["phase"] == "Succeeded", f"{st}\n{env.debug(ns)}"
 

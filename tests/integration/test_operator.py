@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qosmos.testing.node import wait_for
+from qosmos.testing.node import UNREACHABLE_TAINT, unreachable_marks, wait_for
 from qosmos.testing.processes import OperatorProcess as Operator
 
 from .conftest import Recorder, dev_cluster
@@ -258,16 +258,11 @@ def _unreachable(api: Api, node: str) -> Iterator[None]:
     it is back: the taints go, KWOK manages it again and marks it Ready."""
     from qosmos.dev.fakenodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    taints = [
-        {"key": "node.kubernetes.io/unreachable", "effect": e, "timeAdded": now} for e in ("NoSchedule", "NoExecute")
-    ]
-    keep = [t for t in api.core.read_node(node).spec.taints or [] if t.key != "node.kubernetes.io/unreachable"]
+    cond, taints = unreachable_marks(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    keep = [t for t in api.core.read_node(node).spec.taints or [] if t.key != UNREACHABLE_TAINT]
     api.core.patch_node(node, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: None}}})
     try:
-        ready = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
-        cond = {**ready, "message": "Kubelet stopped posting node status.", "lastTransitionTime": now}
-        api.core.patch_node_status(node, {"status": {"conditions": [{**cond, "lastHeartbeatTime": now}]}})
+        api.core.patch_node_status(node, {"status": {"conditions": [cond]}})
         api.core.patch_node(
             node, {"spec": {"taints": [api.client.sanitize_for_serialization(t) for t in keep] + taints}}
         )
